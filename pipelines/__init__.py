@@ -1,0 +1,1 @@
+"""Processes and wiring (CLI, jobs); thin, with no join logic of their own."""
