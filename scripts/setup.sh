@@ -9,4 +9,18 @@ PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[dev]'
+# Embedded Redis for the demo and integration tests (connectors/services.py): Debian's redis-server when missing.
+if ! command -v redis-server >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt_log="$(mktemp)"
+    if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+           && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; } \
+         >"$apt_log" 2>&1; then
+      cat "$apt_log" >&2; echo "installing redis-server with apt-get failed" >&2; exit 1
+    fi
+    rm -f "$apt_log"
+  else
+    echo "warning: redis-server is not on PATH; install it (Debian: apt-get install redis-server)" >&2
+  fi
+fi
 echo "windjoin is set up: .venv/bin/windjoin --help"

