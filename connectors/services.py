@@ -32,6 +32,12 @@ _PORT_ATTEMPTS = 3
 class ServiceStartError(RuntimeError):
     """A service did not become ready; the message names it, the address, and its log's last lines."""
 
+    def __init__(self, message: str, name: str | None = None, pid: int | None = None, log: str | None = None):
+        super().__init__(message)
+        self.name = name
+        self.pid = pid  # the process that was started and then stopped again (None if none was started)
+        self.log = log
+
 
 @dataclass(frozen=True)
 class ServicesConfig:
@@ -207,7 +213,10 @@ def _start_one(name: str, config: ServicesConfig, state_dir: Path) -> RunningSer
         port = processes.free_port(config.host)
         argv = _argv(name, config, port, state_dir)
         log_start = log.stat().st_size if log.exists() else 0
-        pid = processes.spawn(argv, log, env={**os.environ, "NO_COLOR": "1"})
+        try:
+            pid = processes.spawn(argv, log, env={**os.environ, "NO_COLOR": "1"})
+        except OSError as exc:
+            raise ServiceStartError(f"{name}: cannot run {argv[0]}: {exc}", name=name) from exc
         service = RunningService(
             name=name,
             pid=pid,
@@ -226,8 +235,11 @@ def _start_one(name: str, config: ServicesConfig, state_dir: Path) -> RunningSer
         if attempt < _PORT_ATTEMPTS and any(m in tail for m in _PORT_IN_USE_MARKERS):
             continue
         raise ServiceStartError(
-            f"{name} ({argv[0]}) did not become ready on {service.url}: {problem}.\n"
-            f"Command: {' '.join(argv)}\nLast lines of {log}:\n{tail or '(empty)'}"
+            f"{name} ({argv[0]}, pid {pid}) did not become ready on {service.url}: {problem}.\n"
+            f"Command: {' '.join(argv)}\nLast lines of {log}:\n{tail or '(empty)'}",
+            name=name,
+            pid=pid,
+            log=str(log),
         )
     raise AssertionError("unreachable")
 

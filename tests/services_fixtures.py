@@ -1,0 +1,113 @@
+"""pytest plugin: session-wide Kafka bootstrap address and Redis URL for integration tests.
+
+Each fixture picks, in order: an external service named by an environment variable
+(WINDJOIN_KAFKA_BOOTSTRAP / WINDJOIN_REDIS_URL); a testcontainers container when a Docker engine answers;
+else the embedded service (Tansu / redis-server) started in a temporary state dir and stopped by PID at
+session end. Load it with `pytest_plugins = ["services_fixtures"]` in tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from windjoin.connectors import services
+
+KAFKA_ENV = "WINDJOIN_KAFKA_BOOTSTRAP"
+REDIS_ENV = "WINDJOIN_REDIS_URL"
+
+
+@cache
+def docker_available(timeout_s: float = 0.5) -> bool:
+    """True when a Docker engine answers `GET /_ping` on DOCKER_HOST or the default socket.
+
+    A raw socket probe, so that without Docker this costs microseconds and prints nothing (the docker
+    SDK would retry and log). TLS-protected tcp:// engines are not detected; set the env vars instead.
+    """
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if host.startswith("unix://"):
+        path = host.removeprefix("unix://")
+        if not os.path.exists(path):
+            return False
+        family, address = socket.AF_UNIX, path
+    elif host.startswith("tcp://"):
+        parts = urlsplit(host)
+        family, address = socket.AF_INET, (parts.hostname or "127.0.0.1", parts.port or 2375)
+    else:
+        return False
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(address)
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return b" 200 " in sock.recv(256)
+    except OSError:
+        return False
+
+
+def _embedded(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[str]:
+    """Start one embedded service in its own temporary state dir; always stop it (by PID) afterwards."""
+    state_dir: Path = tmp_path_factory.mktemp(f"services-{name}")
+    config = services.ServicesConfig(state_dir=state_dir, kafka=name == services.KAFKA, redis=name == services.REDIS)
+    try:
+        [started] = services.up(config)
+        yield started.service.url
+    finally:
+        services.down(state_dir)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap address (`host:port`) of a Kafka-protocol broker for the whole session."""
+    external = os.environ.get(KAFKA_ENV)
+    if external:
+        yield external
+    elif docker_available():
+        try:
+            from testcontainers.community.kafka import KafkaContainer
+        except ImportError:  # testcontainers < 4.13
+            from testcontainers.kafka import KafkaContainer
+        with KafkaContainer() as kafka:
+            yield kafka.get_bootstrap_server()
+    else:
+        yield from _embedded(tmp_path_factory, services.KAFKA)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`redis://host:port/0` of a Redis server for the whole session."""
+    external = os.environ.get(REDIS_ENV)
+    if external:
+        yield external
+    elif docker_available():
+        try:
+            from testcontainers.community.redis import RedisContainer
+        except ImportError:  # testcontainers < 4.13
+            from testcontainers.redis import RedisContainer
+        with RedisContainer() as redis:
+            yield f"redis://{redis.get_container_host_ip()}:{redis.get_exposed_port(6379)}/0"
+    else:
+        yield from _embedded(tmp_path_factory, services.REDIS)
+
+
+@pytest.fixture
+def unique_topic(request: pytest.FixtureRequest) -> Callable[..., str]:
+    """Factory of topic names unique per call: `<label>-<test name>-<random>` (Kafka-legal characters).
+
+    Topics are not created or deleted here; the broker is shared by the whole session.
+    """
+    test_name = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:100]
+
+    def make(label: str = "t") -> str:
+        clean = re.sub(r"[^A-Za-z0-9._-]+", "-", label)[:60]
+        return f"{clean}-{test_name}-{uuid.uuid4().hex[:10]}"
+
+    return make
