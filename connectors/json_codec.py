@@ -33,18 +33,47 @@ from windjoin.connectors.codec_errors import (
 _JSON_KIND = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
 
-def _non_finite_path(record: Mapping[str, Any]) -> str | None:
-    """The path of the first NaN/infinite float inside ``record``, or None if there is none."""
-    stack: list[tuple[str, Any]] = [("", record)]
-    while stack:
-        path, value = stack.pop()
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                return path or "<record>"
-        elif isinstance(value, Mapping):
-            stack.extend((f"{path}.{key}" if path else str(key), item) for key, item in value.items())
-        elif isinstance(value, list | tuple):
-            stack.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
+_SCALARS = (str, int, bool, type(None))
+
+
+def _has_non_finite(value: Any) -> bool:
+    """Whether a NaN or infinite float occurs anywhere inside ``value`` (fast: builds no paths)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind in _SCALARS:
+            continue
+        if kind is float:
+            if not math.isfinite(item):
+                return True
+        elif kind is dict:
+            pending.extend(item.values())
+        elif kind is list or kind is tuple:
+            pending.extend(item)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, Mapping):
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
+
+
+def _non_finite_path(value: Any, path: str = "") -> str | None:
+    """The path of the first NaN/infinite float inside ``value``, for the error message."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "<record>")
+    children: Any = ()
+    if isinstance(value, Mapping):
+        children = ((f"{path}.{key}" if path else str(key), item) for key, item in value.items())
+    elif isinstance(value, list | tuple):
+        children = ((f"{path}[{index}]", item) for index, item in enumerate(value))
+    for child_path, item in children:
+        found = _non_finite_path(item, child_path)
+        if found is not None:
+            return found
     return None
 
 
@@ -60,9 +89,8 @@ class JsonCodec:
         """The JSON bytes of ``record``; EncodeError if it is not representable in JSON exactly."""
         if not isinstance(record, Mapping):
             raise EncodeError(f"a record must be a mapping, not {type(record).__name__}")
-        bad_path = _non_finite_path(record)
-        if bad_path is not None:
-            raise EncodeError(f"{bad_path}: NaN and infinite floats have no JSON form")
+        if _has_non_finite(record):
+            raise EncodeError(f"{_non_finite_path(record)}: NaN and infinite floats have no JSON form")
         try:
             message = orjson.dumps(record if isinstance(record, dict) else dict(record))
         except orjson.JSONEncodeError as exc:
