@@ -1,0 +1,605 @@
+"""Kafka streaming source for Spark: a PySpark Python Data Source (streaming reader) over confluent-kafka.
+
+Spark's JVM Kafka connector cannot be used here, so this reader does its job in Python:
+
+* one Spark input partition per Kafka partition that has records in the batch (topics from option `topics`,
+  comma-separated); a partition's range ``[start, end)`` is read with an assigned consumer (no group),
+  never asking ``consume()`` for more messages than remain in the range, and stopping exactly at `end`;
+* offsets are JSON ``{"partitions": {"topic:partition": next_offset, ...}, "epoch": N}``; `epoch` is the
+  control epoch read from the file named by option ``windjoin.control.path`` when the end offset is decided
+  (``latestOffset``), stored in that offset and put on every row of the batch, so a batch replayed after a
+  crash carries exactly the epoch it had the first time;
+* ``maxOffsetsPerTrigger`` is honoured through Spark's admission control (``getDefaultReadLimit`` and
+  ``latestOffset(start, limit)``, pyspark >= 4.2) and split max-min fairly over partitions;
+* ``Trigger.AvailableNow`` works on every pyspark 4.x (``prepareForTriggerAvailableNow`` where Spark offers
+  it, else Spark's own wrapper around ``latestOffset()``).
+
+Usage::
+
+    register_kafka_source(spark)
+    df = (spark.readStream.format("windjoin_kafka")
+          .option("bootstrap.servers", "127.0.0.1:9092").option("topics", "a,b")
+          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "10000").load())
+
+Rows: ``topic string, partition int, offset long, key binary, value binary, timestamp long`` (the record
+timestamp in ms) ``, epoch long``. Other options: ``kafka.<librdkafka setting>`` is passed to every consumer;
+``read.timeout.ms`` (default 60000) bounds how long a range read may make no progress before failing;
+``consume.batch.size`` (default 10000) is the largest ``consume()`` call and Arrow batch.
+
+Broker quirk handled here: Tansu's ListOffsets reports the base offset of the last record batch + 1 as the
+end of a partition, which is short of the real end when the last produce request carried several records.
+Partition ends are therefore taken from a Fetch response's high watermark (see `probe_partition_bounds`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+try:  # pyspark >= 4.2: admission control (read limits) and Trigger.AvailableNow hooks for Python sources
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pyspark 4.0 / 4.1: Spark calls latestOffset() without arguments
+    ReadAllAvailable = ReadLimit = ReadMaxRows = None  # type: ignore[assignment,misc]
+    SupportsTriggerAvailableNow = None  # type: ignore[assignment,misc]
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "windjoin_kafka"
+SCHEMA_DDL = "topic string, partition int, offset long, key binary, value binary, timestamp long, epoch long"
+ARROW_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.int64()),
+        ("epoch", pa.int64()),
+    ]
+)
+HAS_ADMISSION_CONTROL = ReadMaxRows is not None
+
+# Librdkafka error codes meaning "this range can no longer be read", as opposed to transient trouble.
+_FATAL_READ_CODES = {
+    KafkaError.OFFSET_OUT_OF_RANGE,
+    KafkaError._AUTO_OFFSET_RESET,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+}
+
+
+class KafkaRangeError(RuntimeError):
+    """A planned offset range cannot be read (data deleted, topic gone, broker short of the range)."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Options
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KafkaSourceOptions:
+    """Validated source options (built once, from Spark's case-insensitive option map)."""
+
+    bootstrap_servers: str
+    topics: tuple[str, ...]
+    starting_offsets: str = "latest"
+    max_offsets_per_trigger: int | None = None
+    control_path: str | None = None
+    read_timeout_s: float = 60.0
+    consume_batch_size: int = 10_000
+    kafka_config: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> KafkaSourceOptions:
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        bootstrap = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
+        if not bootstrap:
+            raise ValueError("option 'bootstrap.servers' is required (host:port[,host:port...])")
+        topics = tuple(t.strip() for t in opts.get("topics", "").split(",") if t.strip())
+        if not topics:
+            raise ValueError(
+                f"option 'topics' must name at least one topic (comma-separated), got {opts.get('topics')!r}"
+            )
+        starting = opts.get("startingoffsets", "latest").strip().lower()
+        if starting not in ("earliest", "latest"):
+            raise ValueError(
+                f"option 'startingOffsets' must be 'earliest' or 'latest', got {opts['startingoffsets']!r}"
+            )
+        max_offsets = None
+        if opts.get("maxoffsetspertrigger"):
+            max_offsets = _positive_int("maxOffsetsPerTrigger", opts["maxoffsetspertrigger"])
+        read_timeout_ms = _positive_int("read.timeout.ms", opts.get("read.timeout.ms", "60000"))
+        batch_size = _positive_int("consume.batch.size", opts.get("consume.batch.size", "10000"))
+        kafka_config = {
+            k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
+        }
+        return cls(
+            bootstrap_servers=bootstrap,
+            topics=topics,
+            starting_offsets=starting,
+            max_offsets_per_trigger=max_offsets,
+            control_path=opts.get("windjoin.control.path") or None,
+            read_timeout_s=read_timeout_ms / 1000.0,
+            consume_batch_size=batch_size,
+            kafka_config=kafka_config,
+        )
+
+    def consumer_config(self, **overrides: Any) -> dict[str, Any]:
+        """librdkafka settings for an assign-only consumer (no group membership, no commits)."""
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            # Required by the client even though nothing subscribes or commits.
+            "group.id": "windjoin-kafka-source",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            # Out-of-range must be an error, never a silent jump to another offset.
+            "auto.offset.reset": "error",
+            "allow.auto.create.topics": False,
+        }
+        config.update(self.kafka_config)
+        config.update(overrides)
+        return config
+
+
+def _positive_int(key: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"option {key!r} must be a positive integer, got {raw!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Offsets and planning (pure)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def partition_key(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+def split_key(key: str) -> tuple[str, int]:
+    topic, _, partition = key.rpartition(":")
+    return topic, int(partition)
+
+
+def make_offset(positions: Mapping[str, int], epoch: int) -> dict[str, Any]:
+    """The offset dict Spark stores: positions in a canonical (sorted) key order, plus the control epoch."""
+    return {"partitions": {k: int(positions[k]) for k in sorted(positions)}, "epoch": int(epoch)}
+
+
+def parse_offset(offset: Mapping[str, Any]) -> tuple[dict[str, int], int]:
+    """(positions, epoch) of an offset dict as made by `make_offset` (or read back from a checkpoint)."""
+    try:
+        positions = {str(k): int(v) for k, v in offset["partitions"].items()}
+        epoch = int(offset.get("epoch", 0))
+    except (KeyError, AttributeError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"not a windjoin Kafka offset (want {{'partitions': {{'topic:partition': n}}, 'epoch': n}}): {offset!r}"
+        ) from exc
+    return positions, epoch
+
+
+def fair_split(available: Mapping[str, int], limit: int) -> dict[str, int]:
+    """Share `limit` records among partitions max-min fairly: how many each may take from its `available`.
+
+    Every partition gets an equal share, capped at what it has; what small partitions leave unused is shared
+    again among the others. Records left by integer division go to the partitions with the largest remaining
+    backlog (ties: key order), so a limit smaller than the partition count starves no partition for long.
+    The result is deterministic and sums to ``min(limit, sum(available))``.
+    """
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    wanting = {k: int(n) for k, n in available.items() if n > 0}
+    grant = dict.fromkeys(available, 0)
+    budget = limit
+    while wanting and budget > 0:
+        share = budget // len(wanting)
+        if share == 0:
+            break
+        satisfied = {k: n for k, n in wanting.items() if n <= share}
+        if satisfied:  # give the small ones all they want, re-share the rest
+            for k, n in satisfied.items():
+                grant[k] += n
+                budget -= n
+                del wanting[k]
+            continue
+        for k in wanting:
+            grant[k] += share
+            wanting[k] -= share
+            budget -= share
+    if wanting and budget > 0:  # fewer records left than partitions wanting: largest backlog first
+        for k in sorted(wanting, key=lambda k: (-wanting[k], k))[:budget]:
+            grant[k] += 1
+    return grant
+
+
+def plan_end(start: Mapping[str, int], bounds: Mapping[str, tuple[int, int]], limit: int | None) -> dict[str, int]:
+    """End positions for the next batch, given each partition's (low, high) watermarks in `bounds`.
+
+    A known partition advances towards its high watermark (never backwards), all of them together by at most
+    `limit` records (`fair_split`). A partition that is not in `start` (created since) enters at its low
+    watermark without being read, so its start is recorded in an offset before any of it is read and a
+    replay of the next batch reads the same records.
+    """
+    ends = dict(start)
+    available: dict[str, int] = {}
+    for key, (low, high) in bounds.items():
+        if key in start:
+            available[key] = max(0, int(high) - int(start[key]))
+        else:
+            ends[key] = int(low)
+    grant = available if limit is None else fair_split(available, limit)
+    for key, n in grant.items():
+        ends[key] = int(start[key]) + n
+    return ends
+
+
+@dataclass(frozen=True)
+class KafkaRange:
+    """One Kafka partition's records ``[start, end)`` for one batch, with the batch's control epoch."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    epoch: int
+
+    @property
+    def count(self) -> int:
+        return self.end - self.start
+
+
+def plan_ranges(start: Mapping[str, int], end: Mapping[str, int], epoch: int) -> list[KafkaRange]:
+    """The non-empty ranges between two position maps, sorted by (topic, partition)."""
+    ranges = []
+    for key, hi in end.items():
+        lo = start.get(key, hi)  # a partition new in `end` starts there (see `plan_end`)
+        if hi < lo:
+            raise ValueError(f"end offset {hi} is before start offset {lo} for {key}")
+        if hi > lo:
+            topic, partition = split_key(key)
+            ranges.append(KafkaRange(topic, partition, int(lo), int(hi), int(epoch)))
+    ranges.sort(key=lambda r: (r.topic, r.partition))
+    return ranges
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Control epoch
+# ---------------------------------------------------------------------------------------------------------
+
+
+def read_control_epoch(path: str | os.PathLike[str] | None) -> int:
+    """The control epoch in the JSON file at `path` (``{"epoch": N, ...}``); 0 when no path or no file."""
+    if not path:
+        return 0
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return 0
+    try:
+        epoch = json.loads(text)["epoch"]
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(epoch)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"control file {str(path)!r} (option 'windjoin.control.path') must be JSON with a non-negative "
+            f"integer 'epoch', got {text[:200]!r}"
+        ) from exc
+    return epoch
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Broker access
+# ---------------------------------------------------------------------------------------------------------
+
+
+def list_partitions(consumer: Consumer, topics: Sequence[str], timeout_s: float) -> list[tuple[str, int]]:
+    """(topic, partition) for every partition of `topics`; a missing topic is an error naming it."""
+    found = []
+    for topic in topics:
+        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            reason = meta.error if meta is not None and meta.error is not None else "no partitions"
+            raise KafkaRangeError(f"Kafka topic {topic!r} is not available: {reason}")
+        found.extend((topic, p) for p in sorted(meta.partitions))
+    return found
+
+
+def probe_partition_bounds(
+    consumer: Consumer, partitions: Sequence[tuple[str, int]], timeout_s: float
+) -> dict[str, tuple[int, int]]:
+    """(low, high) watermarks per partition key, the high one taken from a Fetch response.
+
+    ListOffsets alone is not trusted for the end: Tansu answers with the last record batch's base offset + 1.
+    That answer is still a lower bound, so each partition is fetched from one before it (inside the last
+    batch, i.e. a small fetch); the Fetch response carries the real high watermark, which librdkafka keeps as
+    the cached watermark, and the partition-EOF event carries it too. The consumer is left unassigned.
+    """
+    if not partitions:
+        return {}
+    bounds: dict[str, tuple[int, int]] = {}
+    assignment = []
+    for topic, part in partitions:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=timeout_s, cached=False)
+        low, high = max(0, low), max(0, high)
+        bounds[partition_key(topic, part)] = (low, max(low, high))
+        assignment.append(TopicPartition(topic, part, max(low, high - 1)))
+    pending = {partition_key(tp.topic, tp.partition) for tp in assignment}
+    seen_end: dict[str, int] = {}
+    consumer.assign(assignment)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=max(1, len(pending)), timeout=0.2):
+                key = partition_key(msg.topic(), msg.partition())
+                err = msg.error()
+                if err is None:
+                    seen_end[key] = max(seen_end.get(key, 0), msg.offset() + 1)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    seen_end[key] = max(seen_end.get(key, 0), msg.offset())
+                elif err.code() in _FATAL_READ_CODES:
+                    raise KafkaRangeError(f"cannot find the end of {key}: {err}")
+                else:
+                    log.warning("probing %s: %s", key, err)
+                    continue
+                pending.discard(key)
+        if pending:
+            raise KafkaRangeError(
+                f"no Fetch response within {timeout_s:g} s for {sorted(pending)}: cannot find their end"
+            )
+        for topic, part in partitions:
+            key = partition_key(topic, part)
+            _, fetched_high = consumer.get_watermark_offsets(TopicPartition(topic, part), cached=True)
+            low, listed_high = bounds[key]
+            bounds[key] = (low, max(listed_high, fetched_high, seen_end[key]))
+    finally:
+        consumer.unassign()
+    return bounds
+
+
+def read_range(
+    options: KafkaSourceOptions, rng: KafkaRange, consumer: Consumer | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records of `rng` as Arrow batches (schema `ARROW_SCHEMA`), in offset order, exactly once.
+
+    Raises KafkaRangeError when the range cannot be read: its start is below the partition's log start (data
+    deleted by retention or a re-created topic), the topic or partition is gone, or the partition makes no
+    progress towards `rng.end` for ``read.timeout.ms``.
+    """
+    own = consumer is None
+    if consumer is None:
+        consumer = Consumer(options.consumer_config(**{"fetch.wait.max.ms": 100}))
+    where = f"{rng.topic}:{rng.partition} range [{rng.start}, {rng.end})"
+    try:
+        low, _ = consumer.get_watermark_offsets(
+            TopicPartition(rng.topic, rng.partition), timeout=options.read_timeout_s, cached=False
+        )
+        if low > rng.start:
+            raise KafkaRangeError(
+                f"cannot read {where}: records before offset {low} no longer exist (deleted by retention, or "
+                f"the topic was deleted and re-created)"
+            )
+        consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+        next_offset = rng.start
+        offsets: list[int] = []
+        keys: list[bytes | None] = []
+        values: list[bytes | None] = []
+        timestamps: list[int] = []
+        last_progress = time.monotonic()
+        while next_offset < rng.end:
+            want = min(options.consume_batch_size - len(offsets), rng.end - next_offset)
+            for msg in consumer.consume(num_messages=want, timeout=1.0):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if msg.offset() >= rng.end:  # only non-data records (e.g. txn markers) were left
+                            next_offset = rng.end
+                        continue
+                    if err.code() in _FATAL_READ_CODES or err.fatal():
+                        raise KafkaRangeError(f"cannot read {where} at offset {next_offset}: {err}")
+                    log.warning("reading %s at offset %d: %s", where, next_offset, err)
+                    continue
+                offset = msg.offset()
+                if offset < next_offset:
+                    continue
+                if offset >= rng.end:
+                    next_offset = rng.end
+                    break
+                offsets.append(offset)
+                keys.append(msg.key())
+                values.append(msg.value())
+                timestamps.append(msg.timestamp()[1])
+                next_offset = offset + 1
+                last_progress = time.monotonic()
+            if len(offsets) >= options.consume_batch_size:
+                yield _to_batch(rng, offsets, keys, values, timestamps)
+                offsets, keys, values, timestamps = [], [], [], []
+            if next_offset < rng.end and time.monotonic() - last_progress > options.read_timeout_s:
+                raise KafkaRangeError(
+                    f"cannot read {where}: no records after offset {next_offset - 1} for "
+                    f"{options.read_timeout_s:g} s (read.timeout.ms); the partition is shorter than planned"
+                )
+        if offsets:
+            yield _to_batch(rng, offsets, keys, values, timestamps)
+    finally:
+        if own:
+            consumer.close()
+
+
+def _to_batch(
+    rng: KafkaRange,
+    offsets: list[int],
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    timestamps: list[int],
+) -> pa.RecordBatch:
+    n = len(offsets)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(rng.topic, pa.string()), n),
+            pa.repeat(pa.scalar(rng.partition, pa.int32()), n),
+            pa.array(offsets, pa.int64()),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array(timestamps, pa.int64()),
+            pa.repeat(pa.scalar(rng.epoch, pa.int64()), n),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Spark data source
+# ---------------------------------------------------------------------------------------------------------
+
+
+class KafkaInputPartition(InputPartition):
+    """A Spark input partition: one `KafkaRange` (picklable)."""
+
+    def __init__(self, rng: KafkaRange) -> None:
+        super().__init__(rng)
+        self.range = rng
+
+
+_StreamReaderBases: tuple[type, ...] = (DataSourceStreamReader,)
+if SupportsTriggerAvailableNow is not None:
+    _StreamReaderBases += (SupportsTriggerAvailableNow,)
+
+
+class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
+    """Plans batches on the driver (offsets, epoch, ranges) and reads ranges on the executors."""
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self._consumer: Consumer | None = None  # driver-side, created on first use, never pickled
+        # Trigger.AvailableNow: the (low, high) bounds when it began; the query goes no further.
+        self._target: dict[str, tuple[int, int]] | None = None
+        self._last_end: dict[str, Any] | None = None  # the last offset returned (pyspark 4.0/4.1 path)
+        self._warned_no_limit = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_consumer"] = None
+        return state
+
+    # -- driver side --------------------------------------------------------------------------------------
+
+    def _driver_consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(
+                self.options.consumer_config(**{"fetch.wait.max.ms": 10, "max.partition.fetch.bytes": 65536})
+            )
+        return self._consumer
+
+    def _bounds(self) -> dict[str, tuple[int, int]]:
+        consumer = self._driver_consumer()
+        timeout = self.options.read_timeout_s
+        return probe_partition_bounds(consumer, list_partitions(consumer, self.options.topics, timeout), timeout)
+
+    def initialOffset(self) -> dict[str, Any]:
+        pick = 0 if self.options.starting_offsets == "earliest" else 1
+        positions = {key: bound[pick] for key, bound in self._bounds().items()}
+        offset = make_offset(positions, read_control_epoch(self.options.control_path))
+        self._last_end = offset
+        return offset
+
+    def getDefaultReadLimit(self) -> Any:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._bounds()
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        """The end offset of the next batch, or `start` itself when there is nothing new to read.
+
+        pyspark >= 4.2 passes `start` and a read limit (``ReadMaxRows`` from `getDefaultReadLimit`, or
+        ``ReadAllAvailable`` when the trigger wants everything). pyspark 4.0/4.1 call ``latestOffset()`` with
+        no arguments: then the start is the last offset this reader returned (unknown right after a restart:
+        then every known partition is taken up to its end) and no read limit applies, because Spark offers
+        no admission control to Python sources there (a warning says so once).
+        """
+        bounds = self._target if self._target is not None else self._bounds()
+        if start is None:
+            if self.options.max_offsets_per_trigger is not None and not self._warned_no_limit:
+                self._warned_no_limit = True
+                log.warning(
+                    "maxOffsetsPerTrigger is not applied: this pyspark calls latestOffset() without a read "
+                    "limit (admission control for Python data sources needs pyspark >= 4.2)"
+                )
+            if self._last_end is None:
+                end = {key: high for key, (_, high) in bounds.items()}
+                offset = make_offset(end, read_control_epoch(self.options.control_path))
+                self._last_end = offset
+                return offset
+            start, limit = self._last_end, None
+        positions, _ = parse_offset(start)
+        if self._target is not None:  # AvailableNow: partitions found after it began wait for a later run
+            bounds = {k: v for k, v in bounds.items() if k in self._target}
+        end = plan_end(positions, bounds, getattr(limit, "max_rows", None))
+        if end == positions:
+            return start
+        offset = make_offset(end, read_control_epoch(self.options.control_path))
+        self._last_end = offset
+        return offset
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        start_positions, _ = parse_offset(start)
+        end_positions, epoch = parse_offset(end)
+        return [KafkaInputPartition(r) for r in plan_ranges(start_positions, end_positions, epoch)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # -- executor side ------------------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaInputPartition)
+        yield from read_range(self.options, partition.range)
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("windjoin_kafka")``: see the module docstring for options and rows."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return KafkaStreamReader(KafkaSourceOptions.from_options(self.options))
+
+
+def register_kafka_source(spark: Any) -> None:
+    """Make ``format("windjoin_kafka")`` available in `spark` (idempotent)."""
+    spark.dataSource.register(KafkaDataSource)
