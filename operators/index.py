@@ -1,0 +1,163 @@
+"""Indexes over an immutable block of stored tuples, and the choice of which predicates drive the probe.
+
+One structure serves every indexable case: a sorted array of compound keys `group * span + order`, where
+`group` comes from a hash table (equality) or from buckets of width 2w (band), and `order` is a numeric
+column searched by range (band, <, <=, >, >=, or a second equality). A probe asks for one key range per
+(probe, group); the rows found are a superset of the matches (keys are floats, ranges are widened), and
+every predicate is then checked exactly. Equality alone is a pure hash lookup, one band alone a sorted
+range, and two predicates together cut the candidates by both (S2J's main + auxiliary predicates, with
+the most selective pair driving).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import permutations
+
+import numpy as np
+import pandas as pd
+
+from windjoin.operators.predicates import ProbePredicate
+
+SAMPLE_ROWS = 4096
+ORDER_OPS = ("eq", "band", "lt", "le", "gt", "ge")
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    """Which predicate groups the stored rows (hash or band buckets) and which one orders them."""
+
+    group: ProbePredicate | None
+    order: ProbePredicate | None
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """Identity of the index built: tasks whose plans share it share the index on a block."""
+        group = None if self.group is None else (self.group.op == "eq", self.group.stored_field, _bucket(self.group))
+        order = None if self.order is None else self.order.stored_field
+        return group, order
+
+
+def _bucket(pred: ProbePredicate) -> float:
+    """Band bucket width: a range p ± w then spans at most two buckets."""
+    return 2.0 * float(pred.width) if pred.op == "band" and pred.width else 1.0
+
+
+def _is_numeric(col: np.ndarray) -> bool:
+    return col.dtype.kind in "iuf"
+
+
+def estimate_selectivity(pred: ProbePredicate, stored: np.ndarray) -> float:
+    """Fraction of stored rows one probe is expected to match, from the block's own values."""
+    if len(stored) == 0:
+        return 1.0
+    if pred.op == "eq":
+        sample = stored[:: max(1, len(stored) // SAMPLE_ROWS)]
+        return 1.0 / max(1, len(pd.unique(sample)))
+    if pred.op == "band":
+        lo, hi = float(stored.min()), float(stored.max())
+        unit = 1.0 if stored.dtype.kind in "iu" else 0.0
+        return min(1.0, (2.0 * float(pred.width) + unit) / (hi - lo + unit)) if hi > lo else 1.0
+    return 0.5  # one-sided inequality
+
+
+def choose_plan(preds: list[ProbePredicate], columns: dict[str, np.ndarray]) -> IndexPlan | None:
+    """The cheapest plan by expected candidates per probe, or None when no predicate can be indexed."""
+    sel = {}
+    for p in preds:
+        col = columns[p.stored_field]
+        if p.op == "eq" or (p.op in ORDER_OPS and _is_numeric(col)):
+            sel[p] = estimate_selectivity(p, col)
+    if not sel:
+        return None
+    groupable = [p for p in sel if p.op == "eq" or p.op == "band"]
+    orderable = [p for p in sel if p.op in ORDER_OPS and _is_numeric(columns[p.stored_field])]
+    options: list[tuple[float, int, IndexPlan]] = []
+    for g in groupable:
+        options.append((_group_cost(g, sel[g]), 1, IndexPlan(g, None)))
+    for o in orderable:
+        options.append((sel[o], 1, IndexPlan(None, o)))
+    for g, o in permutations(sel, 2):
+        if g in groupable and o in orderable:
+            options.append((_group_cost(g, sel[g]) * sel[o], 2, IndexPlan(g, o)))
+    return min(options, key=lambda option: option[:2])[2]
+
+
+def _group_keys(pred: ProbePredicate, values: np.ndarray) -> np.ndarray:
+    if pred.op == "band":
+        return np.floor(values.astype(np.float64) / _bucket(pred)).astype(np.int64)
+    if _is_numeric(values):
+        return values.astype(np.float64) + 0.0  # ints and floats compare equal when equal; +0.0 folds -0.0
+    return values
+
+
+def _group_cost(pred: ProbePredicate, selectivity: float) -> float:
+    return selectivity if pred.op == "eq" else min(1.0, 2.0 * selectivity)  # a bucket pair is twice the band
+
+
+class BlockIndex:
+    """The compound-key index of one block (see the module docstring).
+
+    Built for one plan, it serves every plan with the same `key`: probing takes the plan whose predicates
+    give the ranges, since tasks sharing the structure may bound it differently (say a band and a `<`).
+    """
+
+    def __init__(self, plan: IndexPlan, columns: dict[str, np.ndarray]) -> None:
+        n = len(next(iter(columns.values())))
+        if plan.group is not None:
+            codes, uniques = pd.factorize(_group_keys(plan.group, columns[plan.group.stored_field]))
+            self._groups = pd.Index(uniques)
+        else:
+            codes, self._groups = np.zeros(n, dtype=np.int64), None
+        order = columns[plan.order.stored_field].astype(np.float64) if plan.order is not None else np.zeros(n)
+        self._omin = float(order.min()) if n else 0.0
+        self._omax = float(order.max()) if n else 0.0
+        # Groups sit 2*range + 1 apart, far more than float rounding can blur at any realistic group count.
+        self._span = 2.0 * (self._omax - self._omin) + 1.0
+        keys = codes * self._span + (order - self._omin)
+        self.perm = np.argsort(keys, kind="stable")
+        self._keys = keys[self.perm]
+
+    def ranges(
+        self, plan: IndexPlan, probe_cols: dict[str, np.ndarray], probe_rows: np.ndarray
+    ) -> tuple[np.ndarray, ...]:
+        """(probe row, start, stop) triples: sorted positions [start, stop) hold every match of that probe."""
+        rows, groups = self._probe_groups(plan.group, probe_cols, probe_rows)
+        if plan.order is not None:
+            lo, hi = plan.order.value_range(probe_cols[plan.order.probe_field][rows])
+            lo, hi = np.maximum(lo, self._omin), np.minimum(hi, self._omax)
+        else:
+            lo = hi = np.zeros(len(rows))
+        keep = lo <= hi
+        rows, groups, lo, hi = rows[keep], groups[keep], lo[keep], hi[keep]
+        base = groups * self._span  # same float operations as the stored keys, so rounding is monotone alike
+        start = np.searchsorted(self._keys, base + (lo - self._omin), side="left")
+        stop = np.searchsorted(self._keys, base + (hi - self._omin), side="right")
+        keep = start < stop
+        return rows[keep], start[keep], stop[keep]
+
+    def _probe_groups(
+        self, pred: ProbePredicate | None, probe_cols: dict[str, np.ndarray], rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if pred is None:
+            return rows, np.zeros(len(rows), dtype=np.int64)
+        values = probe_cols[pred.probe_field][rows]
+        if pred.op == "eq":
+            found = self._groups.get_indexer(_group_keys(pred, values))
+            keep = found >= 0
+            return rows[keep], found[keep]
+        lo, hi = pred.value_range(values)
+        width = _bucket(pred)
+        first = np.floor(lo / width).astype(np.int64)
+        last = np.floor(hi / width).astype(np.int64)
+        out_rows, out_groups = [], []
+        for step in range(int((last - first).max(initial=-1)) + 1):
+            bucket = first + step
+            live = bucket <= last
+            found = self._groups.get_indexer(bucket[live])
+            hit = found >= 0
+            out_rows.append(rows[live][hit])
+            out_groups.append(found[hit])
+        if not out_rows:
+            return rows[:0], np.zeros(0, dtype=np.int64)
+        return np.concatenate(out_rows), np.concatenate(out_groups)

@@ -1,0 +1,207 @@
+"""The symmetric sliding-window join of a spec's tasks, chunk by chunk, over windows shared between tasks.
+
+Each chunk is appended to its streams' windows first; then every tuple probes the opposite window for
+partners that arrived before it (so a pair whose two tuples share a chunk is found once, by the later
+one) and that are inside its window: |Δts| <= size_ms (time) or among the opposite stream's `size` most
+recent arrivals (count). Time windows refuse tuples older than the running maximum event time minus
+`allowed_lateness_ms` (reported as late), which is what makes dropping expired blocks exact.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from windjoin.operators.batch import Arrivals, TupleBatch, check_arrival_order
+from windjoin.operators.kernel import Probe, RangeFilter, probe_block
+from windjoin.operators.metrics import TaskCounters
+from windjoin.operators.predicates import ProbePredicate
+from windjoin.operators.schema import StreamSchema
+from windjoin.operators.spec import CountWindow, JoinSpec, TaskSpec
+from windjoin.operators.window import SEQ, SSEQ, TS, WindowStore
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """One task's results for a chunk, in emission order (later arrival, then earlier arrival).
+
+    `sides` maps each joined stream to the columns of its tuple in every pair (timestamp included).
+    """
+
+    task: str
+    sides: dict[str, dict[str, np.ndarray]]
+    later_seq: np.ndarray
+    earlier_seq: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.later_seq)
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """What a chunk produced: pairs per task, and per stream the chunk rows refused as late."""
+
+    pairs: list[Pairs]
+    late: dict[str, np.ndarray]
+
+
+class _TaskRuntime:
+    """A task's predicates turned toward each probing side, and its counters."""
+
+    def __init__(self, task: TaskSpec) -> None:
+        self.name = task.name
+        self.streams = tuple(task.join)
+        self.preds = {s: tuple(ProbePredicate.orient(p, s) for p in task.on) for s in self.streams}
+        self.counters = TaskCounters(tuples_in=dict.fromkeys(self.streams, 0))
+
+    def opposite(self, stream: str) -> str:
+        return self.streams[1] if stream == self.streams[0] else self.streams[0]
+
+
+class WindowJoin:
+    """Runs all tasks of a spec; feed it chunks in arrival order with `process`."""
+
+    def __init__(self, spec: JoinSpec) -> None:
+        self.spec = spec
+        self.tasks = [_TaskRuntime(t) for t in spec.tasks]
+        joined = {s for t in spec.tasks for s in t.join}
+        self.stores = {name: WindowStore(spec.window) for name in spec.streams if name in joined}
+        self._next_seq = 0
+        self._max_ts: int | None = None
+
+    @property
+    def counters(self) -> dict[str, TaskCounters]:
+        return {t.name: t.counters for t in self.tasks}
+
+    @property
+    def watermark_ms(self) -> int | None:
+        """Event time below which a tuple is late (time windows), or None before any tuple."""
+        if isinstance(self.spec.window, CountWindow) or self._max_ts is None:
+            return None
+        return self._max_ts - self.spec.allowed_lateness_ms
+
+    def preload(self, stream: str, columns: Mapping[str, np.ndarray]) -> None:
+        """Store tuples in a window without probing them (warming a window, restoring stored state)."""
+        n = len(next(iter(columns.values())))
+        tuples = self._stamp(stream, columns, np.arange(n), np.full(n, time.time_ns(), dtype=np.int64))
+        self._next_seq += n
+        self._max_ts = max(self._max_ts or 0, int(tuples.ts.max())) if n else self._max_ts
+        self.stores[stream].append(tuples)
+
+    def process(self, chunk: Mapping[str, Arrivals]) -> ChunkResult:
+        """Join one chunk of arrivals; returns its pairs and the rows refused as late."""
+        unknown = set(chunk) - set(self.spec.streams)
+        if unknown:
+            raise ValueError(f"unknown stream(s) {sorted(unknown)}; declared streams: {list(self.spec.streams)}")
+        total = check_arrival_order(chunk)
+        now = time.time_ns()
+        accepted, late = self._split_late(chunk)
+        batches = {}
+        for stream, rows in accepted.items():
+            if stream not in self.stores:
+                continue  # a declared stream no task joins: nothing to store or probe
+            arrivals = chunk[stream]
+            order = arrivals.order[rows]
+            arrival_ns = arrivals.arrival_ns[rows] if arrivals.arrival_ns is not None else np.full(len(rows), now)
+            columns = {name: col[rows] for name, col in arrivals.columns.items()}
+            batches[stream] = self._stamp(stream, columns, order, arrival_ns)
+        counts_before = {s: store.count for s, store in self.stores.items()}
+        for stream, tuples in batches.items():
+            self.stores[stream].append(tuples)
+        pairs = [self._join_task(task, batches, counts_before) for task in self.tasks]
+        self._next_seq += total
+        for store in self.stores.values():
+            store.expire(self.watermark_ms)
+        return ChunkResult(pairs, late)
+
+    def _stamp(
+        self, stream: str, columns: Mapping[str, np.ndarray], order: np.ndarray, arrival_ns: np.ndarray
+    ) -> TupleBatch:
+        """Tuples in arrival order with their global and per-stream arrival numbers."""
+        by_arrival = np.argsort(order, kind="stable")
+        ts_field = self.spec.streams[stream].timestamp
+        return TupleBatch(
+            {name: np.asarray(col)[by_arrival] for name, col in columns.items()},
+            ts_field,
+            self._next_seq + np.asarray(order, dtype=np.int64)[by_arrival],
+            self.stores[stream].count + np.arange(len(order), dtype=np.int64),
+            np.asarray(arrival_ns, dtype=np.int64)[by_arrival],
+        )
+
+    def _split_late(self, chunk: Mapping[str, Arrivals]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Per stream, the chunk rows accepted and those late against the running max event time."""
+        everything = {s: np.arange(len(a)) for s, a in chunk.items()}
+        if isinstance(self.spec.window, CountWindow) or not chunk:
+            return everything, {s: np.zeros(0, dtype=np.int64) for s in chunk}
+        streams = list(chunk)
+        order = np.concatenate([np.asarray(chunk[s].order, dtype=np.int64) for s in streams])
+        ts = np.concatenate([chunk[s].columns[self.spec.streams[s].timestamp] for s in streams]).astype(np.int64)
+        owner = np.repeat(np.arange(len(streams)), [len(chunk[s]) for s in streams])
+        row = np.concatenate([everything[s] for s in streams])
+        by_arrival = np.argsort(order, kind="stable")
+        ts, owner, row = ts[by_arrival], owner[by_arrival], row[by_arrival]
+        if len(ts) == 0:
+            return everything, {s: np.zeros(0, dtype=np.int64) for s in chunk}
+        start = self._max_ts if self._max_ts is not None else ts[0]
+        running = np.maximum.accumulate(np.concatenate([[start], ts]))
+        is_late = ts < running[:-1] - self.spec.allowed_lateness_ms
+        self._max_ts = int(running[-1])
+        accepted = {s: np.sort(row[(owner == i) & ~is_late]) for i, s in enumerate(streams)}
+        late = {s: np.sort(row[(owner == i) & is_late]) for i, s in enumerate(streams)}
+        return accepted, late
+
+    def _join_task(self, task: _TaskRuntime, batches: dict[str, TupleBatch], counts_before: dict[str, int]) -> Pairs:
+        parts = []
+        for stream in task.streams:
+            probes = batches.get(stream)
+            if probes is None or len(probes) == 0:
+                continue
+            task.counters.tuples_in[stream] += len(probes)
+            other = task.opposite(stream)
+            filters = self._filters(probes, other, batches, counts_before)
+            probe = Probe(dict(probes.columns), filters, task.preds[stream])
+            for block in self.stores[other].blocks:
+                found = probe_block(probe, block)
+                task.counters.comparisons += found.comparisons
+                if len(found.probe_rows):
+                    parts.append((stream, probes.take(found.probe_rows), block.tuples.take(found.block_rows)))
+        pairs = self._assemble(task, parts)
+        task.counters.outputs += len(pairs)
+        later_arrival = np.concatenate([p.arrival_ns for _, p, _ in parts]) if parts else np.zeros(0, np.int64)
+        task.counters.delay.record(time.time_ns() - later_arrival)
+        return pairs
+
+    def _filters(
+        self, probes: TupleBatch, other: str, batches: dict[str, TupleBatch], counts_before: dict[str, int]
+    ) -> tuple[RangeFilter, ...]:
+        """Stored partners must have arrived earlier and lie inside the probe's window."""
+        inf = np.iinfo(np.int64).max
+        earlier = RangeFilter(SEQ, np.full(len(probes), -inf), probes.seq - 1)
+        window = self.spec.window
+        if isinstance(window, CountWindow):
+            other_batch = batches.get(other)
+            seen_in_chunk = np.searchsorted(other_batch.seq, probes.seq) if other_batch is not None else 0
+            seen = counts_before[other] + seen_in_chunk  # opposite-stream arrivals before each probe
+            return earlier, RangeFilter(SSEQ, seen - window.size, np.full(len(probes), inf))
+        ts = probes.ts.astype(np.int64)
+        return earlier, RangeFilter(TS, ts - window.size_ms, ts + window.size_ms)
+
+    def _assemble(self, task: _TaskRuntime, parts: list[tuple[str, TupleBatch, TupleBatch]]) -> Pairs:
+        left, right = task.streams
+        if not parts:
+            sides = {s: StreamSchema(self.spec.streams[s]).to_columns([]) for s in task.streams}
+            return Pairs(task.name, sides, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        by_side: dict[str, list[TupleBatch]] = {left: [], right: []}
+        later, earlier = [], []
+        for probe_stream, probed, stored in parts:
+            by_side[probe_stream].append(probed)
+            by_side[task.opposite(probe_stream)].append(stored)
+            later.append(probed.seq)
+            earlier.append(stored.seq)
+        later_seq, earlier_seq = np.concatenate(later), np.concatenate(earlier)
+        emit = np.lexsort((earlier_seq, later_seq))
+        sides = {s: dict(TupleBatch.concat(by_side[s]).take(emit).columns) for s in task.streams}
+        return Pairs(task.name, sides, later_seq[emit], earlier_seq[emit])

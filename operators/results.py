@@ -1,0 +1,18 @@
+"""Turning a task's columnar pairs into one plain record per pair, for files and other row-wise sinks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from windjoin.operators.join import Pairs
+
+
+def pair_records(pairs: Pairs) -> Iterator[dict[str, Any]]:
+    """`{"task": name, <stream>: {field: value, ...}, ...}` per pair, in emission order, as Python values."""
+    sides = {stream: {name: col.tolist() for name, col in columns.items()} for stream, columns in pairs.sides.items()}
+    for i in range(len(pairs)):
+        record: dict[str, Any] = {"task": pairs.task}
+        for stream, columns in sides.items():
+            record[stream] = {name: values[i] for name, values in columns.items()}
+        yield record

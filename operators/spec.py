@@ -1,0 +1,199 @@
+"""The join spec: typed, validated once at the edge, with errors that name the key, the value and what is accepted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+FieldType = Literal["int", "float", "string", "bool"]
+NUMERIC_TYPES = ("int", "float")
+RESERVED_STREAM_NAMES = ("task", "stream")
+ORDER_OPS = ("lt", "le", "gt", "ge")
+WIDTH_OPS = ("band", "outside")
+
+
+class SpecError(ValueError):
+    """A join spec that cannot be used; the message lists every problem, one per line, by key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TimeWindow(_Strict):
+    kind: Literal["time"]
+    size_ms: Annotated[int, Field(gt=0)]
+
+
+class CountWindow(_Strict):
+    kind: Literal["count"]
+    size: Annotated[int, Field(gt=0)]
+
+
+Window = Annotated[TimeWindow | CountWindow, Field(discriminator="kind")]
+
+
+class StreamSpec(_Strict):
+    timestamp: Annotated[str, Field(pattern=IDENTIFIER)] = "ts"
+    fields: dict[Annotated[str, Field(pattern=IDENTIFIER)], FieldType]
+
+    def field_type(self, name: str) -> str | None:
+        """The type of a field; the timestamp is an int field (epoch milliseconds)."""
+        return "int" if name == self.timestamp else self.fields.get(name)
+
+
+class PredicateSpec(_Strict):
+    op: Literal["eq", "ne", "lt", "le", "gt", "ge", "band", "outside"]
+    left: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")]
+    right: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")]
+    width: Annotated[int | float, Field(ge=0, allow_inf_nan=False)] | None = None
+
+    @property
+    def left_ref(self) -> tuple[str, str]:
+        stream, field = self.left.split(".")
+        return stream, field
+
+    @property
+    def right_ref(self) -> tuple[str, str]:
+        stream, field = self.right.split(".")
+        return stream, field
+
+
+class TaskSpec(_Strict):
+    name: Annotated[str, Field(pattern=IDENTIFIER)]
+    join: Annotated[list[Annotated[str, Field(pattern=IDENTIFIER)]], Field(min_length=2, max_length=2)]
+    on: list[PredicateSpec] = []
+
+
+class JoinSpec(_Strict):
+    window: Window
+    allowed_lateness_ms: Annotated[int, Field(ge=0)] = 0
+    streams: Annotated[dict[Annotated[str, Field(pattern=IDENTIFIER)], StreamSpec], Field(min_length=2)]
+    tasks: Annotated[list[TaskSpec], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> JoinSpec:
+        problems = [*self._stream_problems(), *self._task_problems()]
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def _stream_problems(self) -> list[str]:
+        problems = []
+        for name, stream in self.streams.items():
+            if name in RESERVED_STREAM_NAMES:
+                problems.append(f"streams.{name}: the name is reserved (not one of {list(RESERVED_STREAM_NAMES)})")
+            if stream.timestamp in stream.fields:
+                problems.append(
+                    f"streams.{name}.fields.{stream.timestamp}: the timestamp field is implicit (int epoch ms); "
+                    "do not list it among the fields"
+                )
+        return problems
+
+    def _task_problems(self) -> list[str]:
+        problems = []
+        seen: set[str] = set()
+        for i, task in enumerate(self.tasks):
+            where = f"tasks[{i}]"
+            if task.name in seen:
+                problems.append(f"{where}.name: {task.name!r} is used by another task; task names must be unique")
+            seen.add(task.name)
+            unknown = [s for s in task.join if s not in self.streams]
+            if unknown:
+                problems.append(f"{where}.join: unknown stream(s) {unknown}; declared streams: {list(self.streams)}")
+                continue
+            if task.join[0] == task.join[1]:
+                problems.append(f"{where}.join: {task.join} joins a stream with itself; name two different streams")
+                continue
+            for j, pred in enumerate(task.on):
+                problems.extend(self._predicate_problems(f"{where}.on[{j}]", task, pred))
+        return problems
+
+    def _predicate_problems(self, where: str, task: TaskSpec, pred: PredicateSpec) -> list[str]:
+        problems = []
+        types = []
+        for side, (stream, field) in (("left", pred.left_ref), ("right", pred.right_ref)):
+            if stream not in task.join:
+                problems.append(f"{where}.{side}: stream {stream!r} is not joined by this task (one of {task.join})")
+                continue
+            ftype = self.streams[stream].field_type(field)
+            if ftype is None:
+                known = [self.streams[stream].timestamp, *self.streams[stream].fields]
+                problems.append(f"{where}.{side}: stream {stream!r} has no field {field!r} (one of {known})")
+                continue
+            types.append(ftype)
+        if problems:
+            return problems
+        if pred.left_ref[0] == pred.right_ref[0]:
+            return [f"{where}: left and right both name stream {pred.left_ref[0]!r}; compare the two joined streams"]
+        if (pred.op in WIDTH_OPS) != (pred.width is not None):
+            need = "needs" if pred.op in WIDTH_OPS else "does not take"
+            return [f"{where}.width: op {pred.op!r} {need} a width (width is for ops {list(WIDTH_OPS)})"]
+        numeric = all(t in NUMERIC_TYPES for t in types)
+        if pred.op in WIDTH_OPS and not numeric:
+            return [f"{where}: op {pred.op!r} compares numbers; got field types {types} (accepted: int, float)"]
+        comparable = numeric or types[0] == types[1]
+        if not comparable:
+            return [f"{where}: cannot compare field types {types}; both numeric (int, float) or both the same type"]
+        if pred.op in ORDER_OPS and "bool" in types:
+            return [f"{where}: op {pred.op!r} does not order bools (accepted ops for bool: eq, ne)"]
+        return []
+
+    def task(self, name: str) -> TaskSpec:
+        return next(t for t in self.tasks if t.name == name)
+
+
+def parse_spec(data: Any) -> JoinSpec:
+    """Validate a mapping (parsed YAML) into a JoinSpec, or raise SpecError naming every bad key."""
+    if not isinstance(data, dict):
+        got = type(data).__name__
+        raise SpecError(f"<top level>: a join spec is a mapping with keys window, streams, tasks; got {got}")
+    try:
+        return JoinSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(_format_errors(err)) from None
+
+
+def load_spec(path: str | Path) -> JoinSpec:
+    """Read and validate a YAML join spec file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read the spec file ({err.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise SpecError(f"{path}: not valid YAML: {err}") from None
+    try:
+        return parse_spec(data)
+    except SpecError as err:
+        raise SpecError(f"{path}: invalid join spec:\n{err}") from None
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors(include_url=False):
+        loc = _dotted(e["loc"]) or "<top level>"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "value_error" and not e["loc"]:
+            lines.extend(msg.split("\n"))
+            continue
+        got = "" if e["type"] in ("missing", "value_error") else f" (got {e['input']!r})"
+        lines.append(f"{loc}: {msg}{got}")
+    return "\n".join(lines)
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("time", "count", "int", "float", "function-after[_cross_references(), JoinSpec]"):
+            continue  # pydantic's union-branch and validator labels; not keys the user wrote
+        else:
+            out += f".{part}" if out else str(part)
+    return out

@@ -1,0 +1,100 @@
+"""A stream's sliding window as immutable blocks in arrival order: expired whole, compacted like a binary counter.
+
+Expiry never scans tuples: a block goes when its newest tuple has left the window (zone maps on ts and
+sseq). A block may still hold some expired tuples; probes filter them exactly, so results never depend on
+when a block is dropped. Adjacent blocks merge when the older is no larger than the newer, so a window
+of n tuples fed in batches of b holds O(n / cap + log(cap / b)) blocks; the cap bounds both the size of
+an index rebuild and the share of expired-but-kept tuples.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from windjoin.operators.batch import TupleBatch
+from windjoin.operators.index import BlockIndex, IndexPlan, choose_plan
+from windjoin.operators.predicates import ProbePredicate
+from windjoin.operators.spec import CountWindow, TimeWindow
+
+# Names of the arrival and event-time columns as filters see them; '@' keeps them apart from user fields.
+SEQ, SSEQ, TS = "@seq", "@sseq", "@ts"
+MAX_BLOCK_ROWS = 1 << 18
+
+
+class Block:
+    """Immutable tuples of one stream, contiguous in arrival order, with zone maps and lazily built indexes."""
+
+    def __init__(self, tuples: TupleBatch) -> None:
+        self.tuples = tuples
+        self.zone = {name: (int(self.column(name).min()), int(self.column(name).max())) for name in (SEQ, SSEQ, TS)}
+        self._plans: dict[tuple[ProbePredicate, ...], IndexPlan | None] = {}
+        self._indexes: dict[tuple[object, ...], BlockIndex] = {}
+
+    def __len__(self) -> int:
+        return len(self.tuples)
+
+    def column(self, name: str) -> np.ndarray:
+        if name == SEQ:
+            return self.tuples.seq
+        if name == SSEQ:
+            return self.tuples.sseq
+        if name == TS:
+            return self.tuples.ts
+        return self.tuples.columns[name]
+
+    def index_for(self, preds: tuple[ProbePredicate, ...]) -> tuple[IndexPlan, BlockIndex] | None:
+        """The plan for these predicates on this block and its index (None: nested loop); equal keys share."""
+        if preds not in self._plans:
+            self._plans[preds] = choose_plan(list(preds), dict(self.tuples.columns))
+        plan = self._plans[preds]
+        if plan is None:
+            return None
+        if plan.key not in self._indexes:
+            self._indexes[plan.key] = BlockIndex(plan, dict(self.tuples.columns))
+        return plan, self._indexes[plan.key]
+
+
+class WindowStore:
+    """The stored window of one stream, shared by every task that joins the stream."""
+
+    def __init__(self, window: TimeWindow | CountWindow, max_block_rows: int = MAX_BLOCK_ROWS) -> None:
+        self.window = window
+        if isinstance(window, CountWindow):
+            self.max_block_rows = max(1024, min(max_block_rows, window.size // 8))
+            self.max_block_span_ms = None
+        else:
+            self.max_block_rows = max_block_rows
+            self.max_block_span_ms = max(1, window.size_ms // 8)
+        self.blocks: list[Block] = []
+        self.count = 0  # tuples ever stored: the next tuple's sseq
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.blocks)
+
+    def append(self, tuples: TupleBatch) -> None:
+        if len(tuples) == 0:
+            return
+        self.blocks.append(Block(tuples))
+        self.count += len(tuples)
+        while len(self.blocks) >= 2 and self._should_merge(self.blocks[-2], self.blocks[-1]):
+            newer = self.blocks.pop()
+            older = self.blocks.pop()
+            self.blocks.append(Block(TupleBatch.concat([older.tuples, newer.tuples])))
+
+    def _should_merge(self, older: Block, newer: Block) -> bool:
+        if len(older) > len(newer) or len(older) + len(newer) > self.max_block_rows:
+            return False
+        if self.max_block_span_ms is None:
+            return True
+        lo = min(older.zone[TS][0], newer.zone[TS][0])
+        hi = max(older.zone[TS][1], newer.zone[TS][1])
+        return hi - lo <= self.max_block_span_ms
+
+    def expire(self, watermark_ms: int | None) -> None:
+        """Drop blocks no future tuple can join: by count, or (time) wholly older than watermark - size."""
+        if isinstance(self.window, CountWindow):
+            oldest_needed = self.count - self.window.size
+            self.blocks = [b for b in self.blocks if b.zone[SSEQ][1] >= oldest_needed]
+        elif watermark_ms is not None:
+            oldest_needed = watermark_ms - self.window.size_ms
+            self.blocks = [b for b in self.blocks if b.zone[TS][1] >= oldest_needed]
