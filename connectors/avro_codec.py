@@ -24,6 +24,10 @@ Schema ids (stable across processes and restarts)
 Registering a different schema under an id that is already taken raises :class:`SchemaConflictError`
 rather than silently shadowing it; give one of the two an explicit id.
 
+Only record schemas are accepted (events are records), and schemas with an array whose items encode to
+zero bytes (``null``, an empty record, a ``fixed`` of size 0) are refused: a few bytes could claim 2**40 of
+them and the decoder would never finish.
+
 Decoding an untrusted message never raises anything but :class:`~windjoin.connectors.codec_errors.DecodeError`
 (for a message that is not ``None``), and keeps no state between messages.
 """
@@ -87,6 +91,51 @@ def _as_schema_object(schema: Mapping[str, Any] | str) -> Any:
     return schema
 
 
+def _zero_width_array(canonical: str) -> str | None:
+    """The first array in a schema whose items encode to zero bytes (null, fixed of size 0, records of
+    only such fields), or None. A few bytes can claim 2**60 such items, so decoding would never end."""
+    named: dict[str, Any] = {}
+
+    def zero_width(schema: Any, visiting: frozenset[str]) -> bool:
+        if isinstance(schema, str):
+            if schema in named:
+                return schema not in visiting and zero_width(named[schema], visiting | {schema})
+            return schema == "null"
+        if isinstance(schema, list):
+            return False  # a union writes its branch index: at least one byte
+        kind = schema["type"]
+        if kind in ("record", "enum", "fixed"):
+            named.setdefault(schema["name"], schema)
+        if kind == "fixed":
+            return schema["size"] == 0
+        if kind == "record":
+            inner = visiting | {schema["name"]}
+            return all([zero_width(field["type"], inner) for field in schema["fields"]])
+        return False
+
+    found: list[str] = []
+
+    def walk(schema: Any, path: str) -> None:
+        if isinstance(schema, list):
+            for branch in schema:
+                walk(branch, path)
+        elif isinstance(schema, dict):
+            kind = schema["type"]
+            zero_width(schema, frozenset())  # records the named types defined here
+            if kind == "record":
+                for field in schema["fields"]:
+                    walk(field["type"], f"{path}.{field['name']}")
+            elif kind == "array":
+                if zero_width(schema["items"], frozenset()):
+                    found.append(path)
+                walk(schema["items"], f"{path}[]")
+            elif kind == "map":
+                walk(schema["values"], f"{path}{{}}")
+
+    walk(orjson.loads(canonical), "")
+    return found[0].lstrip(".") if found else None
+
+
 def _check_schema_id(schema_id: object) -> int:
     if isinstance(schema_id, bool) or not isinstance(schema_id, int) or not 0 <= schema_id <= MAX_SCHEMA_ID:
         raise ValueError(f"schema_id {schema_id!r} is not an integer in 0..{MAX_SCHEMA_ID}")
@@ -131,6 +180,12 @@ class SchemaRegistry:
         if not isinstance(parsed, dict) or parsed.get("type") != "record":
             raise ValueError(f"{source}: the top-level Avro type must be a record (events are records)")
         canonical = to_parsing_canonical_form(parsed)
+        zero_width_path = _zero_width_array(canonical)
+        if zero_width_path is not None:
+            raise ValueError(
+                f"{source}: the array at {zero_width_path} has items that encode to zero bytes; a tiny "
+                "message could then claim billions of items, so such schemas are refused"
+            )
         if schema_id is None:
             schema_id = _id_of_canonical_form(canonical)
         else:

@@ -554,3 +554,36 @@ def test_other_modules_can_extend_the_reason_vocabulary() -> None:
     for bad_name in ("Late", "bad-name", "", "1st"):
         with pytest.raises(ValueError, match="snake_case"):
             codec_errors.register_reason(bad_name)
+
+
+def _zigzag_varint(number: int) -> bytes:
+    encoded = (number << 1) ^ (number >> 63)
+    out = bytearray()
+    while encoded > 0x7F:
+        out.append((encoded & 0x7F) | 0x80)
+        encoded >>= 7
+    out.append(encoded)
+    return bytes(out)
+
+
+def test_a_huge_claimed_array_length_is_bad_avro_not_a_hang(registry: SchemaRegistry) -> None:
+    schema = {"type": "record", "name": "L", "fields": [{"name": "xs", "type": {"type": "array", "items": "long"}}]}
+    codec = AvroCodec(registry, registry.register(schema, schema_id=9))
+    message = b"\x00\x00\x00\x00\x09" + _zigzag_varint(2**40) + b"\x02\x04" + _zigzag_varint(0)
+    assert reason_of(codec, message) == codec_errors.BAD_AVRO
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        "null",
+        {"type": "record", "name": "Empty", "fields": []},
+        {"type": "record", "name": "OnlyNull", "fields": [{"name": "n", "type": "null"}]},
+        {"type": "fixed", "name": "Nothing", "size": 0},
+    ],
+)
+def test_schemas_with_zero_width_array_items_are_refused(items: Any) -> None:
+    """Each such item takes no bytes, so a 12-byte message could make the decoder build 2**40 items."""
+    schema = {"type": "record", "name": "Z", "fields": [{"name": "a", "type": {"type": "array", "items": items}}]}
+    with pytest.raises(ValueError, match="zero bytes"):
+        SchemaRegistry().register(schema)
