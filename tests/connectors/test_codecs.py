@@ -587,3 +587,14 @@ def test_schemas_with_zero_width_array_items_are_refused(items: Any) -> None:
     schema = {"type": "record", "name": "Z", "fields": [{"name": "a", "type": {"type": "array", "items": items}}]}
     with pytest.raises(ValueError, match="zero bytes"):
         SchemaRegistry().register(schema)
+
+
+def test_avro_without_record_validation_still_round_trips_and_refuses_missing_fields(
+    registry: SchemaRegistry,
+) -> None:
+    codec = codec_for("avro", registry=registry, schema_id=registry.register(EVENT_SCHEMA), validate_records=False)
+    assert codec.decode(codec.encode(sample_event())) == sample_event()
+    with pytest.raises(EncodeError):
+        codec.encode({k: v for k, v in sample_event().items() if k != "id"})
+    with pytest.raises(EncodeError):
+        codec.encode({**sample_event(), "extra": 1})
