@@ -60,9 +60,7 @@ def create_topics(
     _wait_for(admin, want, timeout_s)
 
 
-def delete_topics(
-    bootstrap: str, names: Iterable[str] | str, missing_ok: bool = True, timeout_s: float = 30.0
-) -> None:
+def delete_topics(bootstrap: str, names: Iterable[str] | str, missing_ok: bool = True, timeout_s: float = 30.0) -> None:
     """Delete topics and return once the metadata no longer lists them."""
     topics = [names] if isinstance(names, str) else list(names)
     if not topics:
@@ -98,9 +96,7 @@ def _wait_for(admin: AdminClient, want: Mapping[str, int | None], timeout_s: flo
     while True:
         counts = _partition_counts(admin, list(want), timeout_s=max(1.0, deadline - time.monotonic()))
         pending = {
-            t: counts[t]
-            for t, n in want.items()
-            if (counts[t] is not None if n is None else (counts[t] or 0) < n)
+            t: counts[t] for t, n in want.items() if (counts[t] is not None if n is None else (counts[t] or 0) < n)
         }
         if not pending:
             return

@@ -20,9 +20,7 @@ from pathlib import Path
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def spawn(
-    argv: Sequence[str], log_path: Path, cwd: Path | None = None, env: Mapping[str, str] | None = None
-) -> int:
+def spawn(argv: Sequence[str], log_path: Path, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> int:
     """Start `argv` in its own session/process group, stdout+stderr to `log_path`; return its PID.
 
     A new session means a Ctrl-C in the starting terminal does not reach the service, and the whole

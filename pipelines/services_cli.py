@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+
 from windjoin.connectors import services as svc
 
 _STATE_DIR = click.option(
@@ -26,9 +27,7 @@ def services() -> None:
 @_STATE_DIR
 @click.option("--kafka/--no-kafka", default=True, show_default=True, help="Start the Tansu broker.")
 @click.option("--redis/--no-redis", default=True, show_default=True, help="Start redis-server.")
-@click.option(
-    "--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, help="Readiness wait, s."
-)
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, help="Readiness wait, s.")
 def up(state_dir: Path, kafka: bool, redis: bool, timeout: float) -> None:
     """Start the services that are not running yet and print their addresses."""
     config = svc.ServicesConfig(state_dir=state_dir, kafka=kafka, redis=redis, ready_timeout_s=timeout)
@@ -43,9 +42,7 @@ def up(state_dir: Path, kafka: bool, redis: bool, timeout: float) -> None:
 
 @services.command()
 @_STATE_DIR
-@click.option(
-    "--grace", type=click.FloatRange(min=0), default=10.0, show_default=True, help="SIGTERM→SIGKILL, s."
-)
+@click.option("--grace", type=click.FloatRange(min=0), default=10.0, show_default=True, help="SIGTERM→SIGKILL, s.")
 def down(state_dir: Path, grace: float) -> None:
     """Stop the recorded services by PID and forget them."""
     stopped = svc.down(state_dir, grace_s=grace)
