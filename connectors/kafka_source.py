@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 try:  # pyspark >= 4.2: admission control (read limits) and Trigger.AvailableNow hooks for Python sources
@@ -342,7 +342,10 @@ def probe_partition_bounds(
     bounds: dict[str, tuple[int, int]] = {}
     assignment = []
     for topic, part in partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=timeout_s, cached=False)
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=timeout_s, cached=False)
+        except KafkaException as exc:
+            raise KafkaRangeError(f"cannot list the offsets of {topic}:{part}: {exc}") from exc
         low, high = max(0, low), max(0, high)
         bounds[partition_key(topic, part)] = (low, max(low, high))
         assignment.append(TopicPartition(topic, part, max(low, high - 1)))
@@ -393,9 +396,18 @@ def read_range(
         consumer = Consumer(options.consumer_config(**{"fetch.wait.max.ms": 100}))
     where = f"{rng.topic}:{rng.partition} range [{rng.start}, {rng.end})"
     try:
-        low, _ = consumer.get_watermark_offsets(
-            TopicPartition(rng.topic, rng.partition), timeout=options.read_timeout_s, cached=False
-        )
+        # Check that the partition exists before assigning it: consuming an assigned partition of a
+        # deleted topic crashed the process (segfault inside librdkafka 2.16 against Tansu).
+        meta = consumer.list_topics(rng.topic, timeout=options.read_timeout_s).topics.get(rng.topic)
+        if meta is None or meta.error is not None or rng.partition not in meta.partitions:
+            reason = meta.error if meta is not None and meta.error is not None else "no such partition"
+            raise KafkaRangeError(f"cannot read {where}: the topic or partition does not exist ({reason})")
+        try:
+            low, _ = consumer.get_watermark_offsets(
+                TopicPartition(rng.topic, rng.partition), timeout=options.read_timeout_s, cached=False
+            )
+        except KafkaException as exc:
+            raise KafkaRangeError(f"cannot read {where}: {exc}") from exc
         if low > rng.start:
             raise KafkaRangeError(
                 f"cannot read {where}: records before offset {low} no longer exist (deleted by retention, or "

@@ -1,0 +1,354 @@
+"""Tests of the Kafka streaming source: offset planning (pure), broker reads, and Spark streaming queries.
+
+The Spark tests run real queries (Trigger.AvailableNow, foreachBatch) against the session's broker.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer
+from hypothesis import given
+from hypothesis import strategies as st
+
+from windjoin.connectors.kafka_admin import create_topics, delete_topics
+from windjoin.connectors.kafka_producer import BatchProducer
+from windjoin.connectors.kafka_source import (
+    HAS_ADMISSION_CONTROL,
+    SOURCE_NAME,
+    KafkaRange,
+    KafkaRangeError,
+    KafkaSourceOptions,
+    fair_split,
+    list_partitions,
+    make_offset,
+    parse_offset,
+    plan_end,
+    plan_ranges,
+    probe_partition_bounds,
+    read_control_epoch,
+    read_range,
+    register_kafka_source,
+)
+
+# Module-level so the tests also run when tests/conftest.py does not load these plugins (pytest refuses
+# pytest_plugins in a non-top-level conftest, but honours it in a test module; a plugin is loaded once).
+pytest_plugins = ["tests.services_fixtures", "tests.spark_fixtures"]
+
+BASE_TS = 1_700_000_000_000
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Planning (pure, no Spark, no broker)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_fair_split_gives_small_partitions_everything_and_shares_the_rest_equally() -> None:
+    assert fair_split({"a:0": 5, "a:1": 100, "b:0": 100}, 65) == {"a:0": 5, "a:1": 30, "b:0": 30}
+    assert fair_split({"a:0": 5, "a:1": 100, "b:0": 0}, 1000) == {"a:0": 5, "a:1": 100, "b:0": 0}
+    assert fair_split({"a:0": 10, "a:1": 10, "a:2": 10}, 0) == {"a:0": 0, "a:1": 0, "a:2": 0}
+    # Remainders go to the largest backlog first, ties in key order.
+    assert fair_split({"a:0": 10, "a:1": 20, "a:2": 10}, 4) == {"a:0": 1, "a:1": 2, "a:2": 1}
+    assert fair_split({"a:0": 10, "a:1": 10, "a:2": 10}, 2) == {"a:0": 1, "a:1": 1, "a:2": 0}
+
+
+def test_fair_split_starves_no_partition_when_the_limit_is_below_the_partition_count() -> None:
+    start = {f"t:{p}": 0 for p in range(5)}
+    bounds = {k: (0, 50) for k in start}
+    served: set[str] = set()
+    positions = dict(start)
+    for _ in range(3):
+        end = plan_end(positions, bounds, 2)
+        served |= {k for k in end if end[k] > positions[k]}
+        assert sum(end.values()) - sum(positions.values()) == 2
+        positions = end
+    assert served == set(start)
+
+
+@given(
+    st.dictionaries(st.from_regex(r"t[a-c]:[0-9]", fullmatch=True), st.integers(0, 500), max_size=8),
+    st.integers(0, 2000),
+)
+def test_fair_split_properties(available: dict[str, int], limit: int) -> None:
+    grant = fair_split(available, limit)
+    assert set(grant) == set(available)
+    assert sum(grant.values()) == min(limit, sum(available.values()))
+    for key, n in grant.items():
+        assert 0 <= n <= available[key]
+    # Max-min fair: a partition left wanting got at least as much as any other partition, less one.
+    for key, n in grant.items():
+        if n < available[key]:
+            assert all(other <= n + 1 for other in grant.values())
+    assert fair_split(dict(reversed(available.items())), limit) == grant
+
+
+def test_plan_end_respects_the_limit_and_enters_new_partitions_at_their_low_watermark() -> None:
+    start = {"a:0": 10, "a:1": 0}
+    bounds = {"a:0": (0, 110), "a:1": (0, 4), "a:2": (7, 30)}
+    assert plan_end(start, bounds, None) == {"a:0": 110, "a:1": 4, "a:2": 7}
+    assert plan_end(start, bounds, 20) == {"a:0": 26, "a:1": 4, "a:2": 7}
+    # A broker answering with less than the start never moves an offset backwards.
+    assert plan_end({"a:0": 50}, {"a:0": (0, 40)}, None) == {"a:0": 50}
+    # A partition that disappeared from the metadata keeps its position.
+    assert plan_end({"a:0": 5, "gone:0": 9}, {"a:0": (0, 5)}, 10) == {"a:0": 5, "gone:0": 9}
+
+
+def test_plan_ranges_skips_empty_partitions_and_carries_the_epoch() -> None:
+    ranges = plan_ranges({"b:0": 3, "a:1": 5, "a:0": 0}, {"b:0": 9, "a:1": 5, "a:0": 2, "c:0": 4}, epoch=7)
+    assert ranges == [KafkaRange("a", 0, 0, 2, 7), KafkaRange("b", 0, 3, 9, 7)]
+    with pytest.raises(ValueError, match="before start"):
+        plan_ranges({"a:0": 5}, {"a:0": 4}, 0)
+
+
+def test_offsets_round_trip_through_json_in_canonical_order() -> None:
+    offset = make_offset({"b:1": 4, "a:10": 2, "a:2": 9}, 3)
+    text = json.dumps(offset)
+    assert text == '{"partitions": {"a:10": 2, "a:2": 9, "b:1": 4}, "epoch": 3}'
+    assert parse_offset(json.loads(text)) == ({"a:10": 2, "a:2": 9, "b:1": 4}, 3)
+    assert parse_offset({"partitions": {"my.topic-x:0": 1}}) == ({"my.topic-x:0": 1}, 0)
+    with pytest.raises(ValueError, match="not a windjoin Kafka offset"):
+        parse_offset({"topic:0": 1})
+
+
+def test_control_epoch_file(tmp_path: Path) -> None:
+    path = tmp_path / "control.json"
+    assert read_control_epoch(None) == 0
+    assert read_control_epoch(path) == 0
+    path.write_text(json.dumps({"epoch": 12, "routes": [1, 0]}))
+    assert read_control_epoch(path) == 12
+    path.write_text('{"epoch": "12"}')
+    with pytest.raises(ValueError, match="windjoin.control.path"):
+        read_control_epoch(path)
+
+
+def test_options_are_validated_with_the_key_and_the_bad_value() -> None:
+    ok = KafkaSourceOptions.from_options(
+        {"bootstrap.servers": "h:1", "topics": " a, b ,", "startingOffsets": "Earliest", "kafka.client.id": "x"}
+    )
+    assert ok.topics == ("a", "b") and ok.starting_offsets == "earliest" and ok.max_offsets_per_trigger is None
+    assert ok.consumer_config()["client.id"] == "x"
+    with pytest.raises(ValueError, match="'bootstrap.servers' is required"):
+        KafkaSourceOptions.from_options({"topics": "a"})
+    with pytest.raises(ValueError, match="'topics'"):
+        KafkaSourceOptions.from_options({"bootstrap.servers": "h:1", "topics": " , "})
+    with pytest.raises(ValueError, match="'startingOffsets'.*'middle'"):
+        KafkaSourceOptions.from_options({"bootstrap.servers": "h:1", "topics": "a", "startingOffsets": "middle"})
+    with pytest.raises(ValueError, match="'maxOffsetsPerTrigger'.*'-3'"):
+        KafkaSourceOptions.from_options({"bootstrap.servers": "h:1", "topics": "a", "maxOffsetsPerTrigger": "-3"})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Broker reads (no Spark)
+# ---------------------------------------------------------------------------------------------------------
+
+Record = tuple[str, int, int, bytes, bytes, int]  # topic, partition, offset, key, value, timestamp
+
+
+def produce(bootstrap: str, topic: str, partition: int, first: int, count: int) -> list[Record]:
+    """Produce `count` records numbered from `first` to one partition; return them as the source should."""
+    records = [
+        (f"k-{topic}-{partition}-{i}".encode(), f"v{i}".encode() * (1 + i % 3), BASE_TS + 7 * i)
+        for i in range(first, first + count)
+    ]
+    producer = BatchProducer(bootstrap)
+    producer.produce_batch(topic, records, partition=partition)
+    return [(topic, partition, first + j, k, v, ts) for j, (k, v, ts) in enumerate(records)]
+
+
+def test_partition_ends_come_from_the_fetch_high_watermark(
+    kafka_bootstrap: str, unique_topic: Callable[..., str]
+) -> None:
+    topic = unique_topic()
+    create_topics(kafka_bootstrap, topic, 3)
+    produce(kafka_bootstrap, topic, 0, 0, 200)  # one produce request: Tansu's ListOffsets says 1
+    produce(kafka_bootstrap, topic, 1, 0, 1)
+    options = KafkaSourceOptions.from_options({"bootstrap.servers": kafka_bootstrap, "topics": topic})
+    consumer = Consumer(options.consumer_config())
+    try:
+        parts = list_partitions(consumer, [topic], 10)
+        assert parts == [(topic, 0), (topic, 1), (topic, 2)]
+        bounds = probe_partition_bounds(consumer, parts, 10)
+        assert bounds == {f"{topic}:0": (0, 200), f"{topic}:1": (0, 1), f"{topic}:2": (0, 0)}
+        with pytest.raises(KafkaRangeError, match="not available"):
+            list_partitions(consumer, [topic + "-missing"], 5)
+    finally:
+        consumer.close()
+
+
+def test_read_range_stops_exactly_at_the_end_and_fails_clearly_when_the_range_is_gone(
+    kafka_bootstrap: str, unique_topic: Callable[..., str]
+) -> None:
+    topic = unique_topic()
+    create_topics(kafka_bootstrap, topic, 1)
+    expected = produce(kafka_bootstrap, topic, 0, 0, 300)
+    options = KafkaSourceOptions.from_options(
+        {"bootstrap.servers": kafka_bootstrap, "topics": topic, "consume.batch.size": "64", "read.timeout.ms": "2000"}
+    )
+    batches = list(read_range(options, KafkaRange(topic, 0, 10, 277, epoch=4)))
+    assert [b.num_rows for b in batches] == [64, 64, 64, 64, 11]
+    rows = [r for b in batches for r in b.to_pylist()]
+    assert [(r["topic"], r["partition"], r["offset"], r["key"], r["value"], r["timestamp"]) for r in rows] == (
+        expected[10:277]
+    )
+    assert {r["epoch"] for r in rows} == {4}
+
+    with pytest.raises(KafkaRangeError, match=r"range \[250, 400\).*shorter than planned"):
+        list(read_range(options, KafkaRange(topic, 0, 250, 400, epoch=0)))
+    delete_topics(kafka_bootstrap, topic)
+    with pytest.raises(KafkaRangeError, match="does not exist"):
+        list(read_range(options, KafkaRange(topic, 0, 0, 10, epoch=0)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Spark streaming queries
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Collector:
+    """A foreachBatch sink keeping (batch id, rows) per batch, in memory on the driver."""
+
+    def __init__(self, fail_batch: int | None = None) -> None:
+        self.batches: list[tuple[int, list[tuple[Any, ...]]]] = []
+        self.fail_batch = fail_batch
+        self._lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if batch_id == self.fail_batch:
+            raise RuntimeError(f"simulated crash in batch {batch_id}")
+        rows = [
+            (r.topic, r.partition, r.offset, bytes(r.key), bytes(r.value), r.timestamp, r.epoch) for r in df.collect()
+        ]
+        with self._lock:
+            self.batches.append((batch_id, rows))
+
+    def records(self) -> list[Record]:
+        return [row[:6] for _, rows in self.batches for row in rows]
+
+    def epochs(self) -> dict[int, set[int]]:
+        return {batch_id: {row[6] for row in rows} for batch_id, rows in self.batches}
+
+
+def run_available_now(spark: Any, options: dict[str, str], checkpoint: Path, sink: Collector) -> None:
+    """Run one Trigger.AvailableNow query to completion (its error, if any, is raised)."""
+    register_kafka_source(spark)
+    reader = spark.readStream.format(SOURCE_NAME)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = (
+        reader.load()
+        .writeStream.foreachBatch(sink)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        assert query.awaitTermination(150), "the AvailableNow query did not finish within 150 s"
+    finally:
+        query.stop()
+
+
+@pytest.fixture
+def two_topics(kafka_bootstrap: str, unique_topic: Callable[..., str]) -> tuple[str, str]:
+    left, right = unique_topic("left"), unique_topic("right")
+    create_topics(kafka_bootstrap, left, 3)
+    create_topics(kafka_bootstrap, right, 2)
+    return left, right
+
+
+def test_every_message_arrives_exactly_once_and_a_restart_reads_only_new_ones(
+    spark: Any, kafka_bootstrap: str, two_topics: tuple[str, str], tmp_path: Path
+) -> None:
+    left, right = two_topics
+    expected = []
+    for topic, counts in ((left, (40, 0, 75)), (right, (1, 60))):
+        for partition, count in enumerate(counts):
+            expected += produce(kafka_bootstrap, topic, partition, 0, count)
+    control = tmp_path / "control.json"
+    control.write_text(json.dumps({"epoch": 3}))
+    options = {
+        "bootstrap.servers": kafka_bootstrap,
+        "topics": f"{left},{right}",
+        "startingOffsets": "earliest",
+        "windjoin.control.path": str(control),
+    }
+    first = Collector()
+    run_available_now(spark, options, tmp_path / "checkpoint", first)
+    assert sorted(first.records()) == sorted(expected)
+    assert len(first.records()) == len(expected) == 176
+    assert set().union(*first.epochs().values()) == {3}
+
+    # More data, then a restart from the checkpoint: only the new records, each once.
+    new = produce(kafka_bootstrap, left, 1, 0, 30) + produce(kafka_bootstrap, right, 1, 60, 25)
+    control.write_text(json.dumps({"epoch": 4}))
+    second = Collector()
+    run_available_now(spark, options, tmp_path / "checkpoint", second)
+    assert sorted(second.records()) == sorted(new)
+    assert set().union(*second.epochs().values()) == {4}
+    assert min(second.epochs()) > max(first.epochs())
+
+
+def test_max_offsets_per_trigger_splits_the_backlog_into_bounded_batches(
+    spark: Any, kafka_bootstrap: str, two_topics: tuple[str, str], tmp_path: Path
+) -> None:
+    left, right = two_topics
+    expected = produce(kafka_bootstrap, left, 0, 0, 90) + produce(kafka_bootstrap, left, 2, 0, 20)
+    expected += produce(kafka_bootstrap, right, 1, 0, 50)
+    options = {
+        "bootstrap.servers": kafka_bootstrap,
+        "topics": f"{left},{right}",
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "45",
+    }
+    sink = Collector()
+    run_available_now(spark, options, tmp_path / "checkpoint", sink)
+    assert sorted(sink.records()) == sorted(expected)
+    sizes = [len(rows) for _, rows in sink.batches]
+    if HAS_ADMISSION_CONTROL:
+        assert sizes == [45, 45, 45, 25]
+        # Fair split of the first batch: 15 per partition with data (3 partitions have 90, 20, 50).
+        first = sorted({(r[0], r[1]) for r in sink.batches[0][1]})
+        assert first == sorted([(left, 0), (left, 2), (right, 1)])
+    else:  # pyspark 4.0/4.1: no admission control for Python sources, AvailableNow runs one batch
+        assert sizes == [160]
+
+
+def test_a_replayed_batch_keeps_its_epoch_and_its_rows(
+    spark: Any, kafka_bootstrap: str, two_topics: tuple[str, str], tmp_path: Path
+) -> None:
+    left, right = two_topics
+    expected = produce(kafka_bootstrap, left, 0, 0, 25) + produce(kafka_bootstrap, right, 1, 0, 35)
+    control = tmp_path / "control.json"
+    control.write_text(json.dumps({"epoch": 5}))
+    options = {
+        "bootstrap.servers": kafka_bootstrap,
+        "topics": f"{left},{right}",
+        "startingOffsets": "earliest",
+        "windjoin.control.path": str(control),
+    }
+    checkpoint = tmp_path / "checkpoint"
+    crashing = Collector(fail_batch=0)
+    with pytest.raises(Exception, match="simulated crash in batch 0"):
+        run_available_now(spark, options, checkpoint, crashing)
+    planned = json.loads((checkpoint / "offsets" / "0").read_text().splitlines()[-1])
+    assert planned["epoch"] == 5
+
+    # The controller moves on while the job is down; the replayed batch must not notice.
+    control.write_text(json.dumps({"epoch": 6}))
+    later = produce(kafka_bootstrap, left, 2, 0, 15)
+    replay = Collector()
+    time.sleep(0.1)
+    run_available_now(spark, options, checkpoint, replay)
+    batch_ids = [batch_id for batch_id, _ in replay.batches]
+    assert batch_ids[0] == 0
+    replayed = replay.batches[0][1]
+    assert sorted(r[:6] for r in replayed) == sorted(expected)
+    assert {r[6] for r in replayed} == {5}
+    rest = [row for batch_id, rows in replay.batches[1:] for row in rows]
+    assert sorted(r[:6] for r in rest) == sorted(later)
+    assert {r[6] for r in rest} == {6}

@@ -1,0 +1,29 @@
+"""pytest plugin: one local SparkSession for the whole test session, stopped at its end.
+
+Load it with ``pytest_plugins = ["tests.spark_fixtures"]`` (in tests/conftest.py or a test module).
+Starting the JVM costs ~10 s on 2 cores, so every Spark test shares this session; tests must not stop it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from windjoin.connectors.spark_session import build_local_spark
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """A `local[2]` SparkSession (no UI, 2 shuffle partitions, loopback), stopped after the last test."""
+    session = build_local_spark(app_name="windjoin-tests")
+    try:
+        yield session
+    finally:
+        for query in session.streams.active:
+            query.stop()
+        session.stop()
