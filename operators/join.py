@@ -183,8 +183,9 @@ class WindowJoin:
         window = self.spec.window
         if isinstance(window, CountWindow):
             other_batch = batches.get(other)
-            seen_in_chunk = np.searchsorted(other_batch.seq, probes.seq) if other_batch is not None else 0
-            seen = counts_before[other] + seen_in_chunk  # opposite-stream arrivals before each probe
+            seen = np.full(len(probes), counts_before[other], dtype=np.int64)  # opposite arrivals before each probe
+            if other_batch is not None:
+                seen += np.searchsorted(other_batch.seq, probes.seq)
             return earlier, RangeFilter(SSEQ, seen - window.size, np.full(len(probes), inf))
         ts = probes.ts.astype(np.int64)
         return earlier, RangeFilter(TS, ts - window.size_ms, ts + window.size_ms)

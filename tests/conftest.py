@@ -1,0 +1,3 @@
+"""Shared fixtures: real services (broker, Redis) and Spark, started once per session when a test asks."""
+
+pytest_plugins = ["tests.services_fixtures"]

@@ -1,0 +1,227 @@
+"""The operator against the brute-force oracle on random specs and event sequences."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from tests.operators.run import run_join
+from tests.oracle import as_multiset, oracle_join
+
+STREAMS = {
+    "R": {"timestamp": "ts", "fields": {"k": "int", "x": "int", "y": "float", "z": "string", "f": "bool"}},
+    "S": {"timestamp": "t", "fields": {"k": "int", "a": "int", "b": "float", "c": "string", "d": "bool"}},
+}
+# (op family, R field, S field): every comparable pairing, including int/float mixes and the timestamps.
+PAIRS = {
+    "eq": [("k", "k"), ("x", "a"), ("y", "b"), ("x", "b"), ("z", "c"), ("f", "d")],
+    "ne": [("k", "k"), ("y", "b"), ("z", "c"), ("f", "d")],
+    "order": [("x", "a"), ("y", "b"), ("y", "a"), ("z", "c"), ("ts", "t")],
+    "width": [("x", "a"), ("y", "b"), ("x", "b"), ("ts", "t")],
+}
+
+
+@st.composite
+def predicates(draw):
+    family = draw(st.sampled_from(sorted(PAIRS)))
+    r_field, s_field = draw(st.sampled_from(PAIRS[family]))
+    left, right = ("R." + r_field, "S." + s_field)
+    if draw(st.booleans()):
+        left, right = right, left
+    if family == "eq":
+        return {"op": "eq", "left": left, "right": right}
+    if family == "ne":
+        return {"op": "ne", "left": left, "right": right}
+    if family == "order":
+        return {"op": draw(st.sampled_from(["lt", "le", "gt", "ge"])), "left": left, "right": right}
+    width = draw(st.one_of(st.integers(0, 6), st.sampled_from([0.5, 1.25, 2.0, 3.75])))
+    return {"op": draw(st.sampled_from(["band", "band", "outside"])), "left": left, "right": right, "width": width}
+
+
+@st.composite
+def specs(draw):
+    if draw(st.booleans()):
+        window = {"kind": "time", "size_ms": draw(st.integers(1, 40))}
+    else:
+        window = {"kind": "count", "size": draw(st.integers(1, 12))}
+    n_tasks = draw(st.integers(1, 3))
+    tasks = []
+    for i in range(n_tasks):
+        join = ["R", "S"] if draw(st.booleans()) else ["S", "R"]
+        tasks.append({"name": f"t{i}", "join": join, "on": draw(st.lists(predicates(), max_size=3))})
+    return {
+        "window": window,
+        "allowed_lateness_ms": draw(st.integers(0, 15)),
+        "streams": STREAMS,
+        "tasks": tasks,
+    }
+
+
+@st.composite
+def events(draw, hot_key: bool = False):
+    n = draw(st.integers(0, 70))
+    out, clock = [], 0
+    floats = st.sampled_from([0.0, -0.0, 0.5, 1.0, 1.5, 2.25, 3.0, 4.5, -1.0, 7.75])
+    for _ in range(n):
+        clock += draw(st.integers(0, 4))  # ties are common
+        ts = max(0, clock - draw(st.integers(0, 20)))  # out of order, sometimes beyond the lateness
+        key = 0 if hot_key else draw(st.integers(0, 3))
+        if draw(st.booleans()):
+            out.append(
+                {
+                    "stream": "R",
+                    "ts": ts,
+                    "k": key,
+                    "x": draw(st.integers(-3, 8)),
+                    "y": draw(floats),
+                    "z": draw(st.sampled_from(["", "a", "b", "ab"])),
+                    "f": draw(st.booleans()),
+                }
+            )
+        else:
+            out.append(
+                {
+                    "stream": "S",
+                    "t": ts,
+                    "k": key,
+                    "a": draw(st.integers(-3, 8)),
+                    "b": draw(floats),
+                    "c": draw(st.sampled_from(["", "a", "b", "ab"])),
+                    "d": draw(st.booleans()),
+                }
+            )
+    return out
+
+
+def check_against_oracle(spec: dict, evs: list[dict], chunk_size: int) -> None:
+    expected, expected_late = oracle_join(spec, evs)
+    got, late, join = run_join(spec, evs, chunk_size)
+    assert late == expected_late
+    assert as_multiset(got) == as_multiset(expected)
+    for task in spec["tasks"]:
+        name = task["name"]
+        # emission order too: by the later tuple's arrival, then the earlier's
+        assert [r for r in got if r[0] == name] == [r for r in expected if r[0] == name]
+        counters = join.counters[name]
+        assert counters.outputs == sum(1 for r in expected if r[0] == name)
+        assert counters.comparisons >= counters.outputs
+
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(spec=specs(), evs=events(), chunk_size=st.integers(1, 80))
+def test_random_specs_match_oracle(spec, evs, chunk_size):
+    check_against_oracle(spec, evs, chunk_size)
+
+
+@SETTINGS
+@given(spec=specs(), evs=events(hot_key=True), chunk_size=st.integers(1, 80))
+def test_one_hot_key_matches_oracle(spec, evs, chunk_size):
+    check_against_oracle(spec, evs, chunk_size)
+
+
+@settings(max_examples=100, deadline=None)
+@given(spec=specs(), evs=events())
+def test_result_does_not_depend_on_chunking(spec, evs):
+    one_by_one, _, _ = run_join(spec, evs, 1)
+    all_at_once, _, _ = run_join(spec, evs, 10_000)
+    for task in spec["tasks"]:  # each task's output stream, order included (tasks interleave per chunk)
+        name = task["name"]
+        assert [r for r in one_by_one if r[0] == name] == [r for r in all_at_once if r[0] == name]
+
+
+@settings(max_examples=50, deadline=None)
+@given(spec=specs(), evs=events())
+def test_empty_stream(spec, evs):
+    only_r = [e for e in evs if e["stream"] == "R"]
+    assume(only_r)
+    check_against_oracle(spec, only_r, 7)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    spec=specs(),
+    values=st.lists(st.floats(-1e15, 1e15, allow_nan=False, allow_infinity=False), min_size=1, max_size=6),
+    picks=st.lists(st.tuples(st.booleans(), st.integers(0, 5), st.integers(0, 5)), max_size=60),
+    chunk_size=st.integers(1, 30),
+)
+def test_wide_float_values_match_oracle(spec, values, picks, chunk_size):
+    """Far-apart magnitudes and exact duplicates stress the float compound keys and widened ranges."""
+    evs = []
+    for i, (is_r, a, b) in enumerate(picks):
+        y = values[a % len(values)]
+        near = values[b % len(values)] + (b - 2) * 0.5
+        if is_r:
+            evs.append({"stream": "R", "ts": i, "k": a, "x": b, "y": y, "z": "", "f": True})
+        else:
+            evs.append({"stream": "S", "t": i, "k": b, "a": a, "b": near, "c": "", "d": False})
+    check_against_oracle(spec, evs, chunk_size)
+
+
+def _long_run(kind: str, seed: int) -> list[dict]:
+    import random
+
+    rng = random.Random(seed)
+    out, clock = [], 0
+    for _ in range(2500):
+        clock += rng.randint(0, 2)
+        ts = max(0, clock - rng.randint(0, 12))
+        if rng.random() < 0.5:
+            out.append(
+                {
+                    "stream": "R",
+                    "ts": ts,
+                    "k": rng.randint(0, 9),
+                    "x": rng.randint(0, 60),
+                    "y": rng.uniform(0, 60),
+                    "z": rng.choice("abc"),
+                    "f": rng.random() < 0.5,
+                }
+            )
+        else:
+            out.append(
+                {
+                    "stream": "S",
+                    "t": ts,
+                    "k": rng.randint(0, 9),
+                    "a": rng.randint(0, 60),
+                    "b": rng.uniform(0, 60),
+                    "c": rng.choice("abc"),
+                    "d": rng.random() < 0.5,
+                }
+            )
+    return out
+
+
+def test_long_runs_with_merged_and_expired_blocks():
+    """Thousands of tuples: blocks merge up to their cap and expire whole while still holding stale tuples."""
+    tasks = [
+        {
+            "name": "band2",
+            "join": ["R", "S"],
+            "on": [
+                {"op": "band", "left": "R.x", "right": "S.a", "width": 3},
+                {"op": "band", "left": "R.y", "right": "S.b", "width": 4.5},
+            ],
+        },
+        {
+            "name": "eq_lt",
+            "join": ["S", "R"],
+            "on": [{"op": "eq", "left": "R.k", "right": "S.k"}, {"op": "lt", "left": "S.b", "right": "R.y"}],
+        },
+        {
+            "name": "theta",
+            "join": ["R", "S"],
+            "on": [
+                {"op": "outside", "left": "R.y", "right": "S.b", "width": 20},
+                {"op": "ne", "left": "R.z", "right": "S.c"},
+            ],
+        },
+    ]
+    for window in ({"kind": "time", "size_ms": 40}, {"kind": "count", "size": 150}):
+        spec = {"window": window, "allowed_lateness_ms": 8, "streams": STREAMS, "tasks": tasks}
+        evs = _long_run(window["kind"], seed=7)
+        for chunk_size in (1, 37, 1000):
+            check_against_oracle(spec, evs, chunk_size)

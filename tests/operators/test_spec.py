@@ -1,0 +1,92 @@
+"""Spec validation: every error names the key, the bad value and what is accepted."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from windjoin.operators.spec import SpecError, load_spec, parse_spec
+
+BASE = {
+    "window": {"kind": "time", "size_ms": 60000},
+    "streams": {
+        "R": {"timestamp": "ts", "fields": {"k": "int", "x": "int", "y": "float", "z": "string"}},
+        "S": {"timestamp": "ts", "fields": {"k": "int", "a": "int", "b": "float"}},
+    },
+    "tasks": [
+        {
+            "name": "band",
+            "join": ["R", "S"],
+            "on": [
+                {"op": "eq", "left": "R.k", "right": "S.k"},
+                {"op": "band", "left": "R.x", "right": "S.a", "width": 10},
+                {"op": "outside", "left": "R.y", "right": "S.b", "width": 5},
+                {"op": "lt", "left": "R.y", "right": "S.b"},
+            ],
+        }
+    ],
+}
+
+
+def test_issue_example_is_accepted():
+    spec = parse_spec(BASE)
+    assert spec.window.size_ms == 60000
+    assert [p.op for p in spec.task("band").on] == ["eq", "band", "outside", "lt"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda d: d["window"].update(kind="tumble"), ["window", "'time', 'count'", "tumble"]),
+        (lambda d: d["window"].update(size_ms=0), ["window.size_ms", "greater than 0", "0"]),
+        (lambda d: d["window"].update(size_ms="big"), ["window.size_ms", "integer", "big"]),
+        (lambda d: d.update(allowed_lateness_ms=-5), ["allowed_lateness_ms", "greater than or equal to 0"]),
+        (lambda d: d.update(windw=1), ["windw", "Extra inputs"]),
+        (lambda d: d["streams"]["R"]["fields"].update(q="decimal"), ["streams.R.fields.q", "'bool'", "decimal"]),
+        (lambda d: d["tasks"][0]["on"][1].pop("width"), ["tasks[0].on[1].width", "needs a width"]),
+        (lambda d: d["tasks"][0]["on"][0].update(width=3), ["tasks[0].on[0].width", "does not take"]),
+        (lambda d: d["tasks"][0]["on"][0].update(op="like"), ["tasks[0].on[0].op", "'band'", "like"]),
+        (lambda d: d["tasks"][0]["on"][0].update(left="R.nope"), ["tasks[0].on[0].left", "nope", "'k'"]),
+        (lambda d: d["tasks"][0]["on"][0].update(left="Rk"), ["tasks[0].on[0].left", "pattern", "Rk"]),
+        (lambda d: d["tasks"][0].update(join=["R", "T"]), ["tasks[0].join", "'T'", "['R', 'S']"]),
+        (lambda d: d["tasks"][0].update(join=["R", "R"]), ["tasks[0].join", "itself"]),
+        (lambda d: d["tasks"][0].update(join=["R"]), ["tasks[0].join", "at least 2"]),
+        (lambda d: d["tasks"][0]["on"][3].update(left="R.z"), ["tasks[0].on[3]", "string", "float"]),
+        (lambda d: d["tasks"][0]["on"][1].update(left="R.z"), ["tasks[0].on[1]", "compares numbers"]),
+        (lambda d: d["tasks"][0]["on"][1].update(width=float("inf")), ["tasks[0].on[1].width", "finite"]),
+        (lambda d: d["tasks"].append(copy.deepcopy(d["tasks"][0])), ["tasks[1].name", "unique"]),
+        (lambda d: d["streams"].update(task=d["streams"]["S"]), ["streams.task", "reserved"]),
+        (lambda d: d["streams"]["R"]["fields"].update(ts="int"), ["streams.R.fields.ts", "implicit"]),
+        (lambda d: d.pop("tasks"), ["tasks", "Field required"]),
+    ],
+)
+def test_errors_name_key_value_and_accepted(mutate, expected):
+    data = copy.deepcopy(BASE)
+    mutate(data)
+    with pytest.raises(SpecError) as err:
+        parse_spec(data)
+    for fragment in expected:
+        assert fragment in str(err.value)
+
+
+def test_all_problems_reported_at_once():
+    data = copy.deepcopy(BASE)
+    data["window"]["size_ms"] = -1
+    data["tasks"][0]["on"][0]["left"] = "R.nope"
+    with pytest.raises(SpecError) as err:
+        parse_spec(data)
+    assert "window.size_ms" in str(err.value)
+
+
+def test_load_spec_file_errors(tmp_path):
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("window: [unclosed\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(bad)
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n- 2\n")
+    with pytest.raises(SpecError, match="a join spec is a mapping"):
+        load_spec(listy)
