@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -14,6 +15,18 @@ NUMERIC_TYPES = ("int", "float")
 RESERVED_STREAM_NAMES = ("task", "stream")
 ORDER_OPS = ("lt", "le", "gt", "ge")
 WIDTH_OPS = ("band", "outside")
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """YAML 1.2 booleans: only true/false, so a task's `on:` key stays the string "on" (YAML 1.1 made it True)."""
+
+
+_BOOL = "tag:yaml.org,2002:bool"
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regex) for tag, regex in resolvers if tag != _BOOL]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 class SpecError(ValueError):
@@ -165,7 +178,7 @@ def load_spec(path: str | Path) -> JoinSpec:
     except OSError as err:
         raise SpecError(f"{path}: cannot read the spec file ({err.strerror})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as err:
         raise SpecError(f"{path}: not valid YAML: {err}") from None
     try:

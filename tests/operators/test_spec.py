@@ -90,3 +90,21 @@ def test_load_spec_file_errors(tmp_path):
     listy.write_text("- 1\n- 2\n")
     with pytest.raises(SpecError, match="a join spec is a mapping"):
         load_spec(listy)
+
+
+def test_yaml_on_key_and_yes_no_strings(tmp_path):
+    """`on:` is the predicates key, not YAML 1.1's boolean True; yes/no stay strings too."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "window: {kind: count, size: 10}\n"
+        "streams:\n  R: {fields: {k: string}}\n  S: {fields: {k: string}}\n"
+        "tasks:\n  - name: t\n    join: [R, S]\n    on:\n      - {op: eq, left: R.k, right: S.k}\n"
+    )
+    assert load_spec(path).tasks[0].on[0].op == "eq"
+
+
+def test_bundled_example_spec_loads():
+    from pathlib import Path
+
+    spec = load_spec(Path(__file__).parents[2] / "examples" / "band.yaml")
+    assert [t.name for t in spec.tasks] == ["band", "far"]

@@ -1,0 +1,5 @@
+"""`python -m windjoin.pipelines` runs the windjoin command line."""
+
+from windjoin.pipelines.cli import main
+
+main()

@@ -1,0 +1,121 @@
+"""`windjoin join-file`: run a spec's join tasks over a JSON Lines file of events in arrival order."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from tqdm import tqdm
+
+from windjoin.connectors.codec_errors import DecodeError
+from windjoin.connectors.jsonl_file import read_events, write_record
+from windjoin.operators.arrivals import ChunkBuilder
+from windjoin.operators.join import ChunkResult, WindowJoin
+from windjoin.operators.results import pair_records
+from windjoin.operators.schema import LATE, RecordError
+from windjoin.operators.spec import JoinSpec
+
+DEFAULT_CHUNK = 4096
+
+
+@dataclass
+class Refusal:
+    """An event line that did not join, and why."""
+
+    line: int
+    reason: str
+    detail: str
+    raw: str
+
+
+@dataclass
+class JoinFileReport:
+    events: int = 0
+    results: int = 0
+    refused: Counter = field(default_factory=Counter)
+    seconds: float = 0.0
+    tasks: dict[str, dict[str, object]] = field(default_factory=dict)
+
+
+class _Run:
+    """One pass over an events file: chunks in, results and refusals out."""
+
+    def __init__(self, spec: JoinSpec, out: IO[bytes], on_refusal: Any, chunk_size: int) -> None:
+        self.join = WindowJoin(spec)
+        self.builder = ChunkBuilder(spec)
+        self.out = out
+        self.on_refusal = on_refusal
+        self.chunk_size = chunk_size
+        self.lines: dict[str, list[tuple[int, bytes]]] = {s: [] for s in spec.streams}
+        self.report = JoinFileReport()
+
+    def add(self, line_no: int, raw: bytes, decoded: dict[str, Any] | DecodeError) -> None:
+        self.report.events += 1
+        try:
+            if isinstance(decoded, DecodeError):
+                raise RecordError(decoded.reason, decoded.detail)
+            stream = decoded.get("stream")
+            self.builder.add(stream, decoded, time.time_ns())
+        except RecordError as err:
+            self.refuse(line_no, raw, err.reason, str(err))
+            return
+        self.lines[stream].append((line_no, raw))
+        if len(self.builder) >= self.chunk_size:
+            self.flush()
+
+    def refuse(self, line_no: int, raw: bytes, reason: str, detail: str) -> None:
+        self.report.refused[reason] += 1
+        self.on_refusal(Refusal(line_no, reason, detail, raw.decode("utf-8", errors="replace")))
+
+    def flush(self) -> None:
+        result = self.join.process(self.builder.take())
+        for stream, rows in result.late.items():
+            for row in rows:
+                line_no, raw = self.lines[stream][row]
+                self.refuse(line_no, raw, LATE, "event time is over allowed_lateness_ms behind the latest event time")
+        for lines in self.lines.values():
+            lines.clear()
+        self.report.results += self._write(result)
+
+    def _write(self, result: ChunkResult) -> int:
+        """Write the chunk's pairs across tasks in emission order: later arrival, task, earlier arrival."""
+        records, later, task_no, earlier = [], [], [], []
+        for i, pairs in enumerate(result.pairs):
+            records.extend(pair_records(pairs))
+            later.append(pairs.later_seq)
+            earlier.append(pairs.earlier_seq)
+            task_no.append(np.full(len(pairs), i))
+        if not records:
+            return 0
+        for i in np.lexsort((np.concatenate(earlier), np.concatenate(task_no), np.concatenate(later))):
+            write_record(self.out, records[i])
+        return len(records)
+
+
+def join_file(
+    spec: JoinSpec,
+    events: Path,
+    out: IO[bytes],
+    on_refusal: Any,
+    chunk_size: int = DEFAULT_CHUNK,
+    show_progress: bool | None = None,
+) -> JoinFileReport:
+    """Join every event of `events`, writing results to `out` and passing each refused line to `on_refusal`."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be at least 1 (got {chunk_size})")
+    run = _Run(spec, out, on_refusal, chunk_size)
+    started = time.perf_counter()
+    size = events.stat().st_size
+    disable = None if show_progress is None else not show_progress  # None: a bar only on a terminal
+    with tqdm(total=size, unit="B", unit_scale=True, desc="joining", disable=disable, file=sys.stderr) as bar:
+        for line_no, raw, decoded in read_events(events, bar):
+            run.add(line_no, raw, decoded)
+    run.flush()
+    run.report.seconds = time.perf_counter() - started
+    run.report.tasks = {name: c.summary() for name, c in run.join.counters.items()}
+    return run.report
