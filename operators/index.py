@@ -115,7 +115,7 @@ class BlockIndex:
         # Groups sit 2*range + 1 apart, far more than float rounding can blur at any realistic group count.
         self._span = 2.0 * (self._omax - self._omin) + 1.0
         keys = codes * self._span + (order - self._omin)
-        self.perm = np.argsort(keys, kind="stable")
+        self.perm = np.argsort(keys)
         self._keys = keys[self.perm]
 
     def ranges(
@@ -131,8 +131,11 @@ class BlockIndex:
         keep = lo <= hi
         rows, groups, lo, hi = rows[keep], groups[keep], lo[keep], hi[keep]
         base = groups * self._span  # same float operations as the stored keys, so rounding is monotone alike
-        start = np.searchsorted(self._keys, base + (lo - self._omin), side="left")
-        stop = np.searchsorted(self._keys, base + (hi - self._omin), side="right")
+        first, last = base + (lo - self._omin), base + (hi - self._omin)
+        by_key = np.argsort(first)  # sorted needles let searchsorted walk the keys cache-friendly
+        start, stop = np.empty(len(first), dtype=np.int64), np.empty(len(first), dtype=np.int64)
+        start[by_key] = np.searchsorted(self._keys, first[by_key], side="left")
+        stop[by_key] = np.searchsorted(self._keys, last[by_key], side="right")
         keep = start < stop
         return rows[keep], start[keep], stop[keep]
 

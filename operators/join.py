@@ -64,8 +64,9 @@ class _TaskRuntime:
 class WindowJoin:
     """Runs all tasks of a spec; feed it chunks in arrival order with `process`."""
 
-    def __init__(self, spec: JoinSpec) -> None:
+    def __init__(self, spec: JoinSpec, use_indexes: bool = True) -> None:
         self.spec = spec
+        self.use_indexes = use_indexes
         self.tasks = [_TaskRuntime(t) for t in spec.tasks]
         joined = {s for t in spec.tasks for s in t.join}
         self.stores = {name: WindowStore(spec.window) for name in spec.streams if name in joined}
@@ -162,7 +163,7 @@ class WindowJoin:
             task.counters.tuples_in[stream] += len(probes)
             other = task.opposite(stream)
             filters = self._filters(probes, other, batches, counts_before)
-            probe = Probe(dict(probes.columns), filters, task.preds[stream])
+            probe = Probe(dict(probes.columns), filters, task.preds[stream], self.use_indexes)
             for block in self.stores[other].blocks:
                 found = probe_block(probe, block)
                 task.counters.comparisons += found.comparisons

@@ -33,6 +33,7 @@ class Probe:
     columns: dict[str, np.ndarray]
     filters: tuple[RangeFilter, ...]
     preds: tuple[ProbePredicate, ...]
+    use_index: bool = True  # False forces the nested loop (the pairwise baseline S2J compares against)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def probe_block(probe: Probe, block: Block) -> Matches:
     rows = _rows_reaching(probe, block)
     if len(rows) == 0:
         return Matches(_EMPTY, _EMPTY, 0)
-    indexed = block.index_for(probe.preds)
+    indexed = block.index_for(probe.preds) if probe.use_index else None
     if indexed is None:
         return _nested_loop(probe, block, rows)
     return _indexed(probe, block, *indexed, rows)
@@ -98,28 +99,45 @@ def _verify(probe: Probe, block: Block, p: np.ndarray, q: np.ndarray) -> tuple[n
 
 
 def _nested_loop(probe: Probe, block: Block, rows: np.ndarray) -> Matches:
-    """Every probe against every stored row, in cache-sized tiles; range checks skipped where zone maps allow."""
+    """Every probe against every stored row, in cache-sized tiles; range checks skipped where zone maps allow.
+
+    Buffers are allocated once per call and reused by every tile, so the loop streams through L2.
+    """
     found_p, found_q, compared = [], [], 0
     probe_vals = [probe.columns[pred.probe_field][rows] for pred in probe.preds]
     bounds = [(f.lo[rows], f.hi[rows]) for f in probe.filters]
+    shape = (min(TILE_PROBES, len(rows)), min(TILE_ROWS, len(block)))
+    mask, term = np.empty(shape, dtype=bool), np.empty(shape, dtype=bool)
+    scratch = [
+        np.empty(shape, dtype=np.result_type(block.column(p.stored_field).dtype, v.dtype))
+        if p.op in ("band", "outside")
+        else None
+        for p, v in zip(probe.preds, probe_vals, strict=True)
+    ]
     for r0 in range(0, len(block), TILE_ROWS):
         stored = [block.column(pred.stored_field)[r0 : r0 + TILE_ROWS] for pred in probe.preds]
         system = [block.column(f.column)[r0 : r0 + TILE_ROWS] for f in probe.filters]
         spans = [(int(col.min()), int(col.max())) for col in system]
+        width = len(system[0])
         for t0 in range(0, len(rows), TILE_PROBES):
-            t1 = t0 + TILE_PROBES
-            mask = np.ones((min(t1, len(rows)) - t0, len(stored[0]) if stored else len(system[0])), dtype=bool)
+            t1 = min(t0 + TILE_PROBES, len(rows))
+            m, t = mask[: t1 - t0, :width], term[: t1 - t0, :width]
+            m.fill(True)  # then AND in each check: a pass over L2-resident bools, cheap beside the compares
             for (lo, hi), col, (cmin, cmax) in zip(bounds, system, spans, strict=True):
-                lo_t, hi_t = lo[t0:t1], hi[t0:t1]
+                lo_t, hi_t = lo[t0:t1, None], hi[t0:t1, None]
                 if lo_t.max() <= cmin and hi_t.min() >= cmax:
                     continue  # the whole tile is inside every probe's range
-                mask &= (col >= lo_t[:, None]) & (col <= hi_t[:, None])
-            for pred, vals, col in zip(probe.preds, probe_vals, stored, strict=True):
-                mask &= pred.evaluate(col, vals[t0:t1, None])
-            compared += mask.size
-            ii, jj = np.nonzero(mask)
-            found_p.append(rows[t0 + ii])
-            found_q.append(r0 + jj)
+                m &= np.greater_equal(col, lo_t, out=t)
+                m &= np.less_equal(col, hi_t, out=t)
+            for pred, vals, col, buf in zip(probe.preds, probe_vals, stored, scratch, strict=True):
+                diff = None if buf is None else buf[: t1 - t0, :width]
+                m &= pred.evaluate(col, vals[t0:t1, None], out=t, scratch=diff)
+            compared += m.size
+            hits = np.flatnonzero(m)  # far faster than np.nonzero on a 2-D mask
+            if len(hits):
+                ii, jj = np.divmod(hits, width)
+                found_p.append(rows[t0 + ii])
+                found_q.append(r0 + jj)
     if not found_p:
         return Matches(_EMPTY, _EMPTY, 0)
     return Matches(np.concatenate(found_p), np.concatenate(found_q), compared)

@@ -10,7 +10,14 @@ from windjoin.operators.spec import PredicateSpec
 
 # stored OP probe, given left OP right: swap the operands of an ordering when the probe is the left tuple.
 _SWAPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
-INDEXABLE = ("eq", "band", "lt", "le", "gt", "ge")
+_COMPARE = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
 _EPS = float(np.finfo(np.float64).eps)
 
 
@@ -34,24 +41,19 @@ class ProbePredicate:
         op = _SWAPPED.get(pred.op, pred.op) if probe_is_left else pred.op
         return ProbePredicate(op, stored_ref[1], probe_ref[1], pred.width)
 
-    def evaluate(self, stored: np.ndarray, probe: np.ndarray) -> np.ndarray:
-        """Elementwise truth of the predicate (broadcasting like numpy)."""
-        op = self.op
-        if op == "eq":
-            return stored == probe
-        if op == "ne":
-            return stored != probe
-        if op == "lt":
-            return stored < probe
-        if op == "le":
-            return stored <= probe
-        if op == "gt":
-            return stored > probe
-        if op == "ge":
-            return stored >= probe
-        if op == "band":
-            return np.abs(stored - probe) <= self.width
-        return np.abs(stored - probe) > self.width  # outside
+    def evaluate(
+        self, stored: np.ndarray, probe: np.ndarray, out: np.ndarray | None = None, scratch: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Elementwise truth of the predicate (broadcasting like numpy).
+
+        `out` (bool) and `scratch` (the difference's dtype) let a hot loop reuse its buffers.
+        """
+        compare = _COMPARE.get(self.op)
+        if compare is not None:
+            return compare(stored, probe, out=out)
+        diff = np.subtract(stored, probe, out=scratch)
+        np.abs(diff, out=diff)
+        return (np.less_equal if self.op == "band" else np.greater)(diff, self.width, out=out)
 
     def value_range(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Closed bounds [lo, hi] on the stored value holding every match (a superset: the filter is exact)."""
