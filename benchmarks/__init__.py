@@ -1,0 +1,1 @@
+"""Runnable benchmarks; each writes benchmarks/results/NAME.json."""

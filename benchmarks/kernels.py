@@ -1,0 +1,141 @@
+"""Kernel benchmark: the band join of SplitJoin/handshake join, indexed vs the vectorised nested loop.
+
+Workload (shared/papers/README.md): R(x int, y float, z 20-char string), S(a int, b float, c double, d bool),
+values uniform in 1..10^4, predicate |R.x - S.a| <= 10 AND |R.y - S.b| <= 10, count windows of 2^16..2^21
+tuples per stream. Each window is filled first, then chunks of new tuples (R and S alternating) are joined
+for a fixed time; rates are per core (the process is pinned to one). The nested loop's comparison rate is
+also expressed as the bytes of stored join columns it reads per second (a: int64 + b: float64 = 16 B per
+comparison), next to the memory read bandwidth measured in the same run.
+
+    python -m benchmarks.kernels [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.machine import machine_facts, memory_read_bandwidth_gbs, pin_to_one_core
+from windjoin.operators.batch import Arrivals
+from windjoin.operators.join import WindowJoin
+from windjoin.operators.metrics import DelayHistogram
+from windjoin.operators.spec import parse_spec
+from windjoin.pipelines.workloads import BAND_SPEC, band_columns
+
+RESULTS = Path(__file__).parent / "results" / "kernels.json"
+BYTES_PER_COMPARISON = 16  # the stored join columns a nested-loop comparison reads: a (int64) and b (float64)
+POOL = 8  # distinct pre-generated chunks, cycled, so data generation stays out of the timing
+
+
+def _chunks(size: int, rng: np.random.Generator) -> list[dict[str, Arrivals]]:
+    order = np.arange(size)
+    half = size // 2
+    return [
+        {
+            "R": Arrivals(band_columns("R", half, rng), order[0::2]),
+            "S": Arrivals(band_columns("S", half, rng), order[1::2]),
+        }
+        for _ in range(POOL)
+    ]
+
+
+def measure(window: int, chunk: int, use_indexes: bool, seconds: float, seed: int = 0) -> dict[str, float]:
+    spec = copy.deepcopy(BAND_SPEC)
+    spec["window"] = {"kind": "count", "size": window}
+    join = WindowJoin(parse_spec(spec), use_indexes=use_indexes)
+    rng = np.random.default_rng(seed)
+    for stream in "RS":
+        for start in range(0, window, 1 << 18):
+            join.preload(stream, band_columns(stream, min(1 << 18, window - start), rng))
+    pool = _chunks(chunk, rng)
+    join.process(pool[0])  # warm-up: first indexes built
+    counters = join.counters["band"]
+    before = (counters.comparisons, counters.outputs)
+    counters.delay = DelayHistogram()  # delays of the timed chunks only
+    done, started = 0, time.perf_counter()
+    while True:
+        join.process(pool[done % POOL])
+        done += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds and done >= 2:
+            break
+    tuples = done * chunk
+    comparisons = counters.comparisons - before[0]
+    outputs = counters.outputs - before[1]
+    return {
+        "window": window,
+        "chunk": chunk,
+        "tuples_per_s": tuples / elapsed,
+        "comparisons_per_s": comparisons / elapsed,
+        "outputs_per_s": outputs / elapsed,
+        "efficiency_P": outputs / comparisons if comparisons else 1.0,
+        "delay_p50_ms": counters.delay.quantile_ns(0.5) / 1e6,
+        "delay_p99_ms": counters.delay.quantile_ns(0.99) / 1e6,
+        "seconds": elapsed,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--exponents", type=int, nargs="+", default=[16, 17, 18, 19, 20, 21])
+    parser.add_argument("--chunk", type=int, default=4096, help="tuples per indexed chunk")
+    parser.add_argument("--nl-chunk", type=int, default=64, help="tuples per nested-loop chunk")
+    parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per measurement")
+    parser.add_argument("--quick", action="store_true", help="2^16 and 2^18 only, 1 s each (a smoke run)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.quick:
+        args.exponents, args.seconds = [16, 18], min(args.seconds, 1.0)
+    pin_to_one_core()
+    bandwidth = memory_read_bandwidth_gbs()
+    print(f"memory read bandwidth (1 core): {bandwidth:.1f} GB/s")
+    header = f"{'window':>8} {'indexed t/s':>12} {'NL t/s':>9} {'speedup':>8} {'idx cmp/s':>11} {'NL cmp/s':>11} "
+    header += f"{'NL GB/s':>8} {'NL/bw':>6} {'P idx':>6} {'P NL':>8} {'idx p99 ms':>10}"
+    print(header)
+    rows = []
+    for exp in args.exponents:
+        window = 1 << exp
+        indexed = measure(window, args.chunk, True, args.seconds)
+        nested = measure(window, args.nl_chunk, False, args.seconds)
+        nl_gbs = nested["comparisons_per_s"] * BYTES_PER_COMPARISON / 1e9
+        row = {
+            "window_per_stream": window,
+            "indexed": indexed,
+            "nested_loop": nested,
+            "speedup_tuples_per_s": indexed["tuples_per_s"] / nested["tuples_per_s"],
+            "nested_loop_read_gbs": nl_gbs,
+            "nested_loop_share_of_bandwidth": nl_gbs / bandwidth,
+        }
+        rows.append(row)
+        print(
+            f"{'2^' + str(exp):>8} {indexed['tuples_per_s']:>12,.0f} {nested['tuples_per_s']:>9,.0f} "
+            f"{row['speedup_tuples_per_s']:>7,.0f}x {indexed['comparisons_per_s']:>11.3g} "
+            f"{nested['comparisons_per_s']:>11.3g} {nl_gbs:>8.1f} {row['nested_loop_share_of_bandwidth']:>6.2f} "
+            f"{indexed['efficiency_P']:>6.3f} {nested['efficiency_P']:>8.1e} {indexed['delay_p99_ms']:>10.1f}"
+        )
+    largest = rows[-1]
+    result = {
+        "benchmark": "kernels",
+        "workload": "band join, |R.x-S.a|<=10 AND |R.y-S.b|<=10, values uniform 1..10^4, count windows",
+        "machine": machine_facts(),
+        "memory_read_bandwidth_gbs": bandwidth,
+        "bytes_per_comparison": BYTES_PER_COMPARISON,
+        "rows": rows,
+        "targets": {
+            "indexed_tuples_per_s_at_2^21_at_least_50000": largest["window_per_stream"] == 1 << 21
+            and largest["indexed"]["tuples_per_s"] >= 50_000,
+            "nested_loop_at_least_half_of_bandwidth": all(r["nested_loop_share_of_bandwidth"] >= 0.5 for r in rows),
+        },
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"targets: {result['targets']}\nwritten: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

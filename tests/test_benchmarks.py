@@ -1,0 +1,27 @@
+"""The benchmarks run end to end and write their results files (smoke runs, not performance checks)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+def test_kernels_benchmark_quick_run(tmp_path):
+    out = tmp_path / "kernels.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.kernels", "--quick", "--seconds", "0.3", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert [r["window_per_stream"] for r in result["rows"]] == [1 << 16, 1 << 18]
+    for row in result["rows"]:
+        assert row["indexed"]["tuples_per_s"] > 0 and row["nested_loop"]["comparisons_per_s"] > 0
+        assert row["indexed"]["efficiency_P"] > row["nested_loop"]["efficiency_P"]
+    assert result["machine"]["cpu_model"]
