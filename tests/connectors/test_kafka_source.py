@@ -342,8 +342,10 @@ def test_a_replayed_batch_keeps_its_epoch_and_its_rows(
     control.write_text(json.dumps({"epoch": 6}))
     later = produce(kafka_bootstrap, left, 2, 0, 15)
     replay = Collector()
-    time.sleep(0.1)
     run_available_now(spark, options, checkpoint, replay)
+    if not HAS_ADMISSION_CONTROL and len(replay.batches) == 1:
+        # pyspark 4.0/4.1 run AvailableNow on a Python source as one batch: here the replay alone.
+        run_available_now(spark, options, checkpoint, replay)
     batch_ids = [batch_id for batch_id, _ in replay.batches]
     assert batch_ids[0] == 0
     replayed = replay.batches[0][1]
@@ -352,3 +354,40 @@ def test_a_replayed_batch_keeps_its_epoch_and_its_rows(
     rest = [row for batch_id, rows in replay.batches[1:] for row in rows]
     assert sorted(r[:6] for r in rest) == sorted(later)
     assert {r[6] for r in rest} == {6}
+
+
+def test_a_running_query_reads_records_produced_while_it_runs(
+    spark: Any, kafka_bootstrap: str, two_topics: tuple[str, str], tmp_path: Path
+) -> None:
+    left, right = two_topics
+    register_kafka_source(spark)
+    produce(kafka_bootstrap, left, 0, 0, 10)  # before the query: skipped by startingOffsets=latest
+    sink = Collector()
+    query = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("bootstrap.servers", kafka_bootstrap)
+        .option("topics", f"{left},{right}")
+        .option("maxOffsetsPerTrigger", "30")
+        .load()
+        .writeStream.foreachBatch(sink)
+        .trigger(processingTime="500 milliseconds")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 60  # wait until the first trigger has taken the initial offsets
+        while query.status["message"] != "Waiting for next trigger" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        expected: list[Record] = []
+        for round_ in range(3):
+            expected += produce(kafka_bootstrap, left, 1 + round_ % 2, 20 * (round_ // 2), 20)
+            expected += produce(kafka_bootstrap, right, 1, 15 * round_, 15)
+            deadline = time.monotonic() + 60
+            while len(sink.records()) < len(expected) and time.monotonic() < deadline and query.isActive:
+                time.sleep(0.2)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert sorted(sink.records()) == sorted(expected)
+    if HAS_ADMISSION_CONTROL:
+        assert max(len(rows) for _, rows in sink.batches) <= 30
