@@ -50,9 +50,18 @@ class CountWindow(_Strict):
 Window = Annotated[TimeWindow | CountWindow, Field(discriminator="kind")]
 
 
+TOPIC = r"^[A-Za-z0-9._-]{1,249}$"  # Kafka's legal topic names
+
+
 class StreamSpec(_Strict):
     timestamp: Annotated[str, Field(pattern=IDENTIFIER)] = "ts"
     fields: dict[Annotated[str, Field(pattern=IDENTIFIER)], FieldType]
+    # Where the stream comes from when running on Kafka (join-file needs none of these).
+    topic: Annotated[str, Field(pattern=TOPIC)] | None = None
+    format: Literal["json", "avro"] = "json"
+    schema_file: str | None = Field(default=None, alias="schema", min_length=1)  # .avsc, relative to the spec
+    schema_id: Annotated[int, Field(ge=0, lt=2**31)] | None = None
+    key: Annotated[str, Field(pattern=IDENTIFIER)] | None = None  # partitioning field; none: one partition
 
     def field_type(self, name: str) -> str | None:
         """The type of a field; the timestamp is an int field (epoch milliseconds)."""
@@ -82,11 +91,34 @@ class TaskSpec(_Strict):
     on: list[PredicateSpec] = []
 
 
+class RedisSinkSpec(_Strict):
+    url: Annotated[str, Field(pattern=r"^rediss?://")] = "redis://127.0.0.1:6379/0"
+    retain_ms: Annotated[int, Field(gt=0)] = 600_000
+
+
+class ParquetSinkSpec(_Strict):
+    path: Annotated[str, Field(min_length=1)]
+
+
+class SinksSpec(_Strict):
+    redis: RedisSinkSpec | None = None
+    parquet: ParquetSinkSpec | None = None
+
+
 class JoinSpec(_Strict):
     window: Window
     allowed_lateness_ms: Annotated[int, Field(ge=0)] = 0
     streams: Annotated[dict[Annotated[str, Field(pattern=IDENTIFIER)], StreamSpec], Field(min_length=2)]
     tasks: Annotated[list[TaskSpec], Field(min_length=1)]
+    # Running on Kafka and Spark.
+    partitions: Annotated[int, Field(ge=1, le=65536)] = 64
+    slots: Annotated[int, Field(ge=1, le=4096)] = 2
+    trigger_ms: Annotated[int, Field(ge=0)] = 1000
+    max_offsets_per_trigger: Annotated[int, Field(ge=1)] | None = None
+    checkpoint: Annotated[str, Field(min_length=1)] | None = None
+    sinks: SinksSpec = SinksSpec()
+    dead_letter_topic: Annotated[str, Field(pattern=TOPIC)] | None = None
+    base_dir: str = Field(default=".", exclude=True)  # the spec file's folder: relative schema paths start here
 
     @model_validator(mode="after")
     def _cross_references(self) -> JoinSpec:
@@ -97,7 +129,14 @@ class JoinSpec(_Strict):
 
     def _stream_problems(self) -> list[str]:
         problems = []
+        if self.slots > self.partitions:
+            problems.append(f"slots: {self.slots} slots for {self.partitions} partitions; slots must be <= partitions")
         for name, stream in self.streams.items():
+            if stream.key is not None and stream.field_type(stream.key) is None:
+                known = [stream.timestamp, *stream.fields]
+                problems.append(f"streams.{name}.key: no field {stream.key!r} (one of {known})")
+            if stream.format == "avro" and stream.schema_file is None:
+                problems.append(f"streams.{name}.schema: format 'avro' needs a schema file (.avsc)")
             if name in RESERVED_STREAM_NAMES:
                 problems.append(f"streams.{name}: the name is reserved (not one of {list(RESERVED_STREAM_NAMES)})")
             if stream.timestamp in stream.fields:
@@ -124,7 +163,23 @@ class JoinSpec(_Strict):
                 continue
             for j, pred in enumerate(task.on):
                 problems.extend(self._predicate_problems(f"{where}.on[{j}]", task, pred))
+            problems.extend(self._partitioning_problems(where, task))
         return problems
+
+    def _partitioning_problems(self, where: str, task: TaskSpec) -> list[str]:
+        """Streams split by key must meet on it: a task needs `eq` between the two keys, or neither keyed."""
+        a, b = (self.streams[s] for s in task.join)
+        if a.key is None and b.key is None:
+            return []
+        if a.key is None or b.key is None:
+            keyed = task.join[0] if a.key is not None else task.join[1]
+            return [f"{where}.join: only {keyed!r} has a key; give both streams a key (joined by eq) or neither"]
+        wanted = {(f"{task.join[0]}.{a.key}", f"{task.join[1]}.{b.key}")}
+        wanted.add(tuple(reversed(next(iter(wanted)))))
+        if not any(p.op == "eq" and (p.left, p.right) in wanted for p in task.on):
+            pair = " = ".join(next(iter(sorted(wanted))))
+            return [f"{where}.on: the streams are partitioned by key; the task needs the predicate eq {pair}"]
+        return []
 
     def _predicate_problems(self, where: str, task: TaskSpec, pred: PredicateSpec) -> list[str]:
         problems = []
@@ -181,6 +236,8 @@ def load_spec(path: str | Path) -> JoinSpec:
         data = yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as err:
         raise SpecError(f"{path}: not valid YAML: {err}") from None
+    if isinstance(data, dict):
+        data = {**data, "base_dir": str(Path(path).resolve().parent)}
     try:
         return parse_spec(data)
     except SpecError as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+import yaml
 
 from windjoin.operators.spec import SpecError, load_spec, parse_spec
 
@@ -108,3 +109,54 @@ def test_bundled_example_spec_loads():
 
     spec = load_spec(Path(__file__).parents[2] / "examples" / "band.yaml")
     assert [t.name for t in spec.tasks] == ["band", "far"]
+
+
+RUNNING = {
+    "window": {"kind": "time", "size_ms": 1000},
+    "streams": {
+        "R": {"fields": {"k": "int"}, "key": "k", "topic": "r-in", "format": "avro", "schema": "r.avsc"},
+        "S": {"fields": {"k": "int", "v": "float"}, "key": "k", "topic": "s-in"},
+    },
+    "tasks": [{"name": "t", "join": ["R", "S"], "on": [{"op": "eq", "left": "S.k", "right": "R.k"}]}],
+    "partitions": 16,
+    "slots": 4,
+    "sinks": {"redis": {"url": "redis://127.0.0.1:6390/0", "retain_ms": 5000}, "parquet": {"path": "out/pq"}},
+    "dead_letter_topic": "dead",
+}
+
+
+def test_running_keys_are_accepted():
+    spec = parse_spec(RUNNING)
+    assert spec.streams["R"].schema_file == "r.avsc" and spec.streams["S"].format == "json"
+    assert spec.sinks.redis.retain_ms == 5000 and spec.sinks.parquet.path == "out/pq"
+    assert (spec.partitions, spec.slots, spec.trigger_ms) == (16, 4, 1000)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda d: d.update(slots=32), ["slots", "<= partitions"]),
+        (lambda d: d["streams"]["R"].pop("schema"), ["streams.R.schema", "avro"]),
+        (lambda d: d["streams"]["R"].update(format="protobuf"), ["streams.R.format", "'json' or 'avro'"]),
+        (lambda d: d["streams"]["R"].update(key="nope"), ["streams.R.key", "nope"]),
+        (lambda d: d["streams"]["S"].pop("key"), ["tasks[0].join", "only 'R' has a key"]),
+        (lambda d: d["tasks"][0].update(on=[]), ["tasks[0].on", "eq R.k = S.k"]),
+        (lambda d: d["streams"]["R"].update(topic="bad topic!"), ["streams.R.topic", "pattern"]),
+        (lambda d: d["sinks"]["redis"].update(url="http://x"), ["sinks.redis.url", "rediss?"]),
+        (lambda d: d["sinks"].update(kafka={}), ["sinks.kafka", "Extra inputs"]),
+        (lambda d: d.update(partitions=0), ["partitions", "greater than or equal to 1"]),
+    ],
+)
+def test_running_key_errors(mutate, expected):
+    data = copy.deepcopy(RUNNING)
+    mutate(data)
+    with pytest.raises(SpecError) as err:
+        parse_spec(data)
+    for fragment in expected:
+        assert fragment in str(err.value)
+
+
+def test_load_spec_records_its_folder(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(RUNNING))
+    assert load_spec(path).base_dir == str(tmp_path.resolve())
