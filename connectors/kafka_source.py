@@ -73,6 +73,10 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 HAS_ADMISSION_CONTROL = ReadMaxRows is not None
+# How long a partition's log may be seen ending before a range's end until the read fails: the planned
+# end was a high watermark seen earlier, so a shorter log means lost records, but a new leader's high
+# watermark can lag for a moment.
+EOF_GRACE_S = 5.0
 
 # Librdkafka error codes meaning "this range can no longer be read", as opposed to transient trouble.
 _FATAL_READ_CODES = {
@@ -413,6 +417,7 @@ def read_range(
                 f"cannot read {where}: records before offset {low} no longer exist (deleted by retention, or "
                 f"the topic was deleted and re-created)"
             )
+        tp = TopicPartition(rng.topic, rng.partition)
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         next_offset = rng.start
         offsets: list[int] = []
@@ -420,6 +425,7 @@ def read_range(
         values: list[bytes | None] = []
         timestamps: list[int] = []
         last_progress = time.monotonic()
+        short_since: float | None = None  # when the partition was first seen ending before rng.end
         while next_offset < rng.end:
             want = min(options.consume_batch_size - len(offsets), rng.end - next_offset)
             for msg in consumer.consume(num_messages=want, timeout=1.0):
@@ -445,9 +451,23 @@ def read_range(
                 timestamps.append(msg.timestamp()[1])
                 next_offset = offset + 1
                 last_progress = time.monotonic()
+                short_since = None
             if len(offsets) >= options.consume_batch_size:
                 yield _to_batch(rng, offsets, keys, values, timestamps)
                 offsets, keys, values, timestamps = [], [], [], []
+            if next_offset < rng.end and last_progress < time.monotonic() - 0.5:
+                # The latest Fetch response's high watermark: a log that ends before `rng.end` at or before
+                # our position will not give the missing records (a fetch past the end is an error on Kafka,
+                # but Tansu answers it with no records and no error, so this is checked here).
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+                if 0 <= high < rng.end and high <= next_offset:
+                    short_since = short_since or time.monotonic()
+                    if time.monotonic() - short_since > min(EOF_GRACE_S, options.read_timeout_s / 2):
+                        raise KafkaRangeError(
+                            f"cannot read {where}: the broker says the partition ends at offset {high}, the "
+                            f"range was planned up to {rng.end} (topic deleted and re-created, or records "
+                            f"lost on the broker)"
+                        )
             if next_offset < rng.end and time.monotonic() - last_progress > options.read_timeout_s:
                 raise KafkaRangeError(
                     f"cannot read {where}: no records after offset {next_offset - 1} for "

@@ -198,11 +198,16 @@ def test_read_range_stops_exactly_at_the_end_and_fails_clearly_when_the_range_is
     )
     assert {r["epoch"] for r in rows} == {4}
 
-    with pytest.raises(KafkaRangeError, match=r"range \[250, 400\).*shorter than planned"):
+    with pytest.raises(KafkaRangeError, match=r"range \[250, 400\).*ends at offset 300"):
         list(read_range(options, KafkaRange(topic, 0, 250, 400, epoch=0)))
     delete_topics(kafka_bootstrap, topic)
     with pytest.raises(KafkaRangeError, match="does not exist"):
         list(read_range(options, KafkaRange(topic, 0, 0, 10, epoch=0)))
+    # Re-created with fewer records: the planned range lies past the new log's end.
+    create_topics(kafka_bootstrap, topic, 1)
+    produce(kafka_bootstrap, topic, 0, 0, 50)
+    with pytest.raises(KafkaRangeError, match=r"range \[250, 300\).*ends at offset 50"):
+        list(read_range(options, KafkaRange(topic, 0, 250, 300, epoch=0)))
 
 
 # ---------------------------------------------------------------------------------------------------------
