@@ -92,6 +92,10 @@ class WindowJoin:
         self._max_ts = max(self._max_ts or 0, int(tuples.ts.max())) if n else self._max_ts
         self.stores[stream].append(tuples)
 
+    def advance_event_time(self, max_ts: int) -> None:
+        """Raise the running max event time (restoring a window whose newest tuples have expired)."""
+        self._max_ts = max_ts if self._max_ts is None else max(self._max_ts, max_ts)
+
     def process(self, chunk: Mapping[str, Arrivals]) -> ChunkResult:
         """Join one chunk of arrivals; returns its pairs and the rows refused as late."""
         unknown = set(chunk) - set(self.spec.streams)

@@ -1,0 +1,153 @@
+"""The streaming join job: Kafka source → adapter → stateful join per slot → sinks, exactly once per batch.
+
+Wiring only: the join is `operators`, the state handling `join_state`, the sinks `connectors`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from windjoin.connectors.kafka_source import SOURCE_NAME, register_kafka_source
+from windjoin.operators.partitioning import RoutingTable
+from windjoin.operators.spec import JoinSpec
+from windjoin.pipelines.adapter import Adapter
+from windjoin.pipelines.dead_letters import write_dead_letters
+from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinProcessor
+
+log = logging.getLogger(__name__)
+
+STATE_CONF = {
+    "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
+
+
+class JobConfigError(ValueError):
+    """The spec lacks something needed to run on Kafka; the message names the key."""
+
+
+def check_runnable(spec: JoinSpec) -> None:
+    problems = [f"streams.{n}.topic: required to run on Kafka" for n, s in spec.streams.items() if not s.topic]
+    if not spec.checkpoint:
+        problems.append("checkpoint: required to run (a folder for Spark's offsets and state)")
+    if problems:
+        raise JobConfigError("\n".join(problems))
+
+
+def slot_labels(spark: SparkSession, slots: int) -> tuple[int, ...]:
+    """Grouping-key values for the slots that Spark's hash partitioner sends to distinct partitions.
+
+    Spark places a key by pmod(murmur3(key), shuffle partitions); labels 0..n-1 can collide, so each slot
+    gets the smallest label landing on partition (slot mod shuffle partitions), asked of Spark itself.
+    """
+    n = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    rows = (
+        spark.range(0, 64 * max(n, slots))
+        .select(F.col("id").cast("int").alias("label"))
+        .select("label", F.expr(f"pmod(hash(label), {n})").alias("p"))
+        .groupBy("p")
+        .agg(F.min("label").alias("label"))
+        .collect()
+    )
+    first = {r["p"]: r["label"] for r in rows}
+    return tuple(first[s % n] for s in range(slots))
+
+
+@dataclass
+class BatchOutcome:
+    """What one micro-batch did, as the sinks saw it."""
+
+    batch_id: int
+    pairs: dict[str, int] = field(default_factory=dict)
+    dead: int = 0
+    stats: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class BatchSink:
+    """foreachBatch: collect the slots' result blobs and hand them to every sink with the batch id."""
+
+    spec: JoinSpec
+    bootstrap: str
+    sinks: list[Any]
+    on_batch: Callable[[BatchOutcome], None] | None = None
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        outcome = BatchOutcome(batch_id)
+        tables: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
+        dead = []
+        for row in df.collect():
+            if row["kind"] == PAIRS:
+                tables[row["name"]].append(pa.ipc.open_stream(row["payload"]).read_all())
+            elif row["kind"] == DEAD:
+                dead.append(pa.ipc.open_stream(row["payload"]).read_all().to_pandas())
+            elif row["kind"] == STATS:
+                outcome.stats.append({"slot": row["slot"], **orjson.loads(row["payload"])})
+        results = {}
+        for task, parts in tables.items():
+            table = pa.concat_tables(parts) if parts else None
+            if table is not None:
+                table = table.append_column("batch_id", pa.array([batch_id] * len(table), pa.int64()))
+                results[task] = table
+                outcome.pairs[task] = len(table)
+        for sink in self.sinks:
+            sink.write(batch_id, results)
+        if dead and self.spec.dead_letter_topic:
+            import pandas as pd
+
+            outcome.dead = write_dead_letters(self.bootstrap, self.spec.dead_letter_topic, pd.concat(dead))
+        if self.on_batch is not None:
+            self.on_batch(outcome)
+
+
+def build_stream(spark: SparkSession, spec: JoinSpec, bootstrap: str) -> DataFrame:
+    """The joined stream: one row per (slot, kind, name) per batch, payloads as Arrow IPC."""
+    register_kafka_source(spark)
+    adapter = Adapter(spec, RoutingTable.round_robin(spec.partitions, spec.slots), slot_labels(spark, spec.slots))
+    reader = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("bootstrap.servers", bootstrap)
+        .option("topics", ",".join(s.topic for s in spec.streams.values()))
+        .option("startingOffsets", "earliest")
+    )
+    if spec.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(spec.max_offsets_per_trigger))
+    adapted = reader.load().mapInArrow(adapter, from_arrow_schema(adapter.schema))
+    return adapted.groupBy("slot").transformWithStateInPandas(
+        statefulProcessor=JoinProcessor(spec), outputStructType=OUTPUT_DDL, outputMode="Append", timeMode="None"
+    )
+
+
+def start_job(
+    spark: SparkSession,
+    spec: JoinSpec,
+    bootstrap: str,
+    sinks: list[Any],
+    available_now: bool = False,
+    on_batch: Callable[[BatchOutcome], None] | None = None,
+) -> Any:
+    """Start the streaming query; returns it (await termination or stop it)."""
+    check_runnable(spec)
+    for key, value in STATE_CONF.items():
+        spark.conf.set(key, value)
+    writer = (
+        build_stream(spark, spec, bootstrap)
+        .writeStream.foreachBatch(BatchSink(spec, bootstrap, sinks, on_batch))
+        .option("checkpointLocation", str(Path(spec.checkpoint).resolve()))
+        .queryName("windjoin")
+    )
+    writer = (
+        writer.trigger(availableNow=True)
+        if available_now
+        else writer.trigger(processingTime=f"{spec.trigger_ms} milliseconds")
+    )
+    return writer.start()
