@@ -26,9 +26,8 @@ from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinPr
 
 log = logging.getLogger(__name__)
 
-STATE_CONF = {
-    "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-}
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+STATE_CONF = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB}  # transformWithState needs RocksDB
 
 
 class JobConfigError(ValueError):
