@@ -1,0 +1,355 @@
+"""`windjoin produce` (a JSON Lines file onto a stream's topic) and `windjoin generate` (the paper's workload).
+
+Both encode events with the stream's codec (`connectors.stream_encoder`), create missing topics, produce with
+delivery checked (a failed delivery ends the run with an error), and show a tqdm bar on stderr.
+Register with: ``from windjoin.pipelines.producer_cli import generate, produce``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from windjoin.connectors import services as svc
+from windjoin.connectors.codec_errors import DecodeError
+from windjoin.connectors.jsonl_file import read_events
+from windjoin.connectors.kafka_admin import create_topics, list_topics
+from windjoin.connectors.kafka_producer import BatchProducer, DeliveryError, Record
+from windjoin.connectors.stream_encoder import (
+    OTHER_STREAM,
+    STREAM_ENTRY,
+    EventEncodeError,
+    StreamEncoder,
+    stream_encoder,
+)
+from windjoin.operators.spec import JoinSpec, SpecError, load_spec
+from windjoin.pipelines.workload_generator import (
+    CHUNK_S,
+    PAPER_BIAS,
+    PAPER_KEYS,
+    PAPER_RATE,
+    Workload,
+    WorkloadConfig,
+)
+
+BOOTSTRAP_ENV = "WINDJOIN_KAFKA_BOOTSTRAP"
+DEFAULT_TOPIC_PARTITIONS = 4
+PRODUCE_BATCH = 20_000  # records per delivery check when reading a file
+# murmur2 on the key, as Java clients partition: records of one key land in one partition whoever produces them.
+PRODUCER_CONFIG = {"partitioner": "murmur2_random", "linger.ms": 5, "compression.type": "none"}
+
+_SPEC = click.argument("spec_path", metavar="SPEC", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+_BOOTSTRAP = click.option(
+    "--bootstrap",
+    metavar="HOST:PORT",
+    envvar=BOOTSTRAP_ENV,
+    help=f"Kafka bootstrap servers (default: env {BOOTSTRAP_ENV}, else the broker of `windjoin services up`).",
+)
+_STATE_DIR = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=svc.DEFAULT_STATE_DIR,
+    show_default=True,
+    envvar="WINDJOIN_SERVICES_DIR",
+    help="Where `windjoin services up` recorded its broker (env WINDJOIN_SERVICES_DIR).",
+)
+_PARTITIONS = click.option(
+    "--topic-partitions",
+    type=click.IntRange(min=1),
+    default=DEFAULT_TOPIC_PARTITIONS,
+    show_default=True,
+    help="Partitions of a topic created because it is missing (an existing topic is left as it is).",
+)
+_PROGRESS = click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a tty).")
+
+
+def resolve_bootstrap(explicit: str | None, state_dir: Path) -> str:
+    """The broker to use: `explicit` (option or env), else the running broker recorded by `services up`."""
+    if explicit:
+        return explicit
+    kafka = [s for s in svc.status(state_dir) if s.service.name == svc.KAFKA]
+    how = (
+        f"pass --bootstrap HOST:PORT, set {BOOTSTRAP_ENV}, or start a local broker with "
+        f"`windjoin services up --state-dir {state_dir}`"
+    )
+    if not kafka:
+        raise click.UsageError(f"no Kafka broker: none is recorded in {state_dir}; {how}")
+    service, running, reachable = kafka[0]
+    if not reachable:
+        state = "is not answering" if running else "is not running"
+        raise click.UsageError(f"the broker recorded in {state_dir} ({service.url}, pid {service.pid}) {state}; {how}")
+    return service.url
+
+
+def ensure_topics(bootstrap: str, topics: Iterable[str], partitions: int) -> dict[str, tuple[int, bool]]:
+    """Create the missing topics with `partitions` partitions; per topic: (partition count, created now)."""
+    topics = list(dict.fromkeys(topics))
+    try:
+        existing = list_topics(bootstrap)
+    except Exception as err:  # KafkaException: the broker does not answer
+        raise click.ClickException(f"cannot reach the Kafka broker at {bootstrap}: {err}") from err
+    missing = [t for t in topics if t not in existing]
+    if missing:
+        create_topics(bootstrap, missing, partitions, exist_ok=True)
+    return {t: (existing[t], False) if t in existing else (partitions, True) for t in topics}
+
+
+def _load(spec_path: Path) -> JoinSpec:
+    try:
+        return load_spec(spec_path)
+    except SpecError as err:
+        raise click.ClickException(str(err)) from None
+
+
+def _encoder(spec: JoinSpec, name: str, validate_records: bool = True) -> StreamEncoder:
+    try:
+        return stream_encoder(spec, name, validate_records=validate_records)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+
+
+def _say_topics(topics: dict[str, tuple[int, bool]]) -> None:
+    for topic, (partitions, created) in topics.items():
+        click.echo(f"topic {topic}: {'created' if created else 'exists'}, {partitions} partitions", err=True)
+
+
+def _produce(producer: BatchProducer, topic: str, records: list[Record]) -> None:
+    try:
+        producer.produce_batch(topic, records)
+    except (DeliveryError, TimeoutError) as err:
+        raise click.ClickException(f"delivery failed: {err}") from err
+
+
+# ---- produce --------------------------------------------------------------------------------------------------
+
+
+@click.command("produce")
+@_SPEC
+@click.argument("stream")
+@click.argument("events", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@_BOOTSTRAP
+@_STATE_DIR
+@_PARTITIONS
+@click.option("--topic", help="Produce to this topic instead of the stream's `topic` in SPEC.")
+@_PROGRESS
+def produce(
+    spec_path: Path,
+    stream: str,
+    events: Path,
+    bootstrap: str | None,
+    state_dir: Path,
+    topic_partitions: int,
+    topic: str | None,
+    progress: bool | None,
+) -> None:
+    """Produce the events of STREAM from a JSON Lines file to the stream's Kafka topic, in SPEC's format.
+
+    One event per line, e.g. {"ts": 1700000000000, "k": 3, "x": 7}; a "stream" entry naming another stream
+    skips the line (so join-file's input files work as they are). Bad lines are reported on stderr as
+    FILE:LINE: REASON: detail and skipped; a count ends the run. Kafka key: the stream's key field as text;
+    Kafka timestamp: the event time.
+    """
+    spec = _load(spec_path)
+    encoder = _encoder(spec, stream)
+    topic = topic or encoder.topic
+    if topic is None:
+        raise click.UsageError(f"streams.{stream}.topic is not set in {spec_path}; set it or pass --topic")
+    bootstrap = resolve_bootstrap(bootstrap, state_dir)
+    _say_topics(ensure_topics(bootstrap, [topic], topic_partitions))
+
+    refused: Counter[str] = Counter()
+    other = produced = 0
+    routed = STREAM_ENTRY not in encoder.stream.fields  # a "stream" entry routes the line
+    started = time.perf_counter()
+    disable = None if progress is None else not progress
+    with (
+        BatchProducer(bootstrap, PRODUCER_CONFIG) as producer,
+        tqdm(total=events.stat().st_size, unit="B", unit_scale=True, desc=f"producing {topic}", disable=disable) as bar,
+    ):
+        batch: list[Record] = []
+        for line_no, _raw, decoded in read_events(events, bar):
+            if routed and type(decoded) is dict and decoded.get(STREAM_ENTRY, stream) != stream:
+                other += 1
+                continue
+            try:
+                if isinstance(decoded, DecodeError):
+                    raise EventEncodeError(decoded.reason, None, decoded.detail)
+                batch.append(encoder.encode(decoded))
+            except EventEncodeError as err:
+                if err.reason == OTHER_STREAM:
+                    other += 1
+                    continue
+                refused[err.reason] += 1
+                bar.clear()
+                click.echo(f"{events}:{line_no}: {err.reason}: {err.detail}", err=True)
+                continue
+            if len(batch) >= PRODUCE_BATCH:
+                _produce(producer, topic, batch)
+                produced += len(batch)
+                bar.set_postfix(events=produced, refresh=False)
+                batch = []
+        if batch:
+            _produce(producer, topic, batch)
+            produced += len(batch)
+    seconds = time.perf_counter() - started
+    rate = produced / seconds if seconds else 0.0
+    lines = [f"{produced} events of stream {stream} produced to {topic} in {seconds:.2f} s ({rate:,.0f} events/s)"]
+    if other:
+        lines.append(f"{other} lines for other streams skipped")
+    if refused:
+        detail = ", ".join(f"{reason} {n}" for reason, n in sorted(refused.items()))
+        lines.append(f"{sum(refused.values())} bad lines skipped: {detail}")
+    click.echo("\n".join(lines), err=True)
+
+
+# ---- generate -------------------------------------------------------------------------------------------------
+
+
+def _batches(workload: Workload, encoders: dict[str, StreamEncoder], target: int) -> Iterator[tuple[float, dict]]:
+    """(schedule time by which the batch is due, {stream: records}) with about `target` events per batch."""
+    pending: dict[str, list[Record]] = {name: [] for name in encoders}
+    count = 0
+    for piece in workload.slices():
+        for name, event in zip(piece.streams, piece.events, strict=True):
+            pending[name].append(encoders[name].encode(event))
+        count += len(piece.events)
+        if count >= target:
+            yield piece.end_s, pending
+            pending, count = {name: [] for name in encoders}, 0
+    if count:
+        yield workload.config.duration_s, pending
+
+
+@click.command("generate")
+@_SPEC
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=PAPER_RATE,
+    show_default=True,
+    help="Events/s per stream.",
+)
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), required=True, help="Seconds of schedule.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same events (timestamps aside).")
+@click.option(
+    "--skew",
+    type=click.FloatRange(0.5, 1.0),
+    default=PAPER_BIAS,
+    show_default=True,
+    help="b-model bias b of the join keys: 0.5 uniform, 0.7 the paper's default.",
+)
+@click.option(
+    "--keys", type=click.IntRange(min=1), default=PAPER_KEYS, show_default=True, help="Join-key values 0..KEYS-1."
+)
+@click.option("--pace/--no-pace", default=True, show_default=True, help="Real time, or as fast as possible.")
+@_BOOTSTRAP
+@_STATE_DIR
+@_PARTITIONS
+@_PROGRESS
+def generate(
+    spec_path: Path,
+    rate: float,
+    duration: float,
+    seed: int,
+    skew: float,
+    keys: int,
+    pace: bool,
+    bootstrap: str | None,
+    state_dir: Path,
+    topic_partitions: int,
+    progress: bool | None,
+) -> None:
+    """Produce the synthetic workload of Chakraborty & Singh to every stream's topic of SPEC.
+
+    Each stream: Poisson arrivals at RATE events/s; its join key (the stream's key, else its first eq field)
+    drawn from a b-model with bias SKEW over KEYS values, the same model for every stream; other fields
+    uniform (ints 1..10^4, floats [1, 10^4), 8-letter strings, fair bools). Event timestamps are the scheduled
+    arrival times from now on; with --pace (default) each event is produced at its time, with --no-pace at once.
+    """
+    spec = _load(spec_path)
+    encoders = {name: _encoder(spec, name, validate_records=False) for name in spec.streams}
+    no_topic = [name for name, e in encoders.items() if e.topic is None]
+    if no_topic:
+        raise click.UsageError(f"{spec_path}: stream(s) {no_topic} have no topic; set streams.<name>.topic")
+    bootstrap = resolve_bootstrap(bootstrap, state_dir)
+    # Created first: the idempotent producer's id is fetched in the background while the topics are set up.
+    with BatchProducer(bootstrap, PRODUCER_CONFIG) as producer:
+        _say_topics(ensure_topics(bootstrap, [e.topic for e in encoders.values()], topic_partitions))  # type: ignore[misc]
+        _generate(producer, spec, encoders, rate, duration, seed, skew, keys, pace, progress)
+
+
+def _generate(
+    producer: BatchProducer,
+    spec: JoinSpec,
+    encoders: dict[str, StreamEncoder],
+    rate: float,
+    duration: float,
+    seed: int,
+    skew: float,
+    keys: int,
+    pace: bool,
+    progress: bool | None,
+) -> None:
+    start_ms, started_wall = int(time.time() * 1000), time.perf_counter()  # schedule time 0
+    began = started_wall
+    try:
+        config = WorkloadConfig(rate=rate, duration_s=duration, seed=seed, bias=skew, n_keys=keys, start_ms=start_ms)
+        workload = Workload(spec, config)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+    skewed = {name: field or "(none)" for name, field in workload.join_attributes.items()}
+    click.echo(f"join keys (b-model b={skew}, {keys} values): {skewed}", err=True)
+
+    counts: Counter[str] = Counter()
+    lags: list[float] = []  # per batch: acknowledged this long after its last event was due
+    target = 1 if pace else PRODUCE_BATCH  # paced: every slice as soon as it is due
+    disable = None if progress is None else not progress
+    with tqdm(total=round(rate * duration * len(encoders)), unit="ev", desc="generating", disable=disable) as bar:
+        for due_s, per_stream in _batches(workload, encoders, target):
+            if pace:
+                wait = due_s - (time.perf_counter() - started_wall)
+                if wait > 0:
+                    time.sleep(wait)
+            for name, records in per_stream.items():
+                if records:
+                    _produce(producer, encoders[name].topic, records)  # type: ignore[arg-type]
+                    counts[name] += len(records)
+                    bar.update(len(records))
+            if pace:
+                lags.append(time.perf_counter() - started_wall - due_s)
+                if len(lags) == 1 and lags[0] > 0:
+                    started_wall += lags[0]  # start-up delay: pace from here (event times stay as scheduled)
+                bar.set_postfix(lag_s=f"{lags[-1]:.3f}", refresh=False)
+    seconds = time.perf_counter() - began
+    total = sum(counts.values())
+    click.echo(
+        f"{total} events in {seconds:.2f} s ({total / seconds:,.0f} events/s); "
+        + ", ".join(f"{name} -> {encoders[name].topic}: {counts[name]}" for name in encoders),
+        err=True,
+    )
+    if lags:
+        # The first batch waits for the idempotent producer's id (librdkafka retries every ~0.5 s); pacing is
+        # re-based after it, so event times then run that much behind the wall clock, and later lags are steady.
+        steady = lags[1:] or [0.0]
+        click.echo(
+            f"start-up: first batch acknowledged {max(lags[0], 0.0):.3f} s after it was due (pacing re-based); "
+            f"then acknowledged behind schedule by mean {sum(steady) / len(steady):.3f} s, max {max(steady):.3f} s "
+            f"(slices of {CHUNK_S * 1000:g} ms)",
+            err=True,
+        )
+
+
+def main() -> None:  # pragma: no cover - for `python -m windjoin.pipelines.producer_cli generate ...`
+    group = click.Group(commands=[produce, generate])
+    group(prog_name=os.path.basename(sys.argv[0]))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
