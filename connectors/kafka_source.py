@@ -26,9 +26,13 @@ timestamp in ms) ``, epoch long``. Other options: ``kafka.<librdkafka setting>``
 ``read.timeout.ms`` (default 60000) bounds how long a range read may make no progress before failing;
 ``consume.batch.size`` (default 10000) is the largest ``consume()`` call and Arrow batch.
 
-Broker quirk handled here: Tansu's ListOffsets reports the base offset of the last record batch + 1 as the
-end of a partition, which is short of the real end when the last produce request carried several records.
-Partition ends are therefore taken from a Fetch response's high watermark (see `probe_partition_bounds`).
+Broker quirks handled here (Tansu 0.6, measured): ListOffsets reports the base offset of the last record
+batch + 1 as the end of a partition, short of the real end when the last produce request carried several
+records, so partition ends are taken from a Fetch response's high watermark (`probe_partition_bounds`); a
+fetch past the end of the log returns no records and no error (Kafka says OFFSET_OUT_OF_RANGE), so a range
+read compares its position with that high watermark and fails within seconds when the log is too short.
+Consuming an assigned partition of a deleted topic crashed the process inside librdkafka, so a range read
+checks the metadata before it assigns.
 """
 
 from __future__ import annotations
@@ -570,10 +574,13 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
 
         pyspark >= 4.2 passes `start` and a read limit (``ReadMaxRows`` from `getDefaultReadLimit`, or
         ``ReadAllAvailable`` when the trigger wants everything). pyspark 4.0/4.1 call ``latestOffset()`` with
-        no arguments: then the start is the last offset this reader returned (unknown right after a restart:
-        then every known partition is taken up to its end) and no read limit applies, because Spark offers
-        no admission control to Python sources there (a warning says so once).
+        no arguments: then the start is the last offset this reader returned, and no read limit applies,
+        because Spark offers no admission control to Python sources there (a warning says so once). Right
+        after a restart that start is unknown: every partition is then taken up to its end, so a partition
+        created while the query was down is read from its end, not its beginning (4.0/4.1 only).
         """
+        # Under Trigger.AvailableNow the bounds seen when it began are the limit (partitions created since
+        # wait for a later run); otherwise the broker is asked again.
         bounds = self._target if self._target is not None else self._bounds()
         if start is None:
             if self.options.max_offsets_per_trigger is not None and not self._warned_no_limit:
@@ -589,8 +596,6 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
                 return offset
             start, limit = self._last_end, None
         positions, _ = parse_offset(start)
-        if self._target is not None:  # AvailableNow: partitions found after it began wait for a later run
-            bounds = {k: v for k, v in bounds.items() if k in self._target}
         end = plan_end(positions, bounds, getattr(limit, "max_rows", None))
         if end == positions:
             return start
