@@ -91,12 +91,16 @@ class StreamEncoder:
         routed = STREAM_ENTRY in event and STREAM_ENTRY not in self.stream.fields
         if routed and event[STREAM_ENTRY] != self.name:
             raise EventEncodeError(
-                OTHER_STREAM, STREAM_ENTRY, f"the event is for stream {event[STREAM_ENTRY]!r}, not {self.name!r}"
+                OTHER_STREAM,
+                STREAM_ENTRY,
+                f"field {STREAM_ENTRY!r}: the event is for stream {event[STREAM_ENTRY]!r}, not {self.name!r}",
             )
         try:
             row = self._schema.check(event)
         except RecordError as err:
-            raise EventEncodeError(err.reason, self._culprit(event, err), str(err)) from None
+            field = self._culprit(event, err)
+            detail = str(err) if repr(field) in str(err) else f"field {field!r}: {err}"
+            raise EventEncodeError(err.reason, field, detail) from None
         record = dict(zip(self._columns, row, strict=True))
         for name, value in event.items():
             if name in record or (routed and name == STREAM_ENTRY):
