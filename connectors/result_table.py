@@ -3,9 +3,11 @@
 A result table has one struct column per joined stream, named after the stream and in the task's `join` order,
 holding that stream's timestamp field first and then its declared fields in spec order; then `batch_id` (int64)
 and `emitted_at` (int64, epoch ms). Types: int -> int64, float -> float64, string -> string, bool -> bool, the
-timestamp -> int64. No value is ever null. The schema carries metadata naming the task and each stream's
-timestamp field, so that sinks, which do not see the spec, can compute the *result time* of a pair: the later
-(max) of its two tuples' timestamps.
+timestamp -> int64. No value is ever null (sinks refuse nulls), yet fields are declared nullable, Arrow's default,
+so that a table assembled from plain arrays has exactly this schema. The schema carries metadata naming the task
+and each stream's timestamp field, so that sinks, which do not see the spec, can compute the *result time* of a
+pair: the later (max) of its two tuples' timestamps. Build tables with `table_from_columns` (or give
+`pa.Table.from_arrays` the schema of `result_schema`) so the metadata comes along.
 """
 
 from __future__ import annotations
@@ -68,12 +70,12 @@ def result_schema(spec: JoinSpec, task_name: str) -> pa.Schema:
         if stream_name in RESERVED_COLUMNS:
             raise ValueError(f"stream {stream_name!r}: the name is reserved in results (not one of {RESERVED_COLUMNS})")
         stream = spec.streams[stream_name]
-        children = [pa.field(stream.timestamp, pa.int64(), nullable=False)]
-        children += [pa.field(name, ARROW_TYPES[ftype], nullable=False) for name, ftype in stream.fields.items()]
-        columns.append(pa.field(stream_name, pa.struct(children), nullable=False))
+        children = [pa.field(stream.timestamp, pa.int64())]
+        children += [pa.field(name, ARROW_TYPES[ftype]) for name, ftype in stream.fields.items()]
+        columns.append(pa.field(stream_name, pa.struct(children)))
         timestamps[stream_name] = stream.timestamp
-    columns.append(pa.field(BATCH_ID, pa.int64(), nullable=False))
-    columns.append(pa.field(EMITTED_AT, pa.int64(), nullable=False))
+    columns.append(pa.field(BATCH_ID, pa.int64()))
+    columns.append(pa.field(EMITTED_AT, pa.int64()))
     metadata = {META_TASK: task.name.encode(), META_TIMESTAMPS: orjson.dumps(timestamps)}
     return pa.schema(columns, metadata=metadata)
 
@@ -180,9 +182,15 @@ def check_result_table(table: pa.Table, batch_id: int, task: str | None = None) 
     for name in stream_timestamps(table.schema):
         if name not in table.column_names or not pa.types.is_struct(table.schema.field(name).type):
             raise ValueError(f"task {found!r}: result table has no struct column {name!r}")
+        column = table.column(name)
+        for child in column.type:
+            if column.null_count or pc.struct_field(column, child.name).null_count:
+                raise ValueError(f"task {found!r}: column {name}.{child.name} holds nulls; results never do")
     for name in (BATCH_ID, EMITTED_AT):
         if name not in table.column_names or table.schema.field(name).type != pa.int64():
             raise ValueError(f"task {found!r}: result table has no int64 column {name!r}")
+        if table.column(name).null_count:
+            raise ValueError(f"task {found!r}: column {name} holds nulls")
     if table.num_rows:
         span = pc.min_max(table.column(BATCH_ID))
         low, high = span["min"].as_py(), span["max"].as_py()
