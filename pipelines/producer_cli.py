@@ -97,7 +97,10 @@ def ensure_topics(bootstrap: str, topics: Iterable[str], partitions: int) -> dic
         raise click.ClickException(f"cannot reach the Kafka broker at {bootstrap}: {err}") from err
     missing = [t for t in topics if t not in existing]
     if missing:
-        create_topics(bootstrap, missing, partitions, exist_ok=True)
+        try:
+            create_topics(bootstrap, missing, partitions, exist_ok=True)
+        except Exception as err:  # KafkaException, TimeoutError: say which topics and where
+            raise click.ClickException(f"cannot create topic(s) {missing} on {bootstrap}: {err}") from err
     return {t: (existing[t], False) if t in existing else (partitions, True) for t in topics}
 
 
@@ -237,7 +240,13 @@ def _batches(workload: Workload, encoders: dict[str, StreamEncoder], target: int
     help="Events/s per stream.",
 )
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), required=True, help="Seconds of schedule.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same events (timestamps aside).")
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Same seed, same events (timestamps aside).",
+)
 @click.option(
     "--skew",
     type=click.FloatRange(0.5, 1.0),
