@@ -193,8 +193,7 @@ class _StreamSource:
     """One stream's arrivals and values, each drawn from its own random stream (so reproducible)."""
 
     def __init__(self, name: str, stream: StreamSpec, skewed: str | None, keys: BModel, config: WorkloadConfig):
-        index_seed = [config.seed, zlib_crc(name)]
-        seeds = np.random.SeedSequence(index_seed).spawn(2 + len(stream.fields))
+        seeds = np.random.SeedSequence([config.seed, _stable_id(name)]).spawn(2 + len(stream.fields))
         self.name = name
         self.stream = stream
         self.skewed = skewed
@@ -207,7 +206,7 @@ class _StreamSource:
     def columns(self, until_s: float) -> tuple[np.ndarray, dict[str, list[Any]]]:
         offsets = self.clock.until(until_s)
         n = offsets.size
-        cols: dict[str, list[Any]] = {
+        cols: dict[str, np.ndarray] = {
             self.stream.timestamp: (self.start_ms + np.floor(offsets * 1000)).astype(np.int64)
         }
         for field, ftype in self.stream.fields.items():
@@ -218,7 +217,7 @@ class _StreamSource:
         return offsets, {name: col.tolist() for name, col in cols.items()}
 
 
-def zlib_crc(text: str) -> int:
+def _stable_id(text: str) -> int:
     """A stable 32-bit number for a stream name (Python's hash() is salted per process)."""
     return zlib.crc32(text.encode("utf-8"))
 
