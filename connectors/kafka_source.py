@@ -432,7 +432,21 @@ def read_range(
         short_since: float | None = None  # when the partition was first seen ending before rng.end
         while next_offset < rng.end:
             want = min(options.consume_batch_size - len(offsets), rng.end - next_offset)
-            for msg in consumer.consume(num_messages=want, timeout=1.0):
+            msgs = consumer.consume(num_messages=want, timeout=1.0)
+            before = next_offset
+            if (
+                msgs
+                and all(m.error() is None for m in msgs)
+                and msgs[0].offset() >= next_offset
+                and msgs[-1].offset() < rng.end
+            ):  # the usual chunk: records only, all inside the range (offsets ascend within a partition)
+                offsets += [m.offset() for m in msgs]
+                keys += [m.key() for m in msgs]
+                values += [m.value() for m in msgs]
+                timestamps += [m.timestamp()[1] for m in msgs]
+                next_offset = offsets[-1] + 1
+                msgs = []
+            for msg in msgs:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -454,6 +468,7 @@ def read_range(
                 values.append(msg.value())
                 timestamps.append(msg.timestamp()[1])
                 next_offset = offset + 1
+            if next_offset > before:
                 last_progress = time.monotonic()
                 short_since = None
             if len(offsets) >= options.consume_batch_size:
