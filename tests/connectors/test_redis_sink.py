@@ -15,7 +15,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from windjoin.connectors.redis_sink import RedisSink, encode_members, meta_key, results_key
+from windjoin.connectors.redis_sink import RedisSink, decode_member, encode_members, meta_key, results_key
 from windjoin.connectors.result_table import table_from_columns, table_from_records
 from windjoin.operators.spec import parse_spec
 
@@ -243,6 +243,7 @@ def test_keys_follow_the_documented_layout(sink_factory, redis_url: str) -> None
     [(member, score)] = client.zrange(f"{sink.namespace}:{{a}}:results", 0, -1, withscores=True)
     assert score == 9
     assert orjson.loads(member) == [5, 0, 123, {"R": pairs[0]["R"], "S": pairs[0]["S"]}]
+    assert decode_member("a", member) == {"task": "a", **pairs[0], "batch_id": 5, "emitted_at": 123, "result_time": 9}
     assert client.hgetall(f"{sink.namespace}:{{a}}:meta") == {b"committed": b"5", b"max_time": b"9"}
     client.close()
 
