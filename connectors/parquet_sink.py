@@ -7,7 +7,10 @@ Commit: the file is written (and fsynced) into a hidden temporary folder beside 
 `<path>/task=<task>/.batch=<batch_id>.tmp-<random>`, which is then renamed to `batch=<batch_id>` (one atomic
 rename on a POSIX file system; the parent folder is fsynced after). A batch folder therefore exists if and only if
 the batch was committed, complete. Writing a batch id at or below the task's last committed one (the largest
-batch folder) is a no-op: a replay after a crash, or an out-of-order older batch.
+batch folder) is a no-op: a replay after a crash, or an out-of-order older batch. The last committed id is read
+from disk once per sink and task, then kept in memory; an exact replay is caught by the folder's existence even
+when another process committed it meanwhile (two concurrent writers of one query are not expected: Spark runs
+one micro-batch at a time).
 A crash before the rename leaves only a hidden temporary folder: dataset readers skip names starting with "." and
 the next write of the task removes leftovers of that batch id and below. A task with no rows in a batch still
 commits the batch, as a `part-0.parquet` with zero rows and the full schema: every committed batch folder holds
