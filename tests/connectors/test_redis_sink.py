@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from windjoin.connectors.redis_sink import RedisSink, decode_member, encode_members, meta_key, results_key
-from windjoin.connectors.result_table import table_from_columns, table_from_records
+from windjoin.connectors.result_table import result_times, table_from_columns, table_from_records
 from windjoin.operators.spec import parse_spec
 
 SPEC = parse_spec(
@@ -267,4 +267,12 @@ def test_a_batch_of_100k_rows_is_one_fast_write(sink_factory) -> None:
     elapsed = time.perf_counter() - started
     print(f"redis sink: {n} rows in {elapsed:.3f} s")
     assert sink.count("a") == n
+    times = np.sort(result_times(table))
+    # a span of 1000 pairs drawn from both ZADD chunks (the rows are in random time order)
+    t_from, t_to = int(times[1000]), int(times[1999])
+    got = sink.query("a", t_from, t_to)
+    assert [q["result_time"] for q in got] == times[(times >= t_from) & (times <= t_to)].tolist()
+    rows = {q["R"]["ts"]: q for q in got}
+    for i in np.flatnonzero(np.isin(sides["R"]["ts"], list(rows)))[:50]:
+        assert rows[int(sides["R"]["ts"][i])]["S"]["k"] == int(sides["S"]["k"][i])
     assert elapsed < 5.0  # ~0.3-0.7 s measured on 2 busy cores; this only catches a per-row round trip
