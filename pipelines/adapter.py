@@ -16,12 +16,12 @@ import pyarrow as pa
 
 from windjoin.connectors.codec import Codec
 from windjoin.connectors.codec_errors import DecodeError
+from windjoin.connectors.result_table import ARROW_TYPES
 from windjoin.connectors.stream_codecs import stream_codecs
 from windjoin.operators.partitioning import RoutingTable, partition_of
 from windjoin.operators.schema import RecordError, StreamSchema
 from windjoin.operators.spec import JoinSpec
 
-ARROW_TYPES = {"int": pa.int64(), "float": pa.float64(), "string": pa.string(), "bool": pa.bool_()}
 UNKNOWN_TOPIC = "unknown_topic"
 
 

@@ -11,6 +11,8 @@ import yaml
 
 from windjoin.operators.spec import SpecError, load_spec
 from windjoin.pipelines.join_file import DEFAULT_CHUNK, JoinFileReport, Refusal, join_file
+from windjoin.pipelines.producer_cli import generate, produce
+from windjoin.pipelines.run_cli import run
 from windjoin.pipelines.services_cli import services
 from windjoin.pipelines.workloads import BAND_SPEC, band_events
 
@@ -20,7 +22,8 @@ def cli() -> None:
     """windjoin: distributed sliding-window stream joins."""
 
 
-cli.add_command(services)
+for command in (services, produce, generate, run):
+    cli.add_command(command)
 
 
 @cli.command("join-file")

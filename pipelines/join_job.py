@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -18,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from windjoin.connectors.kafka_source import SOURCE_NAME, register_kafka_source
+from windjoin.connectors.result_table import BATCH_ID, result_schema
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.adapter import Adapter
@@ -93,11 +95,14 @@ class BatchSink:
                 outcome.stats.append({"slot": row["slot"], **orjson.loads(row["payload"])})
         results = {}
         for task, parts in tables.items():
-            table = pa.concat_tables(parts) if parts else None
-            if table is not None:
-                table = table.append_column("batch_id", pa.array([batch_id] * len(table), pa.int64()))
-                results[task] = table
-                outcome.pairs[task] = len(table)
+            schema = result_schema(self.spec, task)
+            if not parts:  # still handed over, so every sink records the batch as committed for the task
+                results[task] = schema.empty_table()
+                continue
+            table = pa.concat_tables(parts)
+            table = table.append_column(BATCH_ID, pa.array(np.full(len(table), batch_id), pa.int64()))
+            results[task] = table.select(schema.names).cast(schema)
+            outcome.pairs[task] = len(table)
         for sink in self.sinks:
             sink.write(batch_id, results)
         if dead and self.spec.dead_letter_topic:

@@ -23,10 +23,11 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
+from windjoin.connectors.result_table import ARROW_TYPES
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import Pairs, WindowJoin
 from windjoin.operators.spec import CountWindow, JoinSpec
-from windjoin.pipelines.adapter import ARROW_TYPES, field_column
+from windjoin.pipelines.adapter import field_column
 
 OUTPUT_DDL = "slot int, kind string, name string, payload binary"
 PAIRS, DEAD, STATS = "pairs", "dead", "stats"
