@@ -57,12 +57,33 @@ def join_file_command(
 
 
 @cli.command("demo")
-@click.option("--events", "n_events", type=click.IntRange(min=2), default=40_000, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=1), default=2000, show_default=True, help="Events/s per stream.")
+@click.option("--duration", type=click.FloatRange(min=1), default=60, show_default=True, help="Seconds of load.")
+@click.option("--keys", type=click.IntRange(min=1), default=5000, show_default=True, help="Join-key values.")
 @click.option(
     "--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out/demo"), show_default=True
 )
-def demo(n_events: int, out_dir: Path) -> None:
-    """Band join of the SplitJoin benchmark workload on generated events (no services needed)."""
+@click.option("--offline", is_flag=True, help="No services or Spark: join-file over generated band-join events.")
+@click.option(
+    "--events",
+    "n_events",
+    type=click.IntRange(min=2),
+    default=40_000,
+    show_default=True,
+    help="With --offline: how many events.",
+)
+def demo(rate: float, duration: float, keys: int, out_dir: Path, offline: bool, n_events: int) -> None:
+    """Run windjoin on this machine: local broker and Redis, generated load, the streaming Spark join."""
+    if offline:
+        _offline_demo(n_events, out_dir)
+        return
+    from windjoin.pipelines.demo import run_demo
+
+    run_demo(out_dir, rate, duration, keys)
+
+
+def _offline_demo(n_events: int, out_dir: Path) -> None:
+    """Band join of the SplitJoin benchmark workload on generated events, through join-file."""
     out_dir.mkdir(parents=True, exist_ok=True)
     spec_path, events_path = out_dir / "spec.yaml", out_dir / "events.jsonl"
     spec_path.write_text(yaml.safe_dump(BAND_SPEC, sort_keys=False))

@@ -6,6 +6,7 @@ Wiring only: the join is `operators`, the state handling `join_state`, the sinks
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from windjoin.connectors.kafka_source import SOURCE_NAME, register_kafka_source
-from windjoin.connectors.result_table import BATCH_ID, result_schema
+from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, result_schema, result_times
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.adapter import Adapter
@@ -71,6 +72,18 @@ class BatchOutcome:
     pairs: dict[str, int] = field(default_factory=dict)
     dead: int = 0
     stats: list[dict] = field(default_factory=list)
+    # Production delay of the batch's pairs: emission minus the later tuple's event time (ms). With event time
+    # stamped at arrival (as the generator does) this is the paper's production delay.
+    delays_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    finished_at: float = 0.0  # wall clock, seconds
+
+    @property
+    def records(self) -> int:
+        return sum(s["rows"] for s in self.stats)
+
+    @property
+    def window_tuples(self) -> int:
+        return sum(s["window_tuples"] for s in self.stats)
 
 
 @dataclass
@@ -93,7 +106,7 @@ class BatchSink:
                 dead.append(pa.ipc.open_stream(row["payload"]).read_all().to_pandas())
             elif row["kind"] == STATS:
                 outcome.stats.append({"slot": row["slot"], **orjson.loads(row["payload"])})
-        results = {}
+        results, delays = {}, []
         for task, parts in tables.items():
             schema = result_schema(self.spec, task)
             if not parts:  # still handed over, so every sink records the batch as committed for the task
@@ -103,12 +116,16 @@ class BatchSink:
             table = table.append_column(BATCH_ID, pa.array(np.full(len(table), batch_id), pa.int64()))
             results[task] = table.select(schema.names).cast(schema)
             outcome.pairs[task] = len(table)
+            delays.append(table.column(EMITTED_AT).to_numpy() - result_times(results[task]))
         for sink in self.sinks:
             sink.write(batch_id, results)
         if dead and self.spec.dead_letter_topic:
             import pandas as pd
 
             outcome.dead = write_dead_letters(self.bootstrap, self.spec.dead_letter_topic, pd.concat(dead))
+        if delays:
+            outcome.delays_ms = np.concatenate(delays)
+        outcome.finished_at = time.time()
         if self.on_batch is not None:
             self.on_batch(outcome)
 

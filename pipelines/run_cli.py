@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec
 from windjoin.pipelines.join_job import STATE_CONF, BatchOutcome, JobConfigError, check_runnable, start_job
@@ -25,15 +26,26 @@ def build_sinks(spec: JoinSpec) -> list[Any]:
     return sinks
 
 
-def describe(outcome: BatchOutcome) -> str:
-    rows = sum(s["rows"] for s in outcome.stats)
-    pairs = ", ".join(f"{task} {n:,}" for task, n in sorted(outcome.pairs.items())) or "none"
-    slowest = max((s["seconds"] for s in outcome.stats), default=0.0)
-    window = sum(s["window_tuples"] for s in outcome.stats)
-    return (
-        f"batch {outcome.batch_id}: {rows:,} records, pairs {pairs}, dead letters {outcome.dead}, "
-        f"slowest slot {slowest:.2f} s, window {window:,} tuples"
-    )
+class Progress:
+    """One line per batch: input and output rates since the previous batch, production delay, window size."""
+
+    def __init__(self) -> None:
+        self.previous: float | None = None
+
+    def line(self, outcome: BatchOutcome) -> str:
+        elapsed = outcome.finished_at - self.previous if self.previous else None
+        self.previous = outcome.finished_at
+        pairs = sum(outcome.pairs.values())
+        rates = f" ({outcome.records / elapsed:,.0f} in/s, {pairs / elapsed:,.0f} out/s)" if elapsed else ""
+        delay = ""
+        if len(outcome.delays_ms):
+            p50, p99 = np.percentile(outcome.delays_ms, [50, 99])
+            delay = f", delay p50 {p50 / 1000:.2f} s p99 {p99 / 1000:.2f} s"
+        slowest = max((s["seconds"] for s in outcome.stats), default=0.0)
+        return (
+            f"batch {outcome.batch_id}: {outcome.records:,} records, {pairs:,} pairs{rates}{delay}, "
+            f"dead letters {outcome.dead}, window {outcome.window_tuples:,} tuples, slowest slot {slowest:.2f} s"
+        )
 
 
 @click.command("run")
@@ -53,8 +65,9 @@ def run(spec_path: Path, available_now: bool, bootstrap: str | None, state_dir: 
 
     spark = build_local_spark(app_name="windjoin-join", conf=STATE_CONF)
     sinks = build_sinks(spec)
+    progress = Progress()
     query = start_job(
-        spark, spec, bootstrap, sinks, available_now, on_batch=lambda o: click.echo(describe(o), err=True)
+        spark, spec, bootstrap, sinks, available_now, on_batch=lambda o: click.echo(progress.line(o), err=True)
     )
     click.echo(f"windjoin: joining {', '.join(s.topic for s in spec.streams.values())} from {bootstrap}", err=True)
     try:

@@ -114,8 +114,18 @@ def test_spec_errors_exit_nonzero_naming_the_key(tmp_path):
     assert "window.size_ms" in proc.stderr and "greater than 0" in proc.stderr
 
 
-def test_demo_runs_and_writes_results(tmp_path):
-    cmd = [sys.executable, "-m", "windjoin.pipelines", "demo", "--events", "4000", "--out-dir", str(tmp_path)]
+def test_offline_demo_runs_and_writes_results(tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "windjoin.pipelines",
+        "demo",
+        "--offline",
+        "--events",
+        "4000",
+        "--out-dir",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     results = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
