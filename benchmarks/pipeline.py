@@ -1,0 +1,857 @@
+"""Pipeline benchmark: windjoin's streaming job vs Spark's built-in stream-stream join, same topics, same run.
+
+Workload: two JSON streams R(ts, k, x) and S(ts, k, a) on Kafka topics (embedded Tansu broker, 4 partitions
+each), Poisson arrivals at equal rates, join key k uniform over KEYS values (b-model bias 0.5, `windjoin
+generate`), equi-join R.k = S.k with the time window |R.ts - S.ts| <= W (10 s), allowed lateness / watermark
+delay 2 s. Both systems read the same topics through the same `windjoin_kafka` source in one local[2]
+SparkSession:
+
+* windjoin: `pipelines.join_job.start_job` (adapter, transformWithStateInPandas per slot, RocksDB), to an
+  in-process sink that counts pairs and their delays;
+* built-in: two `readStream`s (one per topic), `from_json`, `withWatermark` on the event-time column, join on
+  `r.k = s.k AND r.et BETWEEN s.et - W AND s.et + W` (Spark's default state store), foreachBatch to a count
+  sink (pairs grouped by result time, collected).
+
+Sustained throughput (input rows/s): the topics are first prefilled with N events whose event times are spaced
+as a paced stream of RATE events/s would be (so windows hold RATE x W tuples, as when running live at that
+rate); each system then reads them from the beginning with a fixed `maxOffsetsPerTrigger` and a zero trigger
+interval (batches back to back). The rate is input rows over wall time of the batches after a warm-up of
+at least RATE x (W + lateness) rows (the first full window of state, plus JIT and worker start-up), from
+Spark's progress reports. A prefill is used rather than a paced rate ramp because it measures the processing
+capacity directly in one pass, independent of the generator's own speed on the same 2 cores, and every system
+sees exactly the same records; the paced run below checks that the rate is really sustainable live.
+
+Production delay: fresh topics, the query started first, then `windjoin generate --pace` produces at 80% of
+windjoin's sustained rate for T seconds (event time = scheduled wall time, so delay = emission - max(R.ts, S.ts)).
+windjoin's pairs carry `emitted_at` (stamped in the stateful operator); both systems also get the time the
+foreachBatch sink holds the pairs (built-in: after the batch's action returns), which is the comparable
+figure. Pairs whose result time falls in the first `--paced-warmup` seconds are left out. The built-in join is
+run paced at the same rate and, for reference, at 80% of its own sustained rate.
+
+Profile: per batch, Spark's durationMs (planning, latestOffset, addBatch, commits), windjoin's per-slot
+handler time (stats), the sink's time; plus the adapter's decode rate measured alone in this process.
+
+    python -m benchmarks.pipeline [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import yaml
+
+from benchmarks.machine import machine_facts
+
+RESULTS = Path(__file__).parent / "results" / "pipeline.json"
+MAX_DELAY_MS = 600_000  # delay histogram range (1 ms bins); larger delays land in the last bin
+DEFAULT_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+
+
+@dataclass
+class Params:
+    window_s: float = 10.0
+    keys: int = 5000
+    lateness_ms: int = 2000
+    topic_partitions: int = 4
+    join_partitions: int = 64
+    slots: int = 2
+    prefill_rate: float = 40_000.0  # event-time density of the prefill, events/s over both streams
+    prefill_events: int = 1_600_000
+    max_offsets: int = 200_000  # windjoin's maxOffsetsPerTrigger (both topics)
+    builtin_max_offsets: int = 50_000  # built-in join, both topics together (half per readStream)
+    builtin_rows: int = 600_000  # the built-in join stops after this many input rows (it is slow)
+    builtin_seconds: float = 240.0  # ... or after this long
+    paced_seconds: float = 60.0
+    paced_warmup_s: float = 15.0
+    paced_builtin_own: bool = True  # also run the built-in join paced at 80% of its own sustained rate
+    rate_fraction: float = 0.8
+    stage_batches: int = 4  # batches of the source-only and source+adapter profile queries
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Delays
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DelayHistogram:
+    """Counts of delays at 1 ms resolution (negative delays counted as 0, see `negative`)."""
+
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(MAX_DELAY_MS + 1, dtype=np.int64))
+    negative: int = 0
+
+    def add(self, delays_ms: np.ndarray, weights: np.ndarray | None = None) -> None:
+        if not len(delays_ms):
+            return
+        delays_ms = np.asarray(delays_ms, dtype=np.int64)
+        neg = delays_ms < 0
+        self.negative += int(weights[neg].sum() if weights is not None else neg.sum())
+        clipped = np.clip(delays_ms, 0, MAX_DELAY_MS)
+        self.counts += np.bincount(clipped, weights=weights, minlength=MAX_DELAY_MS + 1).astype(np.int64)
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    def quantile(self, q: float) -> float | None:
+        total = self.total
+        if not total:
+            return None
+        return float(np.searchsorted(np.cumsum(self.counts), q * total, side="left"))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "pairs": self.total,
+            "p50_ms": self.quantile(0.5),
+            "p99_ms": self.quantile(0.99),
+            "max_ms": float(np.flatnonzero(self.counts)[-1]) if self.total else None,
+            "negative": self.negative,
+        }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sinks
+# ---------------------------------------------------------------------------------------------------------
+
+
+class WindjoinSink:
+    """A windjoin sink (`write(batch_id, results)`): counts pairs and their delays; keeps nothing else."""
+
+    def __init__(self, since_ms: int = 0) -> None:
+        self.since_ms = since_ms  # pairs with an earlier result time are not counted in the delays
+        self.emitted = DelayHistogram()  # emitted_at (stamped in the operator) - result time
+        self.received = DelayHistogram()  # when this sink held them - result time
+        self.pairs = 0
+        self.batches: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def write(self, batch_id: int, results: dict[str, pa.Table]) -> None:
+        started = time.perf_counter()
+        now_ms = int(time.time() * 1000)
+        pairs = 0
+        for table in results.values():
+            if not len(table):
+                continue
+            pairs += len(table)
+            r_ts = pc.struct_field(table.column("R"), "ts")
+            s_ts = pc.struct_field(table.column("S"), "ts")
+            result_ms = pc.max_element_wise(r_ts, s_ts).to_numpy()
+            emitted = table.column("emitted_at").to_numpy()
+            keep = result_ms >= self.since_ms
+            self.emitted.add((emitted - result_ms)[keep])
+            self.received.add((now_ms - result_ms)[keep])
+        with self.lock:
+            self.pairs += pairs
+            self.batches.append(
+                {"batch_id": batch_id, "pairs": pairs, "sink_s": time.perf_counter() - started, "at_ms": now_ms}
+            )
+
+
+class BuiltinSink:
+    """foreachBatch of the built-in join: pairs grouped by result time (ms), collected, delays counted."""
+
+    def __init__(self, since_ms: int = 0) -> None:
+        self.since_ms = since_ms
+        self.received = DelayHistogram()
+        self.pairs = 0
+        self.batches: list[dict[str, Any]] = []
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        started = time.perf_counter()
+        rows = df.groupBy("t").count().collect()
+        now_ms = int(time.time() * 1000)
+        t = np.array([r["t"] for r in rows], dtype=np.int64)
+        n = np.array([r["count"] for r in rows], dtype=np.int64)
+        keep = t >= self.since_ms
+        self.received.add(now_ms - t[keep], n[keep])
+        pairs = int(n.sum())
+        self.pairs += pairs
+        self.batches.append(
+            {"batch_id": batch_id, "pairs": pairs, "action_s": time.perf_counter() - started, "at_ms": now_ms}
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Workload: spec, topics, generator
+# ---------------------------------------------------------------------------------------------------------
+
+
+def spec_dict(params: Params, topics: tuple[str, str], checkpoint: Path, max_offsets: int | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "window": {"kind": "time", "size_ms": int(params.window_s * 1000)},
+        "allowed_lateness_ms": params.lateness_ms,
+        "streams": {
+            "R": {"fields": {"k": "int", "x": "int"}, "topic": topics[0], "key": "k"},
+            "S": {"fields": {"k": "int", "a": "int"}, "topic": topics[1], "key": "k"},
+        },
+        "tasks": [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+        "partitions": params.join_partitions,
+        "slots": params.slots,
+        "trigger_ms": 0,
+        "checkpoint": str(checkpoint),
+    }
+    if max_offsets:
+        spec["max_offsets_per_trigger"] = max_offsets
+    return spec
+
+
+def new_topics(label: str) -> tuple[str, str]:
+    tag = uuid.uuid4().hex[:8]
+    return (f"bench-{label}-r-{tag}", f"bench-{label}-s-{tag}")
+
+
+def generate_cmd(spec_path: Path, bootstrap: str, params: Params, rate: float, seconds: float, pace: bool) -> list[str]:
+    """`windjoin generate`: `rate` events/s over both streams (half each), uniform keys."""
+    return [
+        sys.executable,
+        "-m",
+        "windjoin.pipelines.producer_cli",
+        "generate",
+        str(spec_path),
+        "--rate",
+        f"{rate / 2:.3f}",
+        "--duration",
+        f"{seconds:.3f}",
+        "--keys",
+        str(params.keys),
+        "--skew",
+        "0.5",
+        "--pace" if pace else "--no-pace",
+        "--bootstrap",
+        bootstrap,
+        "--topic-partitions",
+        str(params.topic_partitions),
+        "--no-progress",
+    ]
+
+
+def run_generator(cmd: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Terminate a process we started, by its PID, and reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def topic_rows(bootstrap: str, topics: tuple[str, ...]) -> int:
+    """Records held by `topics` (the end taken from a Fetch response: Tansu's ListOffsets under-reports)."""
+    from confluent_kafka import Consumer
+
+    from windjoin.connectors.kafka_source import KafkaSourceOptions, list_partitions, probe_partition_bounds
+
+    options = KafkaSourceOptions(bootstrap_servers=bootstrap, topics=topics)
+    consumer = Consumer(options.consumer_config(**{"fetch.wait.max.ms": 10}))
+    try:
+        bounds = probe_partition_bounds(consumer, list_partitions(consumer, topics, 10.0), 10.0)
+    finally:
+        consumer.close()
+    return sum(high - low for low, high in bounds.values())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The two queries
+# ---------------------------------------------------------------------------------------------------------
+
+
+def start_windjoin(spark: Any, spec: dict[str, Any], bootstrap: str, sink: WindjoinSink, outcomes: list) -> Any:
+    from windjoin.operators.spec import parse_spec
+    from windjoin.pipelines.join_job import start_job
+
+    return start_job(spark, parse_spec(spec), bootstrap, [sink], on_batch=outcomes.append)
+
+
+def start_builtin(
+    spark: Any, params: Params, topics: tuple[str, str], bootstrap: str, sink: BuiltinSink, checkpoint: Path, mopt: int
+) -> Any:
+    from pyspark.sql import functions as F
+
+    from windjoin.connectors.kafka_source import SOURCE_NAME, register_kafka_source
+
+    register_kafka_source(spark)
+    spark.conf.unset(DEFAULT_PROVIDER)  # Spark's default state store for its own join
+    delay = f"{params.lateness_ms} milliseconds"
+
+    def side(topic: str, name: str, field_name: str) -> Any:
+        raw = (
+            spark.readStream.format(SOURCE_NAME)
+            .option("bootstrap.servers", bootstrap)
+            .option("topics", topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(max(1, mopt // 2)))
+            .load()
+        )
+        parsed = raw.select(
+            F.from_json(F.col("value").cast("string"), f"ts long, k long, {field_name} long").alias("v")
+        )
+        return (
+            parsed.select(
+                F.col("v.ts").alias(f"{name}_ts"),
+                F.col("v.k").alias(f"{name}_k"),
+                F.col(f"v.{field_name}").alias(f"{name}_{field_name}"),
+                F.timestamp_millis(F.col("v.ts")).alias(f"{name}_et"),
+            )
+            .withWatermark(f"{name}_et", delay)
+            .alias(name)
+        )
+
+    r, s = side(topics[0], "r", "x"), side(topics[1], "s", "a")
+    window = f"interval {int(params.window_s * 1000)} milliseconds"
+    joined = r.join(s, F.expr(f"r_k = s_k AND r_et BETWEEN s_et - {window} AND s_et + {window}"), "inner").select(
+        F.greatest("r_ts", "s_ts").alias("t")
+    )
+    return (
+        joined.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .queryName(f"builtin-{uuid.uuid4().hex[:6]}")
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+
+
+def progress_rows(query: Any) -> list[dict[str, Any]]:
+    return [json.loads(p.json) if hasattr(p, "json") else p for p in query.recentProgress]
+
+
+def processed_rows(query: Any) -> int:
+    return sum(int(p["numInputRows"]) for p in progress_rows(query))
+
+
+def wait_rows(query: Any, rows: int, timeout_s: float, poll_s: float = 1.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise RuntimeError(f"query {query.name} failed: {query.exception()}")
+        if processed_rows(query) >= rows:
+            return True
+        time.sleep(poll_s)
+    return False
+
+
+def sustained(progress: list[dict[str, Any]], warmup_rows: int) -> dict[str, Any]:
+    """Input rows/s over the batches after `warmup_rows` (and at least the first batch) were processed."""
+    batches = [p for p in progress if int(p["numInputRows"]) > 0]
+    done, first = 0, None
+    for i, p in enumerate(batches):
+        if done >= warmup_rows and i >= 1:
+            first = i
+            break
+        done += int(p["numInputRows"])
+    if first is None or first >= len(batches):
+        return {"rows_per_s": None, "batches": 0, "rows": 0, "seconds": 0.0, "warmup_rows": done}
+    steady = batches[first:]
+    rows = sum(int(p["numInputRows"]) for p in steady)
+    seconds = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
+    return {
+        "rows_per_s": rows / seconds,
+        "batches": len(steady),
+        "rows": rows,
+        "seconds": seconds,
+        "warmup_rows": done,
+        "duration_ms_mean": {
+            k: float(np.mean([p["durationMs"].get(k, 0) for p in steady]))
+            for k in (
+                "triggerExecution",
+                "addBatch",
+                "queryPlanning",
+                "latestOffset",
+                "getBatch",
+                "walCommit",
+                "commitOffsets",
+            )
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Phases
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Bench:
+    """One benchmark run: the broker, the SparkSession, a work folder, and the phases."""
+
+    def __init__(self, params: Params, workdir: Path, bootstrap: str, spark: Any) -> None:
+        self.params = params
+        self.workdir = workdir
+        self.bootstrap = bootstrap
+        self.spark = spark
+        self.log = workdir / "generator.log"
+
+    def _spec_file(self, topics: tuple[str, str], label: str, max_offsets: int | None) -> tuple[dict, Path]:
+        checkpoint = self.workdir / f"ckpt-{label}-{uuid.uuid4().hex[:6]}"
+        spec = spec_dict(self.params, topics, checkpoint, max_offsets)
+        path = self.workdir / f"spec-{label}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        return spec, path
+
+    def prefill(self) -> dict[str, Any]:
+        p = self.params
+        self.prefill_topics = new_topics("prefill")
+        _, path = self._spec_file(self.prefill_topics, "prefill", None)
+        seconds = p.prefill_events / p.prefill_rate
+        started = time.perf_counter()
+        proc = run_generator(generate_cmd(path, self.bootstrap, p, p.prefill_rate, seconds, pace=False), self.log)
+        if proc.wait() != 0:
+            raise RuntimeError(f"prefill generator failed, see {self.log}")
+        rows = topic_rows(self.bootstrap, self.prefill_topics)
+        return {"events": rows, "event_time_rate": p.prefill_rate, "seconds": time.perf_counter() - started}
+
+    def warmup_rows(self) -> int:
+        p = self.params
+        return int(p.prefill_rate * (p.window_s + p.lateness_ms / 1000))
+
+    def windjoin_throughput(self, total: int) -> dict[str, Any]:
+        spec, _ = self._spec_file(self.prefill_topics, "wj-thr", self.params.max_offsets)
+        sink, outcomes = WindjoinSink(), []
+        started = time.perf_counter()
+        query = start_windjoin(self.spark, spec, self.bootstrap, sink, outcomes)
+        try:
+            wait_rows(query, total, timeout_s=600)
+        finally:
+            query.stop()
+        progress = progress_rows(query)
+        result = sustained(progress, self.warmup_rows())
+        result.update(
+            pairs=sink.pairs,
+            wall_s=time.perf_counter() - started,
+            max_offsets_per_trigger=self.params.max_offsets,
+            profile=windjoin_profile(progress, outcomes, sink, self.warmup_rows()),
+        )
+        return result
+
+    def stage_rates(self, total: int) -> dict[str, Any]:
+        """Rows/s of windjoin's leading stages alone, same topics and batch size: the Kafka source, then the
+        source plus the adapter (mapInArrow), each to a count sink; the first batch is left out."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from windjoin.connectors.kafka_source import SOURCE_NAME, register_kafka_source
+        from windjoin.operators.partitioning import RoutingTable
+        from windjoin.operators.spec import parse_spec
+        from windjoin.pipelines.adapter import Adapter
+        from windjoin.pipelines.join_job import slot_labels
+
+        p = self.params
+        register_kafka_source(self.spark)
+        spec = parse_spec(spec_dict(p, self.prefill_topics, self.workdir / "unused", p.max_offsets))
+        rows = min(total, p.max_offsets * p.stage_batches)
+        out = {}
+        for label in ("source", "source_adapter"):
+            df = (
+                self.spark.readStream.format(SOURCE_NAME)
+                .option("bootstrap.servers", self.bootstrap)
+                .option("topics", ",".join(self.prefill_topics))
+                .option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", str(p.max_offsets))
+                .load()
+            )
+            if label == "source_adapter":
+                adapter = Adapter(
+                    spec, RoutingTable.round_robin(spec.partitions, spec.slots), slot_labels(self.spark, 2)
+                )
+                df = df.mapInArrow(adapter, from_arrow_schema(adapter.schema))
+            query = (
+                df.writeStream.foreachBatch(lambda batch, _id: batch.count())
+                .option("checkpointLocation", str(self.workdir / f"ckpt-{label}-{uuid.uuid4().hex[:6]}"))
+                .trigger(processingTime="0 seconds")
+                .start()
+            )
+            try:
+                wait_rows(query, rows, timeout_s=300)
+            finally:
+                query.stop()
+            out[label] = sustained(progress_rows(query), 1)
+        return out
+
+    def builtin_throughput(self, total: int) -> dict[str, Any]:
+        p = self.params
+        sink = BuiltinSink()
+        checkpoint = self.workdir / f"ckpt-bi-thr-{uuid.uuid4().hex[:6]}"
+        started = time.perf_counter()
+        query = start_builtin(
+            self.spark, p, self.prefill_topics, self.bootstrap, sink, checkpoint, p.builtin_max_offsets
+        )
+        try:
+            wait_rows(query, min(total, p.builtin_rows), timeout_s=p.builtin_seconds)
+        finally:
+            query.stop()
+        progress = progress_rows(query)
+        result = sustained(progress, self.warmup_rows())
+        result.update(
+            pairs=sink.pairs,
+            wall_s=time.perf_counter() - started,
+            max_offsets_per_trigger=p.builtin_max_offsets,
+            rows_read=sum(int(x["numInputRows"]) for x in progress),
+            state=[x.get("stateOperators", []) for x in progress[-1:]],
+        )
+        return result
+
+    def paced(self, system: str, rate: float) -> dict[str, Any]:
+        """Produce at `rate` events/s (both streams) for `paced_seconds`, paced; delays of the pairs."""
+        from windjoin.connectors.kafka_admin import create_topics
+
+        p = self.params
+        topics = new_topics(f"paced-{system}")
+        create_topics(self.bootstrap, list(topics), p.topic_partitions)
+        spec, path = self._spec_file(topics, f"paced-{system}", p.max_offsets)
+        outcomes: list = []
+        if system == "windjoin":
+            sink: Any = WindjoinSink(since_ms=2**62)
+            query = start_windjoin(self.spark, spec, self.bootstrap, sink, outcomes)
+        else:
+            sink = BuiltinSink(since_ms=2**62)
+            checkpoint = self.workdir / f"ckpt-paced-bi-{uuid.uuid4().hex[:6]}"
+            query = start_builtin(self.spark, p, topics, self.bootstrap, sink, checkpoint, p.max_offsets)
+        proc = None
+        try:
+            deadline = time.monotonic() + 60
+            while query.lastProgress is None and time.monotonic() < deadline:  # source planned, first trigger done
+                time.sleep(0.2)
+            gen_log = self.workdir / f"generator-paced-{system}-{uuid.uuid4().hex[:4]}.log"
+            sink.since_ms = int(time.time() * 1000 + p.paced_warmup_s * 1000)
+            gen_started = time.perf_counter()
+            proc = run_generator(generate_cmd(path, self.bootstrap, p, rate, p.paced_seconds, pace=True), gen_log)
+            proc.wait(timeout=p.paced_seconds + 120)
+            gen_wall = time.perf_counter() - gen_started
+            produced = topic_rows(self.bootstrap, topics)
+            drained = wait_rows(query, produced, timeout_s=30)
+            backlog = produced - processed_rows(query)
+        finally:
+            if proc is not None:
+                stop_process(proc)
+            query.stop()
+        startup_lag_s, gen_lag = generator_lags(gen_log)
+        correction = int(round(startup_lag_s * 1000))
+        progress = progress_rows(query)
+        busy = [x for x in progress if int(x["numInputRows"]) > 0]
+        result: dict[str, Any] = {
+            "rate": rate,
+            "seconds": p.paced_seconds,
+            "produced": produced,
+            "generator_wall_s": gen_wall,
+            "generator_startup_lag_s": startup_lag_s,
+            "generator_lag": gen_lag,
+            "kept_up": drained,
+            "backlog_rows_at_end": backlog,
+            "pairs": sink.pairs,
+            "batches": len(busy),
+            "batch_seconds_mean": float(np.mean([x["durationMs"]["triggerExecution"] for x in busy]) / 1000)
+            if busy
+            else None,
+            "batch_rows_mean": float(np.mean([int(x["numInputRows"]) for x in busy])) if busy else None,
+        }
+        # Arrival = event time + the generator's start-up lag (pacing re-based after its first batch).
+        for name, hist in (("sink", sink.received), ("emitted", getattr(sink, "emitted", None))):
+            if hist is None:
+                continue
+            shifted = DelayHistogram()
+            shifted.counts[: MAX_DELAY_MS + 1 - correction] = hist.counts[correction:]
+            shifted.counts[0] += hist.counts[:correction].sum()
+            result[f"delay_{name}"] = shifted.summary()
+        if system == "windjoin":
+            result["profile"] = windjoin_profile(progress, outcomes, sink, 0)
+        return result
+
+
+def generator_lags(log: Path) -> tuple[float, dict[str, float]]:
+    """The generator's start-up lag (s) and its steady lag behind schedule, parsed from its report."""
+    import re
+
+    text = log.read_text() if log.exists() else ""
+    first = re.search(r"first batch acknowledged ([\d.]+) s after it was due", text)
+    steady = re.search(r"behind schedule by mean ([\d.-]+) s, max ([\d.-]+) s", text)
+    lags = {"mean_s": float(steady.group(1)), "max_s": float(steady.group(2))} if steady else {}
+    return (float(first.group(1)) if first else 0.0), lags
+
+
+def windjoin_profile(progress: list[dict], outcomes: list, sink: WindjoinSink, warmup_rows: int) -> dict[str, Any]:
+    """Where a windjoin batch's time goes, averaged over the batches after the warm-up (seconds)."""
+    by_id = {o.batch_id: o for o in outcomes}
+    sink_s = {b["batch_id"]: b["sink_s"] for b in sink.batches}
+    rows: list[dict[str, float]] = []
+    done = 0
+    for p in progress:
+        n = int(p["numInputRows"])
+        if n == 0:
+            continue
+        done += n
+        if done - n < warmup_rows:
+            continue
+        outcome = by_id.get(int(p["batchId"]))
+        slots = [s["seconds"] for s in outcome.stats] if outcome else []
+        d = p["durationMs"]
+        rows.append(
+            {
+                "rows": n,
+                "trigger_s": d["triggerExecution"] / 1000,
+                "add_batch_s": d.get("addBatch", 0) / 1000,
+                "planning_s": d.get("queryPlanning", 0) / 1000,
+                "latest_offset_s": d.get("latestOffset", 0) / 1000,
+                "commits_s": (d.get("walCommit", 0) + d.get("commitOffsets", 0)) / 1000,
+                "slot_handler_max_s": max(slots, default=0.0),
+                "slot_handler_sum_s": sum(slots),
+                "sink_s": sink_s.get(int(p["batchId"]), 0.0),
+            }
+        )
+    if not rows:
+        return {}
+    mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+    mean["other_in_add_batch_s"] = mean["add_batch_s"] - mean["slot_handler_max_s"] - mean["sink_s"]
+    mean["batches"] = len(rows)
+    return mean
+
+
+def adapter_rate(params: Params, n: int = 100_000) -> dict[str, float]:
+    """The adapter's decode/check/route rate on JSON records of this workload, alone, in this process."""
+    import orjson
+
+    from windjoin.connectors.kafka_source import ARROW_SCHEMA
+    from windjoin.operators.partitioning import RoutingTable
+    from windjoin.operators.spec import parse_spec
+    from windjoin.pipelines.adapter import Adapter
+
+    spec = parse_spec(spec_dict(params, ("r", "s"), Path("unused"), None))
+    adapter = Adapter(spec, RoutingTable.round_robin(spec.partitions, spec.slots), (2, 0))
+    rng = np.random.default_rng(0)
+    keys = rng.integers(0, params.keys, n)
+    values = [orjson.dumps({"ts": 1_700_000_000_000 + i, "k": int(keys[i]), "x": i % 10_000}) for i in range(n)]
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(["r"] * n),
+            pa.array(np.zeros(n, np.int32)),
+            pa.array(np.arange(n)),
+            pa.array([str(k).encode() for k in keys], pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array(np.zeros(n, np.int64)),
+            pa.array(np.zeros(n, np.int64)),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+    adapter.adapt(batch.slice(0, 1000))
+    started = time.perf_counter()
+    adapter.adapt(batch)
+    seconds = time.perf_counter() - started
+    return {"rows": n, "seconds": seconds, "rows_per_s": n / seconds}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------------------
+
+
+def load_avg() -> list[float]:
+    return list(os.getloadavg())
+
+
+def _fmt(value: Any, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(result: dict[str, Any]) -> None:
+    wj, bi = result["windjoin"], result["builtin"]
+    print(f"\n{'':34} {'windjoin':>14} {'built-in join':>14} {'ratio':>8}")
+    thr_w, thr_b = wj["throughput"]["rows_per_s"], bi["throughput"]["rows_per_s"]
+    ratio = _fmt(result["ratio_throughput"], ".2f")
+    print(f"{'sustained input rows/s':34} {_fmt(thr_w):>14} {_fmt(thr_b):>14} {ratio:>7}x")
+    for label, key in (("paced at 80% of windjoin's rate", "paced"), ("paced at 80% of its own rate", "paced_own")):
+        w, b = wj.get(key), bi.get(key)
+        if not (w or b):
+            continue
+        rate = (w or b)["rate"]
+        print(f"{label} ({rate:,.0f} rows/s)")
+        for q in ("p50_ms", "p99_ms"):
+            wv = w["delay_sink"][q] if w else None
+            bv = b["delay_sink"][q] if b else None
+            print(f"  {'delay ' + q[:3] + ' at sink, ms':32} {_fmt(wv):>14} {_fmt(bv):>14}")
+        if w and "delay_emitted" in w:
+            for q in ("p50_ms", "p99_ms"):
+                print(f"  {'delay ' + q[:3] + ' emitted_at, ms':32} {_fmt(w['delay_emitted'][q]):>14} {'':>14}")
+        print(f"  {'kept up (backlog rows at end)':32} {_kept(w):>14} {_kept(b):>14}")
+    print(f"\ntargets: {result['targets']}")
+
+
+def _kept(run: dict | None) -> str:
+    if not run:
+        return "-"
+    return f"{'yes' if run['kept_up'] else 'no'} ({run['backlog_rows_at_end']:,})"
+
+
+def plot(result: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    names = ["windjoin", "built-in"]
+    rates = [result["windjoin"]["throughput"]["rows_per_s"] or 0, result["builtin"]["throughput"]["rows_per_s"] or 0]
+    ax1.bar(names, rates, color=["tab:blue", "tab:orange"])
+    ax1.set_ylabel("sustained input rows/s")
+    ax1.set_title("throughput (2 cores)")
+    for i, system in enumerate(("windjoin", "builtin")):
+        run = result[system].get("paced")
+        if run:
+            vals = [run["delay_sink"]["p50_ms"] or 0, run["delay_sink"]["p99_ms"] or 0]
+            ax2.bar([i - 0.2, i + 0.2], [v / 1000 for v in vals], width=0.4, color=["tab:green", "tab:red"])
+    ax2.set_xticks([0, 1], names)
+    ax2.set_ylabel("production delay, s (p50 green, p99 red)")
+    ax2.set_yscale("log")
+    ax2.set_title(f"paced at {result['paced_rate']:,.0f} rows/s")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------------------
+
+
+QUICK = {
+    "prefill_events": 120_000,
+    "prefill_rate": 8_000.0,
+    "window_s": 2.0,
+    "max_offsets": 20_000,
+    "builtin_max_offsets": 10_000,
+    "builtin_rows": 60_000,
+    "builtin_seconds": 60.0,
+    "paced_seconds": 15.0,
+    "paced_warmup_s": 4.0,
+    "paced_builtin_own": False,
+}
+
+
+def parse_args() -> tuple[argparse.Namespace, Params]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small prefill, 2 s window, short paced runs")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--workdir", type=Path, default=None, help="checkpoints, specs, logs (default: a temp dir)")
+    for name, value in asdict(Params()).items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
+        else:
+            parser.add_argument(flag, type=type(value), default=None)
+    args = parser.parse_args()
+    values = asdict(Params())
+    if args.quick:
+        values.update(QUICK)
+    for name in values:
+        given = getattr(args, name)
+        if given is not None:
+            values[name] = given
+    return args, Params(**values)
+
+
+def main() -> None:
+    args, params = parse_args()
+    from windjoin.connectors import services
+    from windjoin.connectors.spark_session import build_local_spark
+    from windjoin.pipelines.join_job import STATE_CONF
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="windjoin-bench-pipeline-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    state_dir = workdir / "services"
+    facts = machine_facts()
+    result: dict[str, Any] = {
+        "benchmark": "pipeline",
+        "workload": (
+            f"two JSON streams R(ts,k,x), S(ts,k,a), Poisson arrivals, k uniform over {params.keys} values, "
+            f"R.k = S.k AND |R.ts - S.ts| <= {params.window_s:g} s, lateness/watermark {params.lateness_ms} ms"
+        ),
+        "machine": facts,
+        "date": facts["date"],
+        "quick": args.quick,
+        "params": asdict(params),
+        "load_avg_start": load_avg(),
+    }
+    started = time.perf_counter()
+    spark = None
+    try:
+        [kafka] = services.up(services.ServicesConfig(state_dir=state_dir, redis=False))
+        bootstrap = kafka.service.url
+        spark = build_local_spark(
+            app_name="windjoin-bench-pipeline",
+            conf={
+                **STATE_CONF,
+                "spark.driver.memory": "4g",
+                "spark.sql.streaming.numRecentProgressUpdates": "1000",
+                "spark.ui.showConsoleProgress": "false",
+            },
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        bench = Bench(params, workdir, bootstrap, spark)
+        print(f"workdir {workdir}; broker {bootstrap}; load {load_avg()}", flush=True)
+        result["adapter_alone"] = adapter_rate(params)
+        prefill = bench.prefill()
+        result["prefill"] = prefill
+        print(f"prefill: {prefill['events']:,} events in {prefill['seconds']:.1f} s", flush=True)
+        wj = {"throughput": bench.windjoin_throughput(prefill["events"])}
+        print(f"windjoin sustained: {_fmt(wj['throughput']['rows_per_s'])} rows/s; load {load_avg()}", flush=True)
+        result["stages_alone"] = bench.stage_rates(prefill["events"])
+        stages = {k: _fmt(v["rows_per_s"]) for k, v in result["stages_alone"].items()}
+        print(f"stages alone, rows/s: {stages}; load {load_avg()}", flush=True)
+        bi = {"throughput": bench.builtin_throughput(prefill["events"])}
+        print(f"built-in sustained: {_fmt(bi['throughput']['rows_per_s'])} rows/s; load {load_avg()}", flush=True)
+        rate = params.rate_fraction * (wj["throughput"]["rows_per_s"] or 0)
+        result["paced_rate"] = rate
+        wj["paced"] = bench.paced("windjoin", rate)
+        print(f"windjoin paced at {rate:,.0f}: {wj['paced']['delay_sink']}; load {load_avg()}", flush=True)
+        bi["paced"] = bench.paced("builtin", rate)
+        print(f"built-in paced at {rate:,.0f}: {bi['paced']['delay_sink']}; load {load_avg()}", flush=True)
+        if params.paced_builtin_own and bi["throughput"]["rows_per_s"]:
+            own = params.rate_fraction * bi["throughput"]["rows_per_s"]
+            bi["paced_own"] = bench.paced("builtin", own)
+            print(f"built-in paced at {own:,.0f}: {bi['paced_own']['delay_sink']}; load {load_avg()}", flush=True)
+        result["windjoin"], result["builtin"] = wj, bi
+    finally:
+        if spark is not None:
+            for query in spark.streams.active:
+                query.stop()
+            spark.stop()
+        services.down(state_dir)
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    result["load_avg_end"] = load_avg()
+    result["wall_s"] = time.perf_counter() - started
+    thr_w, thr_b = wj["throughput"]["rows_per_s"], bi["throughput"]["rows_per_s"]
+    result["ratio_throughput"] = thr_w / thr_b if thr_w and thr_b else None
+    p99 = wj["paced"]["delay_emitted"]["p99_ms"]
+    result["targets"] = {
+        "windjoin_at_least_3x_builtin_throughput": bool(result["ratio_throughput"] and result["ratio_throughput"] >= 3),
+        "windjoin_p99_delay_under_2s_at_80pct": bool(p99 is not None and p99 < 2000 and wj["paced"]["kept_up"]),
+    }
+    print_table(result)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    png = args.out.with_suffix(".png")
+    print(f"written: {args.out}" + (f", {png}" if plot(result, png) else " (no matplotlib: no plot)"))
+
+
+if __name__ == "__main__":
+    main()

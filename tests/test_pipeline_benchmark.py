@@ -1,0 +1,46 @@
+"""The pipeline benchmark runs end to end (--quick, tiny) and writes both systems' figures (a smoke run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+def test_pipeline_benchmark_quick_run(tmp_path):
+    out = tmp_path / "pipeline.json"
+    tiny = {
+        "--prefill-events": "30000",
+        "--prefill-rate": "6000",
+        "--window-s": "1",
+        "--max-offsets": "10000",
+        "--builtin-max-offsets": "10000",
+        "--builtin-rows": "30000",
+        "--stage-batches": "2",
+        "--paced-seconds": "8",
+        "--paced-warmup-s": "2",
+    }
+    args = [arg for pair in tiny.items() for arg in pair]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.pipeline", "--quick", *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["machine"]["cpu_model"] and result["date"]
+    for system in ("windjoin", "builtin"):
+        assert result[system]["throughput"]["rows_per_s"] > 0
+        paced = result[system]["paced"]
+        assert paced["produced"] > 0 and paced["pairs"] > 0
+        assert paced["delay_sink"]["p99_ms"] is not None
+    assert result["windjoin"]["paced"]["delay_emitted"]["p50_ms"] is not None
+    assert result["ratio_throughput"] > 0
+    assert set(result["targets"]) == {
+        "windjoin_at_least_3x_builtin_throughput",
+        "windjoin_p99_delay_under_2s_at_80pct",
+    }
