@@ -49,12 +49,12 @@ from windjoin.connectors.codec_errors import (
     BAD_AVRO,
     BAD_MAGIC_BYTE,
     DEFAULT_MAX_MESSAGE_BYTES,
-    NULL_VALUE,
-    OVERSIZE,
     TRUNCATED,
     UNKNOWN_SCHEMA_ID,
     DecodeError,
     EncodeError,
+    check_decodable,
+    check_encoded_size,
     check_max_message_bytes,
 )
 
@@ -268,19 +268,12 @@ class AvroCodec:
         except Exception as exc:  # fastavro signals a misfit record with several exception types
             raise EncodeError(f"record does not fit schema id {self.schema_id}: {exc}") from exc
         message = buf.getvalue()
-        if len(message) > self.max_message_bytes:
-            raise EncodeError(
-                f"encoded message is {len(message)} bytes, over max_message_bytes={self.max_message_bytes}"
-            )
-        return message
+        return check_encoded_size(message, self.max_message_bytes)
 
     def decode(self, data: bytes | bytearray | memoryview | None) -> dict[str, Any]:
         """The record in a Confluent wire-format message; DecodeError with a reason if it is malformed."""
-        if data is None:
-            raise DecodeError(NULL_VALUE, "the message has no value (tombstone)")
+        check_decodable(data, self.max_message_bytes)
         size = len(data)
-        if size > self.max_message_bytes:
-            raise DecodeError(OVERSIZE, f"{size} bytes, over max_message_bytes={self.max_message_bytes}")
         if size < HEADER_SIZE:
             raise DecodeError(TRUNCATED, f"{size} bytes; the Confluent header alone is {HEADER_SIZE}")
         if data[0] != MAGIC_BYTE:

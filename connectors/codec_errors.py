@@ -106,3 +106,18 @@ class DecodeError(ValueError):
 
 class EncodeError(ValueError):
     """A record could not be encoded in the codec's format (wrong field types, missing fields, too big)."""
+
+
+def check_encoded_size(message: bytes, max_message_bytes: int) -> bytes:
+    """`message`, or EncodeError when it is over the limit (both codecs refuse the same way)."""
+    if len(message) > max_message_bytes:
+        raise EncodeError(f"encoded message is {len(message)} bytes, over max_message_bytes={max_message_bytes}")
+    return message
+
+
+def check_decodable(data: bytes | bytearray | memoryview | None, max_message_bytes: int) -> None:
+    """DecodeError for a tombstone or an oversize message, checked before any parsing."""
+    if data is None:
+        raise DecodeError(NULL_VALUE, "the message has no value (tombstone)")
+    if len(data) > max_message_bytes:
+        raise DecodeError(OVERSIZE, f"{len(data)} bytes, over max_message_bytes={max_message_bytes}")

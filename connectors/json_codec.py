@@ -23,10 +23,10 @@ from windjoin.connectors.codec_errors import (
     NOT_AN_OBJECT,
     NOT_JSON,
     NOT_UTF8,
-    NULL_VALUE,
-    OVERSIZE,
     DecodeError,
     EncodeError,
+    check_decodable,
+    check_encoded_size,
     check_max_message_bytes,
 )
 
@@ -95,19 +95,11 @@ class JsonCodec:
             message = orjson.dumps(record if isinstance(record, dict) else dict(record))
         except orjson.JSONEncodeError as exc:
             raise EncodeError(f"record is not JSON-serialisable: {exc}") from exc
-        if len(message) > self.max_message_bytes:
-            raise EncodeError(
-                f"encoded message is {len(message)} bytes, over max_message_bytes={self.max_message_bytes}"
-            )
-        return message
+        return check_encoded_size(message, self.max_message_bytes)
 
     def decode(self, data: bytes | bytearray | memoryview | None) -> dict[str, Any]:
         """The object in a JSON message; DecodeError with a reason if it is not one."""
-        if data is None:
-            raise DecodeError(NULL_VALUE, "the message has no value (tombstone)")
-        size = len(data)
-        if size > self.max_message_bytes:
-            raise DecodeError(OVERSIZE, f"{size} bytes, over max_message_bytes={self.max_message_bytes}")
+        check_decodable(data, self.max_message_bytes)
         try:
             value = orjson.loads(data)
         except orjson.JSONDecodeError as exc:

@@ -9,7 +9,8 @@ import click
 import orjson
 import yaml
 
-from windjoin.operators.spec import SpecError, load_spec
+from windjoin.operators.spec import load_spec
+from windjoin.pipelines.cli_options import SPEC_ARGUMENT, load_spec_or_fail
 from windjoin.pipelines.join_file import DEFAULT_CHUNK, JoinFileReport, Refusal, join_file
 from windjoin.pipelines.producer_cli import generate, produce
 from windjoin.pipelines.run_cli import run
@@ -27,7 +28,7 @@ for command in (services, produce, generate, run):
 
 
 @cli.command("join-file")
-@click.argument("spec_path", metavar="SPEC", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@SPEC_ARGUMENT
 @click.argument("events", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Results file (default: stdout).")
 @click.option(
@@ -51,7 +52,7 @@ def join_file_command(
     Each result line is {"task": NAME, "<stream>": {fields...}, "<stream>": {fields...}}. A bad line is
     reported on stderr with its line number and reason, and the run goes on.
     """
-    spec = _load(spec_path)
+    spec = load_spec_or_fail(spec_path)
     report = _run_join_file(spec, events, out, dead_letter, chunk_size, progress)
     _print_summary(report, out)
 
@@ -94,13 +95,6 @@ def _offline_demo(n_events: int, out_dir: Path) -> None:
     results = out_dir / "results.jsonl"
     report = _run_join_file(load_spec(spec_path), events_path, results, None, DEFAULT_CHUNK, None)
     _print_summary(report, results)
-
-
-def _load(spec_path: Path):
-    try:
-        return load_spec(spec_path)
-    except SpecError as err:
-        raise click.ClickException(str(err)) from None
 
 
 def _run_join_file(spec, events, out, dead_letter, chunk_size, progress) -> JoinFileReport:

@@ -17,7 +17,6 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from windjoin.connectors import services as svc
 from windjoin.connectors.codec_errors import DecodeError
 from windjoin.connectors.jsonl_file import read_events
 from windjoin.connectors.kafka_admin import create_topics, list_topics
@@ -29,7 +28,14 @@ from windjoin.connectors.stream_encoder import (
     StreamEncoder,
     stream_encoder,
 )
-from windjoin.operators.spec import JoinSpec, SpecError, load_spec
+from windjoin.operators.spec import JoinSpec
+from windjoin.pipelines.cli_options import (
+    BOOTSTRAP_OPTION,
+    SPEC_ARGUMENT,
+    STATE_DIR_OPTION,
+    load_spec_or_fail,
+    resolve_bootstrap,
+)
 from windjoin.pipelines.workload_generator import (
     CHUNK_S,
     PAPER_BIAS,
@@ -39,27 +45,11 @@ from windjoin.pipelines.workload_generator import (
     WorkloadConfig,
 )
 
-BOOTSTRAP_ENV = "WINDJOIN_KAFKA_BOOTSTRAP"
 DEFAULT_TOPIC_PARTITIONS = 4
 PRODUCE_BATCH = 20_000  # records per delivery check when reading a file
 # murmur2 on the key, as Java clients partition: records of one key land in one partition whoever produces them.
 PRODUCER_CONFIG = {"partitioner": "murmur2_random", "linger.ms": 5, "compression.type": "none"}
 
-_SPEC = click.argument("spec_path", metavar="SPEC", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-_BOOTSTRAP = click.option(
-    "--bootstrap",
-    metavar="HOST:PORT",
-    envvar=BOOTSTRAP_ENV,
-    help=f"Kafka bootstrap servers (default: env {BOOTSTRAP_ENV}, else the broker of `windjoin services up`).",
-)
-_STATE_DIR = click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=svc.DEFAULT_STATE_DIR,
-    show_default=True,
-    envvar="WINDJOIN_SERVICES_DIR",
-    help="Where `windjoin services up` recorded its broker (env WINDJOIN_SERVICES_DIR).",
-)
 _PARTITIONS = click.option(
     "--topic-partitions",
     type=click.IntRange(min=1),
@@ -68,24 +58,6 @@ _PARTITIONS = click.option(
     help="Partitions of a topic created because it is missing (an existing topic is left as it is).",
 )
 _PROGRESS = click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a tty).")
-
-
-def resolve_bootstrap(explicit: str | None, state_dir: Path) -> str:
-    """The broker to use: `explicit` (option or env), else the running broker recorded by `services up`."""
-    if explicit:
-        return explicit
-    kafka = [s for s in svc.status(state_dir) if s.service.name == svc.KAFKA]
-    how = (
-        f"pass --bootstrap HOST:PORT, set {BOOTSTRAP_ENV}, or start a local broker with "
-        f"`windjoin services up --state-dir {state_dir}`"
-    )
-    if not kafka:
-        raise click.UsageError(f"no Kafka broker: none is recorded in {state_dir}; {how}")
-    service, running, reachable = kafka[0]
-    if not reachable:
-        state = "is not answering" if running else "is not running"
-        raise click.UsageError(f"the broker recorded in {state_dir} ({service.url}, pid {service.pid}) {state}; {how}")
-    return service.url
 
 
 def ensure_topics(bootstrap: str, topics: Iterable[str], partitions: int) -> dict[str, tuple[int, bool]]:
@@ -102,13 +74,6 @@ def ensure_topics(bootstrap: str, topics: Iterable[str], partitions: int) -> dic
         except Exception as err:  # KafkaException, TimeoutError: say which topics and where
             raise click.ClickException(f"cannot create topic(s) {missing} on {bootstrap}: {err}") from err
     return {t: (existing[t], False) if t in existing else (partitions, True) for t in topics}
-
-
-def _load(spec_path: Path) -> JoinSpec:
-    try:
-        return load_spec(spec_path)
-    except SpecError as err:
-        raise click.ClickException(str(err)) from None
 
 
 def _encoder(spec: JoinSpec, name: str, validate_records: bool = True) -> StreamEncoder:
@@ -134,11 +99,11 @@ def _produce(producer: BatchProducer, topic: str, records: list[Record]) -> None
 
 
 @click.command("produce")
-@_SPEC
+@SPEC_ARGUMENT
 @click.argument("stream")
 @click.argument("events", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@_BOOTSTRAP
-@_STATE_DIR
+@BOOTSTRAP_OPTION
+@STATE_DIR_OPTION
 @_PARTITIONS
 @click.option("--topic", help="Produce to this topic instead of the stream's `topic` in SPEC.")
 @_PROGRESS
@@ -159,7 +124,7 @@ def produce(
     FILE:LINE: REASON: detail and skipped; a count ends the run. Kafka key: the stream's key field as text;
     Kafka timestamp: the event time.
     """
-    spec = _load(spec_path)
+    spec = load_spec_or_fail(spec_path)
     encoder = _encoder(spec, stream)
     topic = topic or encoder.topic
     if topic is None:
@@ -231,7 +196,7 @@ def _batches(workload: Workload, encoders: dict[str, StreamEncoder], target: int
 
 
 @click.command("generate")
-@_SPEC
+@SPEC_ARGUMENT
 @click.option(
     "--rate",
     type=click.FloatRange(min=0, min_open=True),
@@ -258,8 +223,8 @@ def _batches(workload: Workload, encoders: dict[str, StreamEncoder], target: int
     "--keys", type=click.IntRange(min=1), default=PAPER_KEYS, show_default=True, help="Join-key values 0..KEYS-1."
 )
 @click.option("--pace/--no-pace", default=True, show_default=True, help="Real time, or as fast as possible.")
-@_BOOTSTRAP
-@_STATE_DIR
+@BOOTSTRAP_OPTION
+@STATE_DIR_OPTION
 @_PARTITIONS
 @_PROGRESS
 def generate(
@@ -282,7 +247,7 @@ def generate(
     uniform (ints 1..10^4, floats [1, 10^4), 8-letter strings, fair bools). Event timestamps are the scheduled
     arrival times from now on; with --pace (default) each event is produced at its time, with --no-pace at once.
     """
-    spec = _load(spec_path)
+    spec = load_spec_or_fail(spec_path)
     encoders = {name: _encoder(spec, name, validate_records=False) for name in spec.streams}
     no_topic = [name for name, e in encoders.items() if e.topic is None]
     if no_topic:

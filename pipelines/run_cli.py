@@ -9,8 +9,8 @@ import click
 import numpy as np
 
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec
+from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
 from windjoin.pipelines.join_job import STATE_CONF, BatchOutcome, JobConfigError, check_runnable, start_job
-from windjoin.pipelines.producer_cli import _BOOTSTRAP, _STATE_DIR, resolve_bootstrap
 
 
 def build_sinks(spec: JoinSpec) -> list[Any]:
@@ -49,10 +49,10 @@ class Progress:
 
 
 @click.command("run")
-@click.argument("spec_path", metavar="SPEC", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@SPEC_ARGUMENT
 @click.option("--available-now", is_flag=True, help="Process what the topics hold now, then stop.")
-@_BOOTSTRAP
-@_STATE_DIR
+@BOOTSTRAP_OPTION
+@STATE_DIR_OPTION
 def run(spec_path: Path, available_now: bool, bootstrap: str | None, state_dir: Path) -> None:
     """Join the spec's streams from Kafka with Spark, writing results to its sinks exactly once."""
     try:

@@ -7,15 +7,7 @@ from pathlib import Path
 import click
 
 from windjoin.connectors import services as svc
-
-_STATE_DIR = click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=svc.DEFAULT_STATE_DIR,
-    show_default=True,
-    envvar="WINDJOIN_SERVICES_DIR",
-    help="Where PIDs, ports and logs are recorded (env WINDJOIN_SERVICES_DIR).",
-)
+from windjoin.pipelines.cli_options import STATE_DIR_OPTION
 
 
 @click.group("services")
@@ -24,7 +16,7 @@ def services() -> None:
 
 
 @services.command()
-@_STATE_DIR
+@STATE_DIR_OPTION
 @click.option("--kafka/--no-kafka", default=True, show_default=True, help="Start the Tansu broker.")
 @click.option("--redis/--no-redis", default=True, show_default=True, help="Start redis-server.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, help="Readiness wait, s.")
@@ -41,7 +33,7 @@ def up(state_dir: Path, kafka: bool, redis: bool, timeout: float) -> None:
 
 
 @services.command()
-@_STATE_DIR
+@STATE_DIR_OPTION
 @click.option("--grace", type=click.FloatRange(min=0), default=10.0, show_default=True, help="SIGTERM→SIGKILL, s.")
 def down(state_dir: Path, grace: float) -> None:
     """Stop the recorded services by PID and forget them."""
@@ -53,7 +45,7 @@ def down(state_dir: Path, grace: float) -> None:
 
 
 @services.command()
-@_STATE_DIR
+@STATE_DIR_OPTION
 def status(state_dir: Path) -> None:
     """Show each recorded service; exit code 1 unless at least one is recorded and all answer."""
     statuses = svc.status(state_dir)
