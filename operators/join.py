@@ -78,6 +78,11 @@ class WindowJoin:
         return {t.name: t.counters for t in self.tasks}
 
     @property
+    def max_event_ts(self) -> int | None:
+        """The largest event time accepted so far (None before any tuple)."""
+        return self._max_ts
+
+    @property
     def watermark_ms(self) -> int | None:
         """Event time below which a tuple is late (time windows), or None before any tuple."""
         if isinstance(self.spec.window, CountWindow) or self._max_ts is None:

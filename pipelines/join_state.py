@@ -166,8 +166,8 @@ class JoinProcessor(StatefulProcessor):
 
     def _note_positions(self, meta: dict[str, Any], part: int, join: WindowJoin) -> None:
         key = str(part)
-        if join.watermark_ms is not None:
-            meta["max_ts"][key] = join.watermark_ms + self.spec.allowed_lateness_ms
+        if join.max_event_ts is not None:
+            meta["max_ts"][key] = join.max_event_ts
         meta["counts"][key] = {s: store.count for s, store in join.stores.items()}
 
     def _store(self, meta: dict[str, Any], kept: pd.DataFrame) -> None:
