@@ -41,6 +41,9 @@ class SlotWindows:
 
     nonce: str
     joins: dict[int, WindowJoin] = field(default_factory=dict)
+    # Per partition and stream, arrivals no longer held (expired before a rebuild): a store counts only what
+    # it holds, the metadata counts every arrival, so count-window expiry stays in one numbering.
+    forgotten: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 # Lives in an importable module (not __main__) so Python workers keep it between batches.
@@ -84,7 +87,7 @@ class JoinProcessor(StatefulProcessor):
             for pairs in result.pairs:
                 if len(pairs):
                     pairs_by_task[pairs.task].append(self._pairs_table(pairs))
-            self._note_positions(meta, int(part), join)
+            self._note_positions(meta, int(part), join, windows.forgotten.get(int(part), {}))
         emitted_at = int(time.time() * 1000)
         for task, tables in pairs_by_task.items():
             if tables:
@@ -131,6 +134,9 @@ class JoinProcessor(StatefulProcessor):
                     join.preload(stream, self._columns(rows_s, stream))
         for part, max_ts in meta["max_ts"].items():
             windows.joins.setdefault(int(part), WindowJoin(self.spec)).advance_event_time(max_ts)
+        for part, counts in meta["counts"].items():
+            stores = windows.joins.setdefault(int(part), WindowJoin(self.spec)).stores
+            windows.forgotten[int(part)] = {s: n - stores[s].count for s, n in counts.items()}
         return windows
 
     def _columns(self, rows: pd.DataFrame, stream: str) -> dict[str, np.ndarray]:
@@ -164,11 +170,11 @@ class JoinProcessor(StatefulProcessor):
             names.append(stream)
         return pa.Table.from_arrays(arrays, names=names)
 
-    def _note_positions(self, meta: dict[str, Any], part: int, join: WindowJoin) -> None:
+    def _note_positions(self, meta: dict[str, Any], part: int, join: WindowJoin, forgotten: dict[str, int]) -> None:
         key = str(part)
         if join.max_event_ts is not None:
             meta["max_ts"][key] = join.max_event_ts
-        meta["counts"][key] = {s: store.count for s, store in join.stores.items()}
+        meta["counts"][key] = {s: store.count + forgotten.get(s, 0) for s, store in join.stores.items()}
 
     def _store(self, meta: dict[str, Any], kept: pd.DataFrame) -> None:
         """Append the batch's accepted tuples as one segment, with what decides its expiry per partition."""
