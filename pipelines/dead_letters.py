@@ -73,6 +73,10 @@ def write_dead_letters(bootstrap: str, topic: str, rows: pd.DataFrame) -> int:
             dead_lettered_at=now,
         )
         messages.append((f"{src_topic}:{partition}:{offset}".encode(), encode_dead_letter(letter), None))
-    with BatchProducer(bootstrap) as producer:
+    # A letter carries the original bytes (base64, 4/3 of their size), so a refused record near or over the
+    # codecs' 1 MiB limit makes a letter over librdkafka's default message.max.bytes (1,000,000), which
+    # produce() refuses with MSG_SIZE_TOO_LARGE: the batch then failed on every replay. Allow the largest letter.
+    largest = max(len(letter) for _, letter, _ in messages)
+    with BatchProducer(bootstrap, {"message.max.bytes": max(1_000_000, 2 * largest)}) as producer:
         producer.produce_batch(topic, messages)
     return len(messages)
