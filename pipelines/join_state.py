@@ -23,9 +23,10 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
-from windjoin.connectors.result_table import ARROW_TYPES
+from windjoin.connectors.result_table import ARROW_TYPES, EMITTED_AT
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import Pairs, WindowJoin
+from windjoin.operators.schema import LATE
 from windjoin.operators.spec import CountWindow, JoinSpec
 from windjoin.pipelines.adapter import field_column
 
@@ -74,32 +75,23 @@ class JoinProcessor(StatefulProcessor):
         pairs_by_task: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
         late_parts, kept_parts = [], []
         for part, rows_p in live.groupby("part", sort=True):
-            join = windows.joins.setdefault(int(part), WindowJoin(self.spec))
-            chunk = self._chunk(rows_p)
-            result = join.process(chunk)
-            late_rows = set()
-            for stream, rows_late in result.late.items():
-                positions = np.flatnonzero(rows_p["stream"].to_numpy() == stream)[rows_late]
-                late_rows.update(positions.tolist())
-            if late_rows:
-                late_parts.append(rows_p.iloc[sorted(late_rows)])
-            kept_parts.append(rows_p.drop(rows_p.index[sorted(late_rows)]) if late_rows else rows_p)
-            for pairs in result.pairs:
-                if len(pairs):
-                    pairs_by_task[pairs.task].append(self._pairs_table(pairs))
-            self._note_positions(meta, int(part), join, windows.forgotten.get(int(part), {}))
+            tables, late, kept = self._join_partition(windows, meta, int(part), rows_p)
+            for task, table in tables:
+                pairs_by_task[task].append(table)
+            late_parts.append(late)
+            kept_parts.append(kept)
         emitted_at = int(time.time() * 1000)
         for task, tables in pairs_by_task.items():
             if tables:
                 table = pa.concat_tables(tables)
-                table = table.append_column("emitted_at", pa.array(np.full(len(table), emitted_at), pa.int64()))
+                table = table.append_column(EMITTED_AT, pa.array(np.full(len(table), emitted_at), pa.int64()))
                 out.append((slot, PAIRS, task, _ipc(table)))
         dead_rows = pd.concat(
-            [dead[DEAD_COLUMNS], *(p[DEAD_COLUMNS].assign(reason="late", detail=_LATE_DETAIL) for p in late_parts)]
+            [dead[DEAD_COLUMNS], *(p[DEAD_COLUMNS].assign(reason=LATE, detail=_LATE_DETAIL) for p in late_parts)]
         )
         if len(dead_rows):
             out.append((slot, DEAD, "", _ipc(pa.Table.from_pandas(dead_rows, preserve_index=False))))
-        kept = pd.concat(kept_parts) if kept_parts else live.iloc[:0]
+        kept = pd.concat([live.iloc[:0], *kept_parts])
         self._store(meta, kept)
         self._expire(meta, windows)
         meta["nonce"] = windows.nonce = uuid.uuid4().hex
@@ -118,6 +110,20 @@ class JoinProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+    def _join_partition(
+        self, windows: SlotWindows, meta: dict[str, Any], part: int, rows: pd.DataFrame
+    ) -> tuple[list[tuple[str, pa.Table]], pd.DataFrame, pd.DataFrame]:
+        """Join one partition's rows (in arrival order): its result tables, its late rows, the rows it kept."""
+        join = windows.joins.setdefault(part, WindowJoin(self.spec))
+        result = join.process(self._chunk(rows))
+        streams = rows["stream"].to_numpy()
+        late = sorted(
+            int(i) for stream, late_rows in result.late.items() for i in np.flatnonzero(streams == stream)[late_rows]
+        )
+        self._note_positions(meta, part, join, windows.forgotten.get(part, {}))
+        tables = [(pairs.task, self._pairs_table(pairs)) for pairs in result.pairs if len(pairs)]
+        return tables, rows.iloc[late], rows.drop(rows.index[late])
 
     def _windows(self, slot: int, meta: dict[str, Any]) -> SlotWindows:
         """The cached windows if they match the stored state version, else rebuilt from the segments."""
