@@ -15,11 +15,14 @@ SparkSession:
 Sustained throughput (input rows/s): the topics are first prefilled with N events whose event times are spaced
 as a paced stream of RATE events/s would be (so windows hold RATE x W tuples, as when running live at that
 rate); each system then reads them from the beginning with a fixed `maxOffsetsPerTrigger` and a zero trigger
-interval (batches back to back). The rate is input rows over wall time of the batches after a warm-up of
+interval (batches back to back). The rate is input rows over wall time of three batches after a warm-up of
 at least RATE x (W + lateness) rows (the first full window of state, plus JIT and worker start-up), from
-Spark's progress reports. A prefill is used rather than a paced rate ramp because it measures the processing
-capacity directly in one pass, independent of the generator's own speed on the same 2 cores, and every system
-sees exactly the same records; the paced run below checks that the rate is really sustainable live.
+Spark's progress reports. Each system is measured at every batch size of `--sweep-offsets` and keeps its best
+(per-batch fixed costs favour big batches, a join's per-batch work may not: one fixed size would favour one
+system). A prefill is used rather than a paced rate ramp because it measures the processing capacity directly,
+independent of the generator's own speed on the same 2 cores, and every system sees exactly the same records;
+the paced runs below check the rates live (a system that keeps up paced above its "sustained" rate shows that
+the sweep missed its best batch size).
 
 Production delay: fresh topics, the query started first, then `windjoin generate --pace` produces at 80% of
 windjoin's sustained rate for T seconds (event time = scheduled wall time, so delay = emission - max(R.ts, S.ts)).
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,17 +74,16 @@ class Params:
     topic_partitions: int = 4
     join_partitions: int = 64
     slots: int = 2
-    prefill_rate: float = 40_000.0  # event-time density of the prefill, events/s over both streams
-    prefill_events: int = 1_600_000
-    max_offsets: int = 200_000  # windjoin's maxOffsetsPerTrigger (both topics)
-    builtin_max_offsets: int = 50_000  # built-in join, both topics together (half per readStream)
-    builtin_rows: int = 600_000  # the built-in join stops after this many input rows (it is slow)
-    builtin_seconds: float = 240.0  # ... or after this long
+    prefill_rate: float = 10_000.0  # event-time density of the prefill, events/s over both streams
+    prefill_events: int = 800_000
+    sweep_offsets: str = "50000,100000,200000"  # maxOffsetsPerTrigger values tried (both topics); best kept
+    max_offsets: int = 200_000  # maxOffsetsPerTrigger of the paced runs (a cap) and the stage profile
+    throughput_seconds: float = 150.0  # a throughput measurement stops after this long at the latest
     paced_seconds: float = 60.0
     paced_warmup_s: float = 15.0
     paced_builtin_own: bool = True  # also run the built-in join paced at 80% of its own sustained rate
     rate_fraction: float = 0.8
-    stage_batches: int = 4  # batches of the source-only and source+adapter profile queries
+    stage_batches: int = 3  # batches of the source-only and source+adapter profile queries
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -360,11 +363,12 @@ def sustained(progress: list[dict[str, Any]], warmup_rows: int) -> dict[str, Any
             break
         done += int(p["numInputRows"])
     if first is None or first >= len(batches):
-        return {"rows_per_s": None, "batches": 0, "rows": 0, "seconds": 0.0, "warmup_rows": done}
+        return {"rows_per_s": None, "batches": 0, "rows": 0, "seconds": 0.0, "warmup_rows": done, "batch_ids": []}
     steady = batches[first:]
     rows = sum(int(p["numInputRows"]) for p in steady)
     seconds = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
     return {
+        "batch_ids": [int(p["batchId"]) for p in steady],
         "rows_per_s": rows / seconds,
         "batches": len(steady),
         "rows": rows,
@@ -423,21 +427,29 @@ class Bench:
         p = self.params
         return int(p.prefill_rate * (p.window_s + p.lateness_ms / 1000))
 
-    def windjoin_throughput(self, total: int) -> dict[str, Any]:
-        spec, _ = self._spec_file(self.prefill_topics, "wj-thr", self.params.max_offsets)
+    def needed_rows(self, total: int, mopt: int) -> int:
+        """Rows for the warm-up batches and three steady batches of `mopt` rows (at most the prefill)."""
+        warm = max(1, -(-self.warmup_rows() // mopt))
+        return min(total, (warm + 3) * mopt)
+
+    def windjoin_throughput(self, total: int, mopt: int) -> dict[str, Any]:
+        spec, _ = self._spec_file(self.prefill_topics, "wj-thr", mopt)
         sink, outcomes = WindjoinSink(), []
+        stages = SparkStages(self.spark)
         started = time.perf_counter()
         query = start_windjoin(self.spark, spec, self.bootstrap, sink, outcomes)
         try:
-            wait_rows(query, total, timeout_s=600)
+            wait_rows(query, self.needed_rows(total, mopt), timeout_s=self.params.throughput_seconds)
         finally:
             query.stop()
         progress = progress_rows(query)
         result = sustained(progress, self.warmup_rows())
+        steady = set(result["batch_ids"])
+        result["stages"] = stages.breakdown(str(query.runId), steady, 2 * self.params.topic_partitions)
         result.update(
             pairs=sink.pairs,
             wall_s=time.perf_counter() - started,
-            max_offsets_per_trigger=self.params.max_offsets,
+            max_offsets_per_trigger=mopt,
             profile=windjoin_profile(progress, outcomes, sink, self.warmup_rows()),
         )
         return result
@@ -485,16 +497,14 @@ class Bench:
             out[label] = sustained(progress_rows(query), 1)
         return out
 
-    def builtin_throughput(self, total: int) -> dict[str, Any]:
+    def builtin_throughput(self, total: int, mopt: int) -> dict[str, Any]:
         p = self.params
         sink = BuiltinSink()
         checkpoint = self.workdir / f"ckpt-bi-thr-{uuid.uuid4().hex[:6]}"
         started = time.perf_counter()
-        query = start_builtin(
-            self.spark, p, self.prefill_topics, self.bootstrap, sink, checkpoint, p.builtin_max_offsets
-        )
+        query = start_builtin(self.spark, p, self.prefill_topics, self.bootstrap, sink, checkpoint, mopt)
         try:
-            wait_rows(query, min(total, p.builtin_rows), timeout_s=p.builtin_seconds)
+            wait_rows(query, self.needed_rows(total, mopt), timeout_s=p.throughput_seconds)
         finally:
             query.stop()
         progress = progress_rows(query)
@@ -502,7 +512,7 @@ class Bench:
         result.update(
             pairs=sink.pairs,
             wall_s=time.perf_counter() - started,
-            max_offsets_per_trigger=p.builtin_max_offsets,
+            max_offsets_per_trigger=mopt,
             rows_read=sum(int(x["numInputRows"]) for x in progress),
             state=[x.get("stateOperators", []) for x in progress[-1:]],
         )
@@ -623,6 +633,63 @@ def windjoin_profile(progress: list[dict], outcomes: list, sink: WindjoinSink, w
     return mean
 
 
+class SparkStages:
+    """Stage timings from Spark's monitoring REST API (the UI runs on a loopback port for this)."""
+
+    def __init__(self, spark: Any) -> None:
+        self.base = spark.sparkContext.uiWebUrl
+        self.app = spark.sparkContext.applicationId
+
+    def _get(self, path: str) -> Any:
+        import urllib.request
+
+        if not self.base:
+            return []
+        with urllib.request.urlopen(f"{self.base}/api/v1/applications/{self.app}/{path}", timeout=30) as resp:
+            return json.loads(resp.read())
+
+    def breakdown(self, run_id: str, batch_ids: set[int], read_tasks: int) -> dict[str, Any]:
+        """windjoin's two stages per batch, averaged over the batches `batch_ids` of the query run `run_id`:
+        the read stage (one task per Kafka partition: source, adapter, shuffle write) and the join stage
+        (one task per slot: transformWithStateInPandas, output to the driver); wall seconds per stage,
+        task seconds, and the JVM's own CPU seconds (Python workers' CPU is not in it)."""
+        stages = []
+        for stage in self._get("stages?status=complete"):
+            found = re.search(r"runId = (\S+)\s+batch = (\d+)", stage.get("description") or "")
+            if found and found.group(1) == run_id and int(found.group(2)) in batch_ids:
+                stages.append(stage)
+        out: dict[str, Any] = {}
+        for label, tasks in (("read_stage", read_tasks), ("join_stage", None)):
+            chosen = [s for s in stages if (s["numTasks"] == tasks if tasks else s["numTasks"] != read_tasks)]
+            chosen = [s for s in chosen if s.get("inputRecords", 0) or s.get("shuffleReadRecords", 0)]
+            if not chosen:
+                continue
+            walls = [_stage_wall(s) for s in chosen]
+            task_s = []
+            for s in chosen[-3:]:
+                for t in self._get(f"stages/{s['stageId']}/{s['attemptId']}/taskList?length=1000"):
+                    task_s.append(t.get("duration", 0) / 1000)
+            out[label] = {
+                "stages": len(chosen),
+                "wall_s_mean": float(np.mean(walls)),
+                "task_s_sum_mean": float(np.mean([s["executorRunTime"] for s in chosen]) / 1000),
+                "jvm_cpu_s_mean": float(np.mean([s["executorCpuTime"] for s in chosen]) / 1e9),
+                "task_s_median": float(np.median(task_s)) if task_s else None,
+                "gc_s_mean": float(np.mean([s["jvmGcTime"] for s in chosen]) / 1000),
+                "result_mb_mean": float(np.mean([s["resultSize"] for s in chosen]) / 1e6),
+            }
+        return out
+
+
+def _stage_wall(stage: dict[str, Any]) -> float:
+    from datetime import datetime
+
+    def parse(text: str) -> float:
+        return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+    return parse(stage["completionTime"]) - parse(stage["submissionTime"])
+
+
 def adapter_rate(params: Params, n: int = 100_000) -> dict[str, float]:
     """The adapter's decode/check/route rate on JSON records of this workload, alone, in this process."""
     import orjson
@@ -675,6 +742,9 @@ def print_table(result: dict[str, Any]) -> None:
     thr_w, thr_b = wj["throughput"]["rows_per_s"], bi["throughput"]["rows_per_s"]
     ratio = _fmt(result["ratio_throughput"], ".2f")
     print(f"{'sustained input rows/s':34} {_fmt(thr_w):>14} {_fmt(thr_b):>14} {ratio:>7}x")
+    for w_row, b_row in zip(wj.get("sweep", []), bi.get("sweep", []), strict=False):
+        label = f"  at maxOffsetsPerTrigger {w_row['max_offsets_per_trigger']:,}"
+        print(f"{label:34} {_fmt(w_row['rows_per_s']):>14} {_fmt(b_row['rows_per_s']):>14}")
     for label, key in (("paced at 80% of windjoin's rate", "paced"), ("paced at 80% of its own rate", "paced_own")):
         w, b = wj.get(key), bi.get(key)
         if not (w or b):
@@ -689,6 +759,28 @@ def print_table(result: dict[str, Any]) -> None:
             for q in ("p50_ms", "p99_ms"):
                 print(f"  {'delay ' + q[:3] + ' emitted_at, ms':32} {_fmt(w['delay_emitted'][q]):>14} {'':>14}")
         print(f"  {'kept up (backlog rows at end)':32} {_kept(w):>14} {_kept(b):>14}")
+    prof, stages = wj["throughput"].get("profile") or {}, wj["throughput"].get("stages") or {}
+    if prof:
+        print(f"\nwindjoin, where a steady batch's time goes ({prof['rows']:,.0f} rows, seconds per batch):")
+        read, join = stages.get("read_stage", {}), stages.get("join_stage", {})
+        parts = {
+            "trigger (whole batch)": prof["trigger_s"],
+            "  planning + latestOffset + commits": prof["planning_s"] + prof["latest_offset_s"] + prof["commits_s"],
+            "  addBatch": prof["add_batch_s"],
+            "    read stage (source, adapter, shuffle write)": read.get("wall_s_mean"),
+            "    join stage (transformWithStateInPandas)": join.get("wall_s_mean"),
+            "      slot handler, slowest slot": prof["slot_handler_max_s"],
+            "    driver: collect, results, sink": prof["add_batch_s"]
+            - read.get("wall_s_mean", 0)
+            - join.get("wall_s_mean", 0)
+            if read and join
+            else None,
+        }
+        for label, value in parts.items():
+            print(f"  {label:50} {_fmt(value, '.2f'):>8}")
+        alone = result.get("stages_alone", {})
+        if alone:
+            print("  stages alone, rows/s: " + ", ".join(f"{k} {_fmt(v['rows_per_s'])}" for k, v in alone.items()))
     print(f"\ntargets: {result['targets']}")
 
 
@@ -733,17 +825,36 @@ def plot(result: dict[str, Any], path: Path) -> bool:
 
 
 QUICK = {
-    "prefill_events": 120_000,
+    "prefill_events": 80_000,
     "prefill_rate": 8_000.0,
     "window_s": 2.0,
     "max_offsets": 20_000,
-    "builtin_max_offsets": 10_000,
-    "builtin_rows": 60_000,
-    "builtin_seconds": 60.0,
-    "paced_seconds": 15.0,
+    "sweep_offsets": "20000",
+    "throughput_seconds": 60.0,
+    "paced_seconds": 12.0,
     "paced_warmup_s": 4.0,
     "paced_builtin_own": False,
 }
+
+
+def best_of(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the highest sustained rate, and a summary of every batch size tried."""
+    sweep = [
+        {
+            "max_offsets_per_trigger": r["max_offsets_per_trigger"],
+            "rows_per_s": r["rows_per_s"],
+            "steady_batches": r["batches"],
+            "batch_s_mean": r["seconds"] / r["batches"] if r["batches"] else None,
+        }
+        for r in runs
+    ]
+    for row in sweep:
+        print(
+            f"{name} sustained at maxOffsetsPerTrigger {row['max_offsets_per_trigger']:,}: "
+            f"{_fmt(row['rows_per_s'])} rows/s ({row['steady_batches']} steady batches); load {load_avg()}",
+            flush=True,
+        )
+    return {"throughput": max(runs, key=lambda r: r["rows_per_s"] or 0), "sweep": sweep}
 
 
 def parse_args() -> tuple[argparse.Namespace, Params]:
@@ -771,6 +882,7 @@ def parse_args() -> tuple[argparse.Namespace, Params]:
 def main() -> None:
     args, params = parse_args()
     from windjoin.connectors import services
+    from windjoin.connectors.processes import free_port
     from windjoin.connectors.spark_session import build_local_spark
     from windjoin.pipelines.join_job import STATE_CONF
 
@@ -802,6 +914,8 @@ def main() -> None:
                 "spark.driver.memory": "4g",
                 "spark.sql.streaming.numRecentProgressUpdates": "1000",
                 "spark.ui.showConsoleProgress": "false",
+                "spark.ui.enabled": "true",  # for stage timings from the monitoring REST API
+                "spark.ui.port": str(free_port()),
             },
         )
         spark.sparkContext.setLogLevel("ERROR")
@@ -811,13 +925,12 @@ def main() -> None:
         prefill = bench.prefill()
         result["prefill"] = prefill
         print(f"prefill: {prefill['events']:,} events in {prefill['seconds']:.1f} s", flush=True)
-        wj = {"throughput": bench.windjoin_throughput(prefill["events"])}
-        print(f"windjoin sustained: {_fmt(wj['throughput']['rows_per_s'])} rows/s; load {load_avg()}", flush=True)
+        offsets = [int(x) for x in params.sweep_offsets.split(",")]
+        wj = best_of("windjoin", [bench.windjoin_throughput(prefill["events"], m) for m in offsets])
         result["stages_alone"] = bench.stage_rates(prefill["events"])
         stages = {k: _fmt(v["rows_per_s"]) for k, v in result["stages_alone"].items()}
         print(f"stages alone, rows/s: {stages}; load {load_avg()}", flush=True)
-        bi = {"throughput": bench.builtin_throughput(prefill["events"])}
-        print(f"built-in sustained: {_fmt(bi['throughput']['rows_per_s'])} rows/s; load {load_avg()}", flush=True)
+        bi = best_of("built-in", [bench.builtin_throughput(prefill["events"], m) for m in offsets])
         rate = params.rate_fraction * (wj["throughput"]["rows_per_s"] or 0)
         result["paced_rate"] = rate
         wj["paced"] = bench.paced("windjoin", rate)

@@ -17,10 +17,9 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         "--prefill-rate": "6000",
         "--window-s": "1",
         "--max-offsets": "10000",
-        "--builtin-max-offsets": "10000",
-        "--builtin-rows": "30000",
+        "--sweep-offsets": "10000",
         "--stage-batches": "2",
-        "--paced-seconds": "8",
+        "--paced-seconds": "6",
         "--paced-warmup-s": "2",
     }
     args = [arg for pair in tiny.items() for arg in pair]
