@@ -27,7 +27,11 @@ def build_sinks(spec: JoinSpec) -> list[Any]:
 
 
 class Progress:
-    """One line per batch: input and output rates since the previous batch, production delay, window size."""
+    """One line per batch: input and output rates since the previous batch, delay, window size.
+
+    The delay is emission minus the later tuple's event time: the production delay when event time is the
+    arrival time (as `windjoin generate` stamps it); with historical event times it is their age instead.
+    """
 
     def __init__(self) -> None:
         self.previous: float | None = None
