@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -15,20 +14,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.connectors.sink_cases import SPEC, large_table
 from windjoin.connectors.redis_sink import RedisSink, decode_member, encode_members, meta_key, results_key
-from windjoin.connectors.result_table import result_times, table_from_columns, table_from_records
-from windjoin.operators.spec import parse_spec
+from windjoin.connectors.result_table import result_times, table_from_records
 
-SPEC = parse_spec(
-    {
-        "window": {"kind": "time", "size_ms": 1000},
-        "streams": {
-            "R": {"timestamp": "ts", "fields": {"k": "int", "x": "float", "z": "string"}},
-            "S": {"timestamp": "t", "fields": {"k": "int", "d": "bool"}},
-        },
-        "tasks": [{"name": "a", "join": ["R", "S"]}, {"name": "b", "join": ["S", "R"]}],
-    }
-)
 MAX_TIME = 2**53 - 1
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -248,24 +237,11 @@ def test_keys_follow_the_documented_layout(sink_factory, redis_url: str) -> None
     client.close()
 
 
-def test_a_batch_of_100k_rows_is_one_fast_write(sink_factory) -> None:
+def test_a_batch_of_100k_rows_in_one_write(sink_factory) -> None:
     sink = sink_factory()
     n = 100_000
-    rng = np.random.default_rng(1)
-    sides = {
-        "R": {
-            "ts": rng.integers(0, 10**12, n),
-            "k": rng.integers(0, 100, n),
-            "x": rng.random(n),
-            "z": ["abcdefgh"] * n,
-        },
-        "S": {"t": rng.integers(0, 10**12, n), "k": rng.integers(0, 100, n), "d": rng.random(n) < 0.5},
-    }
-    table = table_from_columns(SPEC, "a", sides, 0, 1)
-    started = time.perf_counter()
+    sides, table = large_table(n)
     assert sink.write(0, {"a": table}) == {"a": n}
-    elapsed = time.perf_counter() - started
-    print(f"redis sink: {n} rows in {elapsed:.3f} s")
     assert sink.count("a") == n
     times = np.sort(result_times(table))
     # a span of 1000 pairs drawn from both ZADD chunks (the rows are in random time order)
@@ -275,4 +251,3 @@ def test_a_batch_of_100k_rows_is_one_fast_write(sink_factory) -> None:
     rows = {q["R"]["ts"]: q for q in got}
     for i in np.flatnonzero(np.isin(sides["R"]["ts"], list(rows)))[:50]:
         assert rows[int(sides["R"]["ts"][i])]["S"]["k"] == int(sides["S"]["k"][i])
-    assert elapsed < 5.0  # ~0.3-0.7 s measured on 2 busy cores; this only catches a per-row round trip
