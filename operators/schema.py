@@ -23,6 +23,7 @@ MISSING_FIELD = "missing_field"
 WRONG_TYPE = "wrong_type"
 OUT_OF_RANGE = "out_of_range"
 LATE = "late"
+FUTURE_TIMESTAMP = "future_timestamp"
 
 
 class RecordError(ValueError):

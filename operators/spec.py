@@ -118,6 +118,9 @@ class JoinSpec(_Strict):
     checkpoint: Annotated[str, Field(min_length=1)] | None = None
     sinks: SinksSpec = SinksSpec()
     dead_letter_topic: Annotated[str, Field(pattern=TOPIC)] | None = None
+    # A record whose event time runs further ahead of its Kafka record time is refused (`future_timestamp`):
+    # one bad clock must not push a partition's event time forward and make every later tuple late.
+    max_future_ms: Annotated[int, Field(ge=0)] | None = 86_400_000
     base_dir: str = Field(default=".", exclude=True)  # the spec file's folder: relative schema paths start here
 
     @model_validator(mode="after")

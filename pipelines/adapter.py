@@ -19,7 +19,7 @@ from windjoin.connectors.codec_errors import DecodeError
 from windjoin.connectors.result_table import ARROW_TYPES
 from windjoin.connectors.stream_codecs import stream_codecs
 from windjoin.operators.partitioning import RoutingTable, partition_of
-from windjoin.operators.schema import RecordError, StreamSchema
+from windjoin.operators.schema import FUTURE_TIMESTAMP, RecordError, StreamSchema
 from windjoin.operators.spec import JoinSpec
 
 UNKNOWN_TOPIC = "unknown_topic"
@@ -88,6 +88,7 @@ class Adapter:
                     raise RecordError(UNKNOWN_TOPIC, f"topic {cols['topic'][i]!r} belongs to no stream")
                 record = self._codecs[stream].decode(cols["value"][i])
                 row = schemas[stream].check(record)
+                self._check_not_future(row[0], cols["timestamp"][i])
             except (DecodeError, RecordError) as err:
                 out["reason"][i] = err.reason
                 out["detail"][i] = getattr(err, "detail", None) or str(err)
@@ -98,6 +99,15 @@ class Adapter:
             accepted[stream].append(i)
         self._route(out, accepted, cols)
         return pa.RecordBatch.from_pydict(out, schema=self.schema)
+
+    def _check_not_future(self, event_ms: int, record_ms: int | None) -> None:
+        limit = self.spec.max_future_ms
+        if limit is not None and record_ms is not None and record_ms >= 0 and event_ms > record_ms + limit:
+            raise RecordError(
+                FUTURE_TIMESTAMP,
+                f"event time {event_ms} is {event_ms - record_ms} ms ahead of the Kafka record time "
+                f"{record_ms} (max_future_ms={limit})",
+            )
 
     def _route(self, out: dict, accepted: dict[str, list[int]], cols: dict) -> None:
         """Partition and slot of each join row; dead rows go to the slot of their Kafka partition."""

@@ -27,6 +27,7 @@ for _reason in (
     schema.WRONG_TYPE,
     schema.OUT_OF_RANGE,
     schema.LATE,
+    schema.FUTURE_TIMESTAMP,
     UNKNOWN_TOPIC,
 ):
     register_reason(_reason)
