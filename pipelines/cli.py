@@ -10,12 +10,12 @@ import orjson
 import yaml
 
 from windjoin.operators.spec import load_spec
+from windjoin.pipelines.band_workload import BAND_SPEC, band_events
 from windjoin.pipelines.cli_options import SPEC_ARGUMENT, load_spec_or_fail
 from windjoin.pipelines.join_file import DEFAULT_CHUNK, JoinFileReport, Refusal, join_file
 from windjoin.pipelines.producer_cli import generate, produce
 from windjoin.pipelines.run_cli import run
 from windjoin.pipelines.services_cli import services
-from windjoin.pipelines.workloads import BAND_SPEC, band_events
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
