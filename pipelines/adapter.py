@@ -58,6 +58,7 @@ class Adapter:
     def __post_init__(self) -> None:
         self.schema = adapter_schema(self.spec)
         self.topics = {s.topic: name for name, s in self.spec.streams.items()}
+        self.stream_schemas = {name: StreamSchema(s) for name, s in self.spec.streams.items()}
         self._codecs: dict[str, Codec] | None = None
 
     def __getstate__(self) -> dict:
@@ -79,7 +80,7 @@ class Adapter:
         out = {name: [None] * n for name in self.schema.names}
         out["topic"], out["kpartition"], out["koffset"] = cols["topic"], cols["partition"], cols["offset"]
         out["stream"] = stream_of
-        schemas = {name: StreamSchema(s) for name, s in self.spec.streams.items()}
+        schemas = self.stream_schemas
         accepted: dict[str, list[int]] = {name: [] for name in self.spec.streams}
         for i in range(n):
             stream = stream_of[i]
