@@ -1,10 +1,10 @@
 """Pipeline benchmark: windjoin's streaming job vs Spark's built-in stream-stream join, same topics, same run.
 
 Workload: two JSON streams R(ts, k, x) and S(ts, k, a) on Kafka topics (embedded Tansu broker, 4 partitions
-each), Poisson arrivals at equal rates, join key k uniform over KEYS values (b-model bias 0.5, `windjoin
-generate`), equi-join R.k = S.k with the time window |R.ts - S.ts| <= W (10 s), allowed lateness / watermark
-delay 2 s. Both systems read the same topics through the same `windjoin_kafka` source in one local[2]
-SparkSession:
+each), Poisson arrivals at equal rates, join key k from paper 000's b-model (bias 0.7 over [0, 10^7]; `windjoin
+generate`; `--keys 5000 --skew 0.5` gives a uniform, output-heavy variant), equi-join R.k = S.k with the time
+window |R.ts - S.ts| <= W (10 s), allowed lateness / watermark delay 2 s. Both systems read the same topics
+through the same Kafka reader in one local[2] SparkSession:
 
 * windjoin: `pipelines.join_job.start_job` (adapter, transformWithStateInPandas per slot, RocksDB), to an
   in-process sink that counts pairs and their delays;
@@ -40,7 +40,7 @@ Arrow payloads and builds result tables for its sinks), the built-in join's coun
 collects a histogram; that is each system's cheapest honest end of the pipeline.
 
 Profile: per batch, Spark's durationMs (planning, latestOffset, addBatch, commits), the wall time of
-windjoin's two stages per batch from Spark's monitoring REST API (read stage: source, adapter, shuffle write;
+windjoin's two stages per batch from Spark's monitoring REST API (read stage: source with the adapter, shuffle write;
 join stage: transformWithStateInPandas), windjoin's per-slot handler time (stats), the sink's time; plus the
 Kafka source alone and source + adapter alone (same topics and batch size) and the adapter alone in-process.
 
@@ -79,7 +79,8 @@ DEFAULT_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 @dataclass
 class Params:
     window_s: float = 10.0
-    keys: int = 5000
+    keys: int = 10_000_001  # paper 000's join-attribute domain [0, 10^7]
+    skew: float = 0.7  # paper 000's b-model bias (0.5 = uniform)
     lateness_ms: int = 2000
     topic_partitions: int = 4
     join_partitions: int = 64
@@ -230,7 +231,7 @@ def new_topics(label: str) -> tuple[str, str]:
 
 
 def generate_cmd(spec_path: Path, bootstrap: str, params: Params, rate: float, seconds: float, pace: bool) -> list[str]:
-    """`windjoin generate`: `rate` events/s over both streams (half each), uniform keys."""
+    """`windjoin generate`: `rate` events/s over both streams (half each), b-model keys."""
     return [
         sys.executable,
         "-m",
@@ -244,7 +245,7 @@ def generate_cmd(spec_path: Path, bootstrap: str, params: Params, rate: float, s
         "--keys",
         str(params.keys),
         "--skew",
-        "0.5",
+        str(params.skew),
         "--pace" if pace else "--no-pace",
         "--bootstrap",
         bootstrap,
@@ -468,12 +469,12 @@ class Bench:
 
     def stage_rates(self, total: int) -> dict[str, Any]:
         """Rows/s of windjoin's leading stages alone, same topics and batch size: the Kafka source, then the
-        source plus the adapter (mapInArrow), each to a count sink; the first batch is left out."""
-        from pyspark.sql.pandas.types import from_arrow_schema
-
+        source with the adapter inside its reader (the join job's input), each to a count sink; the first batch
+        is left out."""
         from windjoin.connectors.kafka_source import SOURCE_NAME, register_kafka_source
         from windjoin.operators.partitioning import RoutingTable
         from windjoin.operators.spec import parse_spec
+        from windjoin.pipelines.adapted_source import read_adapted
         from windjoin.pipelines.adapter import Adapter
         from windjoin.pipelines.join_job import slot_labels
 
@@ -482,20 +483,15 @@ class Bench:
         spec = parse_spec(spec_dict(p, self.prefill_topics, self.workdir / "unused", p.max_offsets))
         rows = min(total, p.max_offsets * p.stage_batches)
         out = {}
+        options = {"bootstrap.servers": self.bootstrap, "startingOffsets": "earliest"}
+        options["maxOffsetsPerTrigger"] = str(p.max_offsets)
         for label in ("source", "source_adapter"):
-            df = (
-                self.spark.readStream.format(SOURCE_NAME)
-                .option("bootstrap.servers", self.bootstrap)
-                .option("topics", ",".join(self.prefill_topics))
-                .option("startingOffsets", "earliest")
-                .option("maxOffsetsPerTrigger", str(p.max_offsets))
-                .load()
-            )
             if label == "source_adapter":
-                adapter = Adapter(
-                    spec, RoutingTable.round_robin(spec.partitions, spec.slots), slot_labels(self.spark, 2)
-                )
-                df = df.mapInArrow(adapter, from_arrow_schema(adapter.schema))
+                routing = RoutingTable.round_robin(spec.partitions, spec.slots)
+                df = read_adapted(self.spark, Adapter(spec, routing, slot_labels(self.spark, 2)), options)
+            else:
+                reader = self.spark.readStream.format(SOURCE_NAME).option("topics", ",".join(self.prefill_topics))
+                df = reader.options(**options).load()
             query = (
                 df.writeStream.foreachBatch(lambda batch, _id: batch.count())
                 .option("checkpointLocation", str(self.workdir / f"ckpt-{label}-{uuid.uuid4().hex[:6]}"))
@@ -914,7 +910,8 @@ def main() -> None:
     result: dict[str, Any] = {
         "benchmark": "pipeline",
         "workload": (
-            f"two JSON streams R(ts,k,x), S(ts,k,a), Poisson arrivals, k uniform over {params.keys} values, "
+            f"two JSON streams R(ts,k,x), S(ts,k,a), Poisson arrivals, k from a b-model (b={params.skew:g}) over "
+            f"{params.keys:,} values, "
             f"R.k = S.k AND |R.ts - S.ts| <= {params.window_s:g} s, lateness/watermark {params.lateness_ms} ms"
         ),
         "machine": facts,

@@ -49,7 +49,7 @@ def adapter_schema(spec: JoinSpec) -> pa.Schema:
 
 @dataclass
 class Adapter:
-    """Picklable: built on the driver, shipped to executors inside the mapInArrow function."""
+    """Picklable: built on the driver, shipped to the source readers on the executors."""
 
     spec: JoinSpec
     routing: RoutingTable

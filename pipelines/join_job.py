@@ -17,12 +17,11 @@ import orjson
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
 
-from windjoin.connectors.kafka_source import SOURCE_NAME, register_kafka_source
 from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, result_schema, result_times
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
+from windjoin.pipelines.adapted_source import read_adapted
 from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.dead_letters import write_dead_letters
 from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinProcessor
@@ -30,7 +29,11 @@ from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinPr
 log = logging.getLogger(__name__)
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-STATE_CONF = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB}  # transformWithState needs RocksDB
+STATE_CONF = {
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB,  # transformWithState needs RocksDB
+    # Commit a batch by appending its changes to a changelog instead of uploading a RocksDB checkpoint.
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+}
 
 
 class JobConfigError(ValueError):
@@ -132,19 +135,16 @@ class BatchSink:
 
 def build_stream(spark: SparkSession, spec: JoinSpec, bootstrap: str) -> DataFrame:
     """The joined stream: one row per (slot, kind, name) per batch, payloads as Arrow IPC."""
-    register_kafka_source(spark)
     adapter = Adapter(spec, RoutingTable.round_robin(spec.partitions, spec.slots), slot_labels(spark, spec.slots))
-    reader = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("bootstrap.servers", bootstrap)
-        .option("topics", ",".join(s.topic for s in spec.streams.values()))
-        .option("startingOffsets", "earliest")
-    )
+    options = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest"}
     if spec.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(spec.max_offsets_per_trigger))
-    adapted = reader.load().mapInArrow(adapter, from_arrow_schema(adapter.schema))
-    return adapted.groupBy("slot").transformWithStateInPandas(
-        statefulProcessor=JoinProcessor(spec), outputStructType=OUTPUT_DDL, outputMode="Append", timeMode="None"
+        options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
+    return (
+        read_adapted(spark, adapter, options)
+        .groupBy("slot")
+        .transformWithStateInPandas(
+            statefulProcessor=JoinProcessor(spec), outputStructType=OUTPUT_DDL, outputMode="Append", timeMode="None"
+        )
     )
 
 
