@@ -16,6 +16,7 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         "--prefill-events": "30000",
         "--prefill-rate": "6000",
         "--window-s": "1",
+        "--keys": "1000",  # a small domain, so that a 6 s paced run surely has pairs
         "--max-offsets": "10000",
         "--sweep-offsets": "10000",
         "--stage-batches": "2",
