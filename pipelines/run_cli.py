@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +15,30 @@ from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STAT
 from windjoin.pipelines.join_job import STATE_CONF, BatchOutcome, JobConfigError, check_runnable, start_job
 
 
-def build_sinks(spec: JoinSpec) -> list[Any]:
-    """The sinks the spec names (Parquet, Redis), each idempotent per batch id."""
+def build_sinks(spec: JoinSpec, clock: Callable[[], float] = time.time) -> list[Any]:
+    """The sinks the spec names (Parquet, Redis), each idempotent per batch id, then the snapshot committer.
+
+    With a Parquet sink, snapshots close by the spec's policies; a Redis sink beside it then keeps every result
+    until a snapshot holds it (no trimming at write time; the committer moves old results out, see
+    `pipelines.snapshot_committer`).
+    """
     from windjoin.connectors.parquet_sink import ParquetSink
     from windjoin.connectors.redis_sink import RedisSink
+    from windjoin.connectors.snapshots import SnapshotStore
+    from windjoin.pipelines.snapshot_committer import SnapshotCommitter
 
+    parquet, redis = spec.sinks.parquet, spec.sinks.redis
     sinks: list[Any] = []
-    if spec.sinks.parquet is not None:
-        sinks.append(ParquetSink(spec.sinks.parquet.path))
-    if spec.sinks.redis is not None:
-        sinks.append(RedisSink(spec.sinks.redis.url, spec.sinks.redis.retain_ms))
+    if parquet is not None:
+        sinks.append(ParquetSink(parquet.path))
+    redis_sink = None
+    if redis is not None:
+        redis_sink = RedisSink(redis.url, redis.retain_ms, trim=parquet is None, feed_batches=redis.feed_batches)
+        sinks.append(redis_sink)
+    if parquet is not None:
+        store = SnapshotStore(parquet.path)
+        tasks = [t.name for t in spec.tasks]
+        sinks.append(SnapshotCommitter(store, tasks, parquet.snapshots.every_ms, parquet.retain_ms, redis_sink, clock))
     return sinks
 
 
@@ -49,7 +65,15 @@ class Progress:
         return (
             f"batch {outcome.batch_id}: {outcome.records:,} records, {pairs:,} pairs{rates}{delay}, "
             f"dead letters {outcome.dead}, window {outcome.window_tuples:,} tuples, slowest slot {slowest:.2f} s"
+            f"{_snapshot_note(outcome)}"
         )
+
+
+def _snapshot_note(outcome: BatchOutcome) -> str:
+    """Punctuations seen and snapshots closed by a batch, for its progress line ("" when none)."""
+    note = f", {outcome.punctuations} punctuation(s)" if outcome.punctuations else ""
+    closed = [f"{s.task}#{s.id} {s.reason} batches {s.first_batch}..{s.last_batch}" for s in outcome.snapshots]
+    return note + (f", snapshots {'; '.join(closed)}" if closed else "")
 
 
 @click.command("run")
@@ -57,8 +81,39 @@ class Progress:
 @click.option("--available-now", is_flag=True, help="Process what the topics hold now, then stop.")
 @BOOTSTRAP_OPTION
 @STATE_DIR_OPTION
-def run(spec_path: Path, available_now: bool, bootstrap: str | None, state_dir: Path) -> None:
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    envvar="WINDJOIN_METRICS_PORT",
+    help="Serve the job's Prometheus metrics on this port (/metrics); off by default.",
+)
+@click.option(
+    "--spark-master",
+    default="local[2]",
+    show_default=True,
+    envvar="WINDJOIN_SPARK_MASTER",
+    help="Spark master URL, e.g. k8s://https://kubernetes.default.svc (the driver runs here: client mode).",
+)
+@click.option(
+    "--spark-conf",
+    "spark_conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting overriding windjoin's local defaults (repeatable), e.g. spark.driver.host=HOST.",
+)
+def run(
+    spec_path: Path,
+    available_now: bool,
+    bootstrap: str | None,
+    state_dir: Path,
+    metrics_port: int | None,
+    spark_master: str,
+    spark_conf: tuple[str, ...],
+) -> None:
     """Join the spec's streams from Kafka with Spark, writing results to its sinks exactly once."""
+    bad = [c for c in spark_conf if "=" not in c]
+    if bad:
+        raise click.BadParameter(f"expected KEY=VALUE, got {bad[0]!r}", param_hint="--spark-conf")
     try:
         spec = load_spec(spec_path)
         check_runnable(spec)
@@ -67,12 +122,24 @@ def run(spec_path: Path, available_now: bool, bootstrap: str | None, state_dir: 
     bootstrap = resolve_bootstrap(bootstrap, state_dir)
     from windjoin.connectors.spark_session import build_local_spark
 
-    spark = build_local_spark(app_name="windjoin-join", conf=STATE_CONF)
+    extra_conf = dict(c.split("=", 1) for c in spark_conf)
+    spark = build_local_spark(app_name="windjoin-join", master=spark_master, conf={**STATE_CONF, **extra_conf})
     sinks = build_sinks(spec)
     progress = Progress()
-    query = start_job(
-        spark, spec, bootstrap, sinks, available_now, on_batch=lambda o: click.echo(progress.line(o), err=True)
-    )
+    metrics = None
+    if metrics_port is not None:
+        from windjoin.pipelines.job_metrics import JobMetrics
+
+        metrics = JobMetrics()
+        metrics.serve(metrics_port)
+        click.echo(f"windjoin: metrics on :{metrics_port}/metrics", err=True)
+
+    def on_batch(outcome: BatchOutcome) -> None:
+        click.echo(progress.line(outcome), err=True)
+        if metrics is not None:
+            metrics.observe(outcome)
+
+    query = start_job(spark, spec, bootstrap, sinks, available_now, on_batch=on_batch)
     click.echo(f"windjoin: joining {', '.join(s.topic for s in spec.streams.values())} from {bootstrap}", err=True)
     try:
         query.awaitTermination()
