@@ -10,17 +10,23 @@ task's keys share one slot):
   never collapse. A time-span query is one `ZRANGE key t_from t_to BYSCORE`; among equal scores Redis orders
   members bytewise, so readers that need (result time, batch id, row) order sort the decoded members (`query`
   does).
-- `ns:{task}:meta` - hash: `committed` (last committed batch id), `max_time` (largest result time seen).
+- `ns:{task}:meta` - hash: `committed` (last committed batch id), `max_time` (largest result time seen); with
+  Parquet snapshots also `snapshot` / `snapshot_batch` (written by `redis_tier.advance_snapshot`).
+- `ns:{task}:feed` - stream, the continuous-query feed: one entry per batch that has rows, entry id
+  `<batch_id>-1` (so the feed is in commit order and a (batch, row) cursor maps onto entry ids), fields
+  `emitted_at` (the batch's emission time, epoch ms) and `members` (the batch's members in row order, joined by
+  "\n"; JSON text never holds a raw newline). Capped with `MAXLEN ~ feed_batches`.
 
 Exactly-once, fenced by `committed` with an optimistic transaction, in two round trips per batch whatever the
 number of rows or tasks: (1) WATCH the tasks' meta hashes and read them; (2) MULTI, then for each task whose
 `committed` is below the batch id: add its members (ZADD), drop members scored below `max(max_time, the batch's
-largest result time) - retain_ms` (deterministic: event time, not the wall clock), set `committed` and
-`max_time`; EXEC. Tasks at or past the batch id are left out (a replay, or an older batch). If another writer
-changed a watched hash in between, EXEC does nothing and the write starts over, so the check and the data are
-applied together or not at all. (One Lua script per task would save a round trip but was measured to keep Redis
-busy 2-4x longer: its arguments cross into Lua and back, while a plain ZADD is parsed once; Redis runs one
-command at a time, so that time also delays the query proxy.)
+largest result time) - retain_ms` (deterministic: event time, not the wall clock; skipped with `trim=False`,
+when Parquet snapshots decide what may leave Redis, see `redis_tier.advance_snapshot`), append the batch to the
+feed (XADD), set `committed` and `max_time`; EXEC. Tasks at or past the batch id are left out (a replay, or an
+older batch). If another writer changed a watched hash in between, EXEC does nothing and the write starts over,
+so the check and the data are applied together or not at all. (One Lua script per task would save a round trip
+but was measured to keep Redis busy 2-4x longer: its arguments cross into Lua and back, while a plain ZADD is
+parsed once; Redis runs one command at a time, so that time also delays the query proxy.)
 
 Members are encoded with Arrow compute and the ZADD commands are laid out in Redis' wire format the same way, so
 no Python loop runs per row: 100k rows write in ~0.3 s on two busy cores, ~0.15 s of it inside Redis.
@@ -73,6 +79,11 @@ def results_key(task: str, namespace: str = "windjoin") -> str:
 def meta_key(task: str, namespace: str = "windjoin") -> str:
     """The hash of `task`'s commit state: `committed`, `max_time`."""
     return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:meta"
+
+
+def feed_key(task: str, namespace: str = "windjoin") -> str:
+    """The stream of `task`'s committed batches, the continuous-query feed (see the module docstring)."""
+    return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:feed"
 
 
 def encode_members(table: pa.Table) -> pa.StringArray:
@@ -139,10 +150,26 @@ def _decode(member: bytes) -> tuple[int, int, int, int, dict[str, dict[str, Any]
 class RedisSink:
     """The last `retain_ms` (of result time) of each task's results, in Redis, idempotent per (task, batch id)."""
 
-    def __init__(self, url: str, retain_ms: int, namespace: str = "windjoin", *, socket_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        retain_ms: int,
+        namespace: str = "windjoin",
+        *,
+        socket_timeout: float = 60.0,
+        trim: bool = True,
+        feed_batches: int = 10_000,
+    ) -> None:
+        """`trim=False`: never drop results at write time (Parquet snapshots move them out, see
+        `redis_tier.advance_snapshot`); `feed_batches`: how many batches the continuous-query feed keeps (about:
+        Redis trims whole stream nodes)."""
         if isinstance(retain_ms, bool) or not isinstance(retain_ms, int) or retain_ms <= 0:
             raise ValueError(f"retain_ms {retain_ms!r} is not a positive int (milliseconds)")
+        if isinstance(feed_batches, bool) or not isinstance(feed_batches, int) or feed_batches <= 0:
+            raise ValueError(f"feed_batches {feed_batches!r} is not a positive int (batches)")
         self.retain_ms = retain_ms
+        self.trim = bool(trim)
+        self.feed_batches = feed_batches
         self.namespace = _namespace(namespace)
         # redis-py's default (5 s) is too short for a batch of a million rows on a busy machine; the URL's
         # `?socket_timeout=` still wins.
@@ -170,7 +197,7 @@ class RedisSink:
             return {}
         tasks = list(tables)
         metas = [meta_key(task, self.namespace) for task in tasks]
-        packed: dict[str, tuple[int | None, list[Any]]] = {}  # per task: batch max result time, ZADD commands
+        packed: dict[str, tuple[int | None, list[Any]]] = {}  # per task: batch max result time, ZADD + XADD
         with self._connection() as conn:
             for _ in range(_MAX_ATTEMPTS):
                 # Round trip 1: watch the meta hashes and read them.
@@ -192,7 +219,10 @@ class RedisSink:
                 commands = [conn.pack_command("MULTI")]
                 for task, max_time in todo:
                     if task not in packed:
-                        packed[task] = _packed_zadds(results_key(task, self.namespace), tables[task])
+                        members = encode_members(tables[task]) if tables[task].num_rows else None
+                        batch_max, zadds = _packed_zadds(results_key(task, self.namespace), tables[task], members)
+                        feed = self._feed_commands(conn, task, batch_id, tables[task], members)
+                        packed[task] = (batch_max, zadds + feed)
                     batch_max, zadds = packed[task]
                     commands += zadds
                     commands += self._commit_commands(conn, task, batch_id, max_time, batch_max)
@@ -209,6 +239,29 @@ class RedisSink:
                 return {task: tables[task].num_rows for task, _ in todo}
         raise RuntimeError(f"batch {batch_id}: gave up after {_MAX_ATTEMPTS} attempts; other writers kept racing")
 
+    def _feed_commands(
+        self, conn: redis.Connection, task: str, batch_id: int, table: pa.Table, members: pa.StringArray | None
+    ) -> list[Any]:
+        """The packed XADD appending a batch with rows to the task's feed (none for an empty batch)."""
+        if members is None:
+            return []
+        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(members)], pa.int32()), members), "\n")
+        emitted_at = int(table.column(EMITTED_AT)[0].as_py())
+        payload = _string_bytes(joined)
+        command = conn.pack_command(
+            "XADD",
+            feed_key(task, self.namespace),
+            "MAXLEN",
+            "~",
+            self.feed_batches,
+            f"{batch_id}-1",
+            "emitted_at",
+            emitted_at,
+            "members",
+            payload,
+        )
+        return [command]
+
     def _commit_commands(
         self, conn: redis.Connection, task: str, batch_id: int, max_time: int | None, batch_max: int | None
     ) -> list[Any]:
@@ -217,11 +270,11 @@ class RedisSink:
             max_time = batch_max if max_time is None else max(max_time, batch_max)
         if max_time is None:
             return [conn.pack_command("HSET", meta_key(task, self.namespace), "committed", batch_id)]
+        commit = conn.pack_command("HSET", meta_key(task, self.namespace), "committed", batch_id, "max_time", max_time)
+        if not self.trim:
+            return [commit]
         bound = max_time - self.retain_ms
-        return [
-            conn.pack_command("ZREMRANGEBYSCORE", results_key(task, self.namespace), "-inf", f"({bound}"),
-            conn.pack_command("HSET", meta_key(task, self.namespace), "committed", batch_id, "max_time", max_time),
-        ]
+        return [conn.pack_command("ZREMRANGEBYSCORE", results_key(task, self.namespace), "-inf", f"({bound}"), commit]
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[redis.Connection]:
@@ -267,16 +320,15 @@ class RedisSink:
         return int(self.client.zcard(results_key(task, self.namespace)))
 
 
-def _packed_zadds(key: str, table: pa.Table) -> tuple[int | None, list[Any]]:
+def _packed_zadds(key: str, table: pa.Table, members: pa.StringArray | None) -> tuple[int | None, list[Any]]:
     """The batch's largest result time and its ZADD commands in Redis' wire format, built with Arrow compute.
 
     redis-py would pack argument by argument in Python (about as long as Redis takes to apply them); here every
     `$<length>\\r\\n<score>\\r\\n$<length>\\r\\n<member>\\r\\n` is built for all rows at once.
     """
-    if not table.num_rows:
+    if members is None:
         return None, []
     times = result_times(table)
-    members = encode_members(table)
     scores = pc.cast(pa.array(times), pa.string())
     commands = []
     for start in range(0, table.num_rows, _ZADD_CHUNK):

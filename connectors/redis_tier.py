@@ -1,0 +1,294 @@
+"""Reading the Redis tier of a task's results consistently with its Parquet snapshots, and its feed.
+
+The keys are the ones `redis_sink` writes (see its docstring): the sorted set `ns:{task}:results`, the hash
+`ns:{task}:meta` and the stream `ns:{task}:feed`. When Parquet snapshots are configured, the Redis sink does not
+trim (RedisSink(trim=False)); instead, after a snapshot's manifest is committed, the driver calls
+`advance_snapshot`, which in one Lua script drops the members that are both older than the Redis retention
+(score < cutoff) and inside the snapshot (batch id <= its last batch), and records `snapshot` / `snapshot_batch`
+in the meta hash. Hence the invariant readers rely on: Redis holds every result of every batch newer than the
+recorded `snapshot_batch`, and the recorded snapshot's manifest exists. A one-time query takes, in one
+transaction, the recorded snapshot and the members of the span (`read_span`), keeps the members of newer batches,
+and reads the older batches from the Parquet snapshots up to that id: no gap, no duplicate.
+
+Positions in the feed are (batch_id, row) cursors: "after row `row` of batch `batch_id`". `row = -1` is "before
+the batch", `FEED_END` is "after the whole batch"; `None` is the start of the feed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
+from windjoin.connectors.result_table import check_batch_id
+
+__all__ = [
+    "FEED_END",
+    "FeedInfo",
+    "RedisView",
+    "advance_snapshot",
+    "feed_first_batch",
+    "feed_info",
+    "feed_key",
+    "feed_start_at",
+    "read_feed",
+    "read_span",
+]
+
+FEED_END = 2**53  # a row past any batch's last row: (b, FEED_END) is "after batch b"
+# Feed entries read per XREAD: a batch can be megabytes, so a large `count` must not pull thousands of batches.
+_ENTRIES_PER_READ = 8
+_ZREM_CHUNK = 5000
+
+# KEYS: results, meta. ARGV: snapshot id, its last batch, cutoff (or "" for none).
+# Returns the number of members removed, or -1 when the recorded snapshot is already at or past this one.
+_ADVANCE = """
+local recorded = tonumber(redis.call('HGET', KEYS[2], 'snapshot'))
+local recorded_batch = tonumber(redis.call('HGET', KEYS[2], 'snapshot_batch'))
+local sid = tonumber(ARGV[1])
+local last_batch = tonumber(ARGV[2])
+if (recorded and recorded >= sid) or (recorded_batch and recorded_batch > last_batch) then
+  return -1
+end
+local removed = 0
+if ARGV[3] ~= '' then
+  local bound = '(' .. ARGV[3]
+  local committed = tonumber(redis.call('HGET', KEYS[2], 'committed'))
+  if committed and committed <= last_batch then
+    removed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', bound)
+  else
+    local doomed = {}
+    for _, member in ipairs(redis.call('ZRANGE', KEYS[1], '-inf', bound, 'BYSCORE')) do
+      if tonumber(string.match(member, '^%[(%d+),')) <= last_batch then
+        doomed[#doomed + 1] = member
+        if #doomed >= tonumber(ARGV[4]) then
+          removed = removed + redis.call('ZREM', KEYS[1], unpack(doomed))
+          doomed = {}
+        end
+      end
+    end
+    if #doomed > 0 then
+      removed = removed + redis.call('ZREM', KEYS[1], unpack(doomed))
+    end
+  end
+end
+redis.call('HSET', KEYS[2], 'snapshot', ARGV[1], 'snapshot_batch', ARGV[2])
+return removed
+"""
+
+# KEYS: feed. Returns {first id or false, last generated id or false, entries ever added, length}, without
+# sending any entry's payload over the wire (XINFO STREAM includes the first and last entries).
+_FEED_INFO = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {false, false, 0, 0}
+end
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local out = {false, false, 0, 0}
+for i = 1, #info, 2 do
+  local name, value = info[i], info[i + 1]
+  if name == 'first-entry' and value then out[1] = value[1]
+  elseif name == 'last-generated-id' then out[2] = value
+  elseif name == 'entries-added' then out[3] = value
+  elseif name == 'length' then out[4] = value
+  end
+end
+return out
+"""
+
+# KEYS: feed. ARGV: start id. The id and `emitted_at` of the first entry at or after the id (payload left out).
+_ENTRY_HEAD = """
+local entry = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', 1)[1]
+if not entry then return false end
+local fields = entry[2]
+for i = 1, #fields, 2 do
+  if fields[i] == 'emitted_at' then return {entry[1], fields[i + 1]} end
+end
+return {entry[1], false}
+"""
+
+
+def advance_snapshot(
+    client: redis.Redis, task: str, namespace: str, snapshot_id: int, last_batch: int, cutoff_ms: int | None
+) -> int:
+    """Record snapshot `snapshot_id` (covering batches <= `last_batch`) as the task's Redis/Parquet boundary and
+    drop the members with result time < `cutoff_ms` and batch id <= `last_batch`, atomically.
+
+    Only moves forward: a snapshot id at or below the recorded one (or a last batch below the recorded one)
+    changes nothing and returns -1. `cutoff_ms=None` records the boundary and drops nothing. Returns the number
+    of members removed.
+    """
+    snapshot_id = check_batch_id(snapshot_id)
+    last_batch = check_batch_id(last_batch)
+    if cutoff_ms is not None and (isinstance(cutoff_ms, bool) or not isinstance(cutoff_ms, int)):
+        raise ValueError(f"cutoff_ms {cutoff_ms!r} is not an int (epoch ms) or None")
+    cutoff = "" if cutoff_ms is None else str(int(cutoff_ms))
+    keys = [results_key(task, namespace), meta_key(task, namespace)]
+    return int(client.eval(_ADVANCE, 2, *keys, snapshot_id, last_batch, cutoff, _ZREM_CHUNK))
+
+
+@dataclass
+class RedisView:
+    """What Redis holds of a span, read in one transaction: the recorded snapshot boundary, the last committed
+    batch, and the result rows of batches newer than the boundary, ordered by (result_time, batch_id, row)."""
+
+    snapshot_id: int | None
+    snapshot_batch: int | None
+    committed: int | None
+    rows: list[dict[str, Any]]
+
+
+def read_span(client: redis.Redis, task: str, namespace: str, t_from: int, t_to: int) -> RedisView:
+    """The Redis part of a one-time query over result times [t_from, t_to] (see RedisView)."""
+    pipe = client.pipeline(transaction=True)
+    pipe.hmget(meta_key(task, namespace), "snapshot", "snapshot_batch", "committed")
+    pipe.zrangebyscore(results_key(task, namespace), int(t_from), int(t_to))
+    (snapshot, snapshot_batch, committed), members = pipe.execute()
+    snapshot_batch = _int(snapshot_batch)
+    rows = [decode_row(member) for member in members]
+    if snapshot_batch is not None:
+        rows = [row for row in rows if row["batch_id"] > snapshot_batch]
+    rows.sort(key=lambda row: (row["result_time"], row["batch_id"], row["row"]))
+    return RedisView(_int(snapshot), snapshot_batch, _int(committed), rows)
+
+
+def decode_row(member: bytes) -> dict[str, Any]:
+    """A stored member as a result row `{<A>: {...}, <B>: {...}, batch_id, row, emitted_at, result_time}`."""
+    batch_id, row, emitted_at, sides = orjson.loads(member)
+    first, second = sides.values()  # a task joins two streams; each side's timestamp comes first
+    result_time = max(next(iter(first.values())), next(iter(second.values())))
+    return {**sides, "batch_id": batch_id, "row": row, "emitted_at": emitted_at, "result_time": result_time}
+
+
+@dataclass(frozen=True)
+class FeedInfo:
+    """The feed's extent: the first and last batch it holds or held (None when it never held any), and whether
+    entries were trimmed away (MAXLEN drops the oldest ones; Redis 7 records how many were ever added)."""
+
+    first_batch: int | None
+    last_batch: int | None
+    trimmed: bool
+    length: int
+
+
+def feed_info(client: redis.Redis, task: str, namespace: str) -> FeedInfo:
+    """The feed's extent in one round trip, without transferring any batch."""
+    first, last, added, length = client.eval(_FEED_INFO, 1, feed_key(task, namespace))
+    last_batch = _entry_id(last)[0] if last and _entry_id(last) != (0, 0) else None
+    first_batch = _entry_id(first)[0] if first else None
+    return FeedInfo(first_batch, last_batch, int(added) > int(length), int(length))
+
+
+def feed_first_batch(client: redis.Redis, task: str, namespace: str) -> int | None:
+    """The oldest batch still in the feed, or None when the feed is empty."""
+    return feed_info(client, task, namespace).first_batch
+
+
+def feed_gap(client: redis.Redis, task: str, namespace: str, after: tuple[int, int] | None) -> bool:
+    """Whether rows after the cursor may have been trimmed from the feed: the feed was trimmed and the cursor is
+    older than the batch just before the oldest one held (conservative: batches in between may have been empty).
+    """
+    info = feed_info(client, task, namespace)
+    if not info.trimmed:
+        return False
+    if info.first_batch is None:  # every entry was removed
+        return info.last_batch is not None and _start_id(after) < (info.last_batch, 1)
+    return _start_id(after) < (info.first_batch - 1, 1)
+
+
+def feed_start_at(client: redis.Redis, task: str, namespace: str, from_ms: int) -> tuple[tuple[int, int] | None, bool]:
+    """The cursor just before the first feed batch emitted at or after `from_ms`, and whether batches trimmed from
+    the feed could have been emitted at or after `from_ms` (then the feed cannot serve from there).
+
+    When every batch held was emitted before `from_ms`, the cursor is after the last one.
+    """
+    key = feed_key(task, namespace)
+    info = feed_info(client, task, namespace)
+    if info.first_batch is None:
+        return (None if info.last_batch is None else (info.last_batch, FEED_END)), False
+
+    def head(batch: int) -> tuple[int, int] | None:
+        found = client.eval(_ENTRY_HEAD, 1, key, f"{batch}-0")
+        return None if not found else (_entry_id(found[0])[0], int(found[1]))
+
+    first = head(info.first_batch)
+    if first is None or info.last_batch is None:  # emptied meanwhile
+        return (info.last_batch, FEED_END) if info.last_batch is not None else None, False
+    if first[1] >= from_ms:
+        return (info.first_batch, -1), info.trimmed
+    answer = None
+    lo, hi = info.first_batch, info.last_batch
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        found = head(mid)
+        if found is None or found[0] > hi:
+            hi = mid - 1
+        elif found[1] >= from_ms:
+            answer, hi = found[0], mid - 1
+        else:
+            lo = found[0] + 1
+    if answer is None:
+        return (info.last_batch, FEED_END), False
+    return (answer, -1), False
+
+
+def read_feed(
+    client: redis.Redis,
+    task: str,
+    namespace: str,
+    after: tuple[int, int] | None,
+    count: int,
+    block_ms: int | None,
+) -> list[dict[str, Any]]:
+    """Up to `count` result rows after the (batch_id, row) cursor, in (batch_id, row) order.
+
+    Waits up to `block_ms` for a new batch when none is there (None or 0: does not wait; never waits forever).
+    """
+    key = feed_key(task, namespace)
+    start = "0-0" if after is None else _start_text(after)
+    rows: list[dict[str, Any]] = []
+    block = block_ms if block_ms else None
+    while len(rows) < count:
+        reply = client.xread({key: start}, count=min(count, _ENTRIES_PER_READ), block=block)
+        if not reply:
+            break
+        entries = reply[0][1]
+        for entry_id, fields in entries:
+            batch = _entry_id(entry_id)[0]
+            members = fields[b"members"].split(b"\n")
+            skip = after[1] + 1 if after is not None and batch == after[0] else 0
+            for member in members[max(skip, 0) : max(skip, 0) + count - len(rows)]:
+                rows.append(decode_row(member))
+            if len(rows) >= count:
+                break
+        start = entries[-1][0]
+        if rows:
+            block = None  # something to return: only take what is already there
+    return rows
+
+
+def _start_id(after: tuple[int, int] | None) -> tuple[int, int]:
+    """The exclusive XREAD start id of a cursor, as a tuple."""
+    if after is None:
+        return (0, 0)
+    batch, row = after
+    if batch < 0:
+        return (0, 0)
+    return (batch, 1) if row >= FEED_END else (batch, 0)
+
+
+def _start_text(after: tuple[int, int]) -> str:
+    batch, seq = _start_id(after)
+    return f"{batch}-{seq}"
+
+
+def _entry_id(value: bytes | str) -> tuple[int, int]:
+    text = value.decode() if isinstance(value, bytes) else value
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _int(value: bytes | None) -> int | None:
+    return None if value is None else int(value)
