@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -94,10 +95,27 @@ class TaskSpec(_Strict):
 class RedisSinkSpec(_Strict):
     url: Annotated[str, Field(pattern=r"^rediss?://")] = "redis://127.0.0.1:6379/0"
     retain_ms: Annotated[int, Field(gt=0)] = 600_000
+    feed_batches: Annotated[int, Field(gt=0)] = 10_000  # batches the continuous-query feed keeps
+
+
+class PunctuationSpec(_Strict):
+    """A record of `stream` whose `field` equals `value` closes a snapshot of every task (it is not joined)."""
+
+    stream: Annotated[str, Field(pattern=IDENTIFIER)]
+    field: Annotated[str, Field(pattern=IDENTIFIER)]
+    value: Any  # checked against the field's type with the cross references (an error names the type)
+
+
+class SnapshotsSpec(_Strict):
+    every_ms: Annotated[int, Field(gt=0)] = 60_000  # periodic policy: wall clock since the task's last snapshot
+    punctuation: PunctuationSpec | None = None
 
 
 class ParquetSinkSpec(_Strict):
     path: Annotated[str, Field(min_length=1)]
+    # Keep snapshots whose max result time is within retain_ms of the latest; null: keep everything.
+    retain_ms: Annotated[int, Field(gt=0)] | None = None
+    snapshots: SnapshotsSpec = SnapshotsSpec()
 
 
 class SinksSpec(_Strict):
@@ -125,7 +143,7 @@ class JoinSpec(_Strict):
 
     @model_validator(mode="after")
     def _cross_references(self) -> JoinSpec:
-        problems = [*self._stream_problems(), *self._task_problems()]
+        problems = [*self._stream_problems(), *self._task_problems(), *self._punctuation_problems()]
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -168,6 +186,27 @@ class JoinSpec(_Strict):
                 problems.extend(self._predicate_problems(f"{where}.on[{j}]", task, pred))
             problems.extend(self._partitioning_problems(where, task))
         return problems
+
+    def _punctuation_problems(self) -> list[str]:
+        """The punctuation names a declared stream and field, and its value has the field's type."""
+        parquet = self.sinks.parquet
+        punct = parquet.snapshots.punctuation if parquet is not None else None
+        if punct is None:
+            return []
+        where = "sinks.parquet.snapshots.punctuation"
+        stream = self.streams.get(punct.stream)
+        if stream is None:
+            return [f"{where}.stream: unknown stream {punct.stream!r}; declared streams: {list(self.streams)}"]
+        ftype = stream.field_type(punct.field)
+        if ftype is None:
+            known = [stream.timestamp, *stream.fields]
+            return [f"{where}.field: stream {punct.stream!r} has no field {punct.field!r} (one of {known})"]
+        if not _matches_type(punct.value, ftype):
+            return [
+                f"{where}.value: {punct.value!r} does not fit {punct.stream}.{punct.field} (type {ftype}) "
+                f"(accepted: {_ACCEPTED_VALUES[ftype]})"
+            ]
+        return []
 
     def _partitioning_problems(self, where: str, task: TaskSpec) -> list[str]:
         """Streams split by key must meet on it: a task needs `eq` between the two keys, or neither keyed."""
@@ -216,6 +255,25 @@ class JoinSpec(_Strict):
 
     def task(self, name: str) -> TaskSpec:
         return next(t for t in self.tasks if t.name == name)
+
+
+_ACCEPTED_VALUES = {
+    "int": "an integer",
+    "float": "a finite number",
+    "string": "a string",
+    "bool": "true or false",
+}
+
+
+def _matches_type(value: Any, ftype: str) -> bool:
+    """Whether a spec value (from YAML) is a value of a field of type `ftype` (bools are not numbers)."""
+    if isinstance(value, bool):
+        return ftype == "bool"
+    if ftype == "int":
+        return isinstance(value, int)
+    if ftype == "float":
+        return isinstance(value, int | float) and math.isfinite(value)
+    return isinstance(value, str) if ftype == "string" else False
 
 
 def parse_spec(data: Any) -> JoinSpec:

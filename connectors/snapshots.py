@@ -1,0 +1,233 @@
+"""Snapshots: consecutive committed Parquet batches of a task grouped under one commit id, visible all at once.
+
+Layout, beside the Parquet sink's batch folders (see `parquet_sink`):
+`<path>/task=<task>/_snapshots/<id as 12 digits>.json`, one manifest per snapshot (pyarrow datasets skip names
+starting with "_" or "."). A manifest holds the `Snapshot` fields: the inclusive batch range
+`first_batch..last_batch`, the number of rows and the result-time range of its rows, when and why it was committed.
+
+- Ids count up from 1 per task; snapshot k+1 starts right after snapshot k (`first_batch = last_batch + 1`), so
+  ranges never overlap and every committed batch up to the latest snapshot's `last_batch` is in exactly one.
+- Commit: the manifest is written to a hidden temporary file in `_snapshots`, fsynced, then linked to its final
+  name (one atomic step that never replaces an existing manifest) and the folder fsynced: a snapshot is visible
+  all at once or not at all. State is read from the manifests on disk on every call, so a commit repeated after a
+  replay or a restart finds its batches already covered and does nothing.
+- Retention removes whole snapshots, oldest first (a prefix, so the rest stay consecutive): the manifest first,
+  then its batch folders. A batch not yet in a snapshot is never removed; folders left by a crash between the two
+  steps lie below the oldest manifest's range, where readers do not look, and the next `expire` removes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import uuid
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import orjson
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from windjoin.connectors.parquet_sink import PART_FILE, ParquetSink
+from windjoin.connectors.result_table import stream_timestamps
+
+SNAPSHOTS_DIR = "_snapshots"
+REASONS = ("periodic", "punctuation")
+_MANIFEST = re.compile(r"^(\d{12})\.json$")
+_TMP = re.compile(r"^\.tmp-[0-9a-f]+\.json$")
+MAX_SNAPSHOT_ID = 10**12 - 1
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One committed snapshot of a task: batches `first_batch..last_batch` (inclusive) under commit id `id`."""
+
+    task: str
+    id: int
+    first_batch: int
+    last_batch: int
+    rows: int
+    min_time: int | None  # result-time range of its rows; None when it has no rows
+    max_time: int | None
+    committed_at_ms: int
+    reason: str  # "periodic" | "punctuation"
+
+
+class SnapshotStore:
+    """The snapshots of every task under a Parquet sink's `parquet_path`."""
+
+    def __init__(self, parquet_path: str | os.PathLike[str]) -> None:
+        self.parquet = ParquetSink(parquet_path)  # used for its layout only; this store writes no batch
+
+    def snapshots_dir(self, task: str) -> Path:
+        return self.parquet.task_dir(task) / SNAPSHOTS_DIR
+
+    def manifest_path(self, task: str, snapshot_id: int) -> Path:
+        return self.snapshots_dir(task) / f"{_check_id(snapshot_id):012d}.json"
+
+    def _ids(self, task: str) -> list[int]:
+        folder = self.snapshots_dir(task)
+        if not folder.is_dir():
+            return []
+        found = (_MANIFEST.match(entry.name) for entry in os.scandir(folder))
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def _load(self, task: str, snapshot_id: int) -> Snapshot:
+        path = self.manifest_path(task, snapshot_id)
+        data = orjson.loads(path.read_bytes())
+        try:
+            return Snapshot(**{f.name: data[f.name] for f in fields(Snapshot)})
+        except KeyError as err:
+            raise ValueError(f"{path}: not a snapshot manifest (no key {err})") from None
+
+    def list(self, task: str) -> list[Snapshot]:
+        """The task's retained snapshots, ascending id ([] when none)."""
+        return [self._load(task, i) for i in self._ids(task)]
+
+    def latest(self, task: str) -> Snapshot | None:
+        ids = self._ids(task)
+        return self._load(task, ids[-1]) if ids else None
+
+    def get(self, task: str, snapshot_id: int) -> Snapshot:
+        """The snapshot `snapshot_id` of `task`; KeyError naming the id when it is absent (never or no longer)."""
+        ids = self._ids(task)
+        if snapshot_id not in ids:
+            held = f"{ids[0]}..{ids[-1]}" if ids else "none"
+            raise KeyError(f"task {task!r} has no snapshot {snapshot_id!r} (retained snapshots: {held})")
+        return self._load(task, snapshot_id)
+
+    def batches(self, task: str, upto_snapshot_id: int) -> list[int]:
+        """Retained committed batch ids covered by the snapshots up to `upto_snapshot_id`, ascending."""
+        ids = self._ids(task)
+        last = self.get(task, upto_snapshot_id).last_batch
+        first = self._load(task, ids[0]).first_batch
+        return [b for b in self.parquet.committed_batches(task) if first <= b <= last]
+
+    def commit(self, task: str, last_batch: int, reason: str, now_ms: int) -> Snapshot | None:
+        """Close a snapshot of the committed batches after the latest snapshot, up to `last_batch`.
+
+        Returns the new snapshot, or None when no committed batch is newer than the latest snapshot (a replay, a
+        restart, or nothing committed yet), or when another writer committed the same id meanwhile.
+        """
+        if reason not in REASONS:
+            raise ValueError(f"snapshot reason {reason!r} is not accepted (one of {list(REASONS)})")
+        previous = self.latest(task)
+        start = 0 if previous is None else previous.last_batch + 1
+        batches = [b for b in self.parquet.committed_batches(task) if start <= b <= last_batch]
+        if not batches:
+            return None
+        rows, low, high = self._measure(task, batches)
+        snapshot = Snapshot(
+            task=task,
+            id=1 if previous is None else previous.id + 1,
+            first_batch=batches[0] if previous is None else start,
+            last_batch=batches[-1],
+            rows=rows,
+            min_time=low,
+            max_time=high,
+            committed_at_ms=int(now_ms),
+            reason=reason,
+        )
+        return snapshot if self._publish(snapshot) else None
+
+    def _measure(self, task: str, batches: list[int]) -> tuple[int, int | None, int | None]:
+        """Rows and result-time range of the batches' files (only the streams' timestamp columns are read)."""
+        rows, low, high = 0, None, None
+        for batch in batches:
+            file = self.parquet.batch_dir(task, batch) / PART_FILE
+            timestamps = stream_timestamps(pq.read_schema(file))
+            table = pq.read_table(file, columns=[f"{stream}.{ts}" for stream, ts in timestamps.items()])
+            rows += table.num_rows
+            if not table.num_rows:
+                continue
+            times = pc.max_element_wise(*table.columns)
+            span = pc.min_max(times)
+            lo, hi = span["min"].as_py(), span["max"].as_py()
+            low = lo if low is None else min(low, lo)
+            high = hi if high is None else max(high, hi)
+        return rows, low, high
+
+    def _publish(self, snapshot: Snapshot) -> bool:
+        """Write the manifest atomically; False if a manifest with its id already exists."""
+        folder = self.snapshots_dir(snapshot.task)
+        folder.mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(folder):  # leftovers of crashed commits
+            if _TMP.match(entry.name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+        tmp = folder / f".tmp-{uuid.uuid4().hex}.json"
+        final = self.manifest_path(snapshot.task, snapshot.id)
+        try:
+            with open(tmp, "wb") as out:
+                out.write(orjson.dumps(asdict(snapshot), option=orjson.OPT_INDENT_2))
+                out.flush()
+                os.fsync(out.fileno())
+            try:
+                os.link(tmp, final)  # atomic, and unlike rename never replaces a manifest another writer made
+            except FileExistsError:
+                return False
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        _fsync_dir(folder)
+        return True
+
+    def expire(self, task: str, retain_ms: int) -> list[int]:
+        """Remove the oldest snapshots whose max result time is below the latest max result time - retain_ms.
+
+        Whole snapshots, oldest first, stopping at the first one kept (empty snapshots in that prefix go too);
+        the snapshot holding the latest result time always stays. Returns the removed snapshot ids.
+        """
+        if isinstance(retain_ms, bool) or not isinstance(retain_ms, int) or retain_ms <= 0:
+            raise ValueError(f"retain_ms {retain_ms!r} is not a positive int (milliseconds)")
+        snapshots = self.list(task)
+        times = [s.max_time for s in snapshots if s.max_time is not None]
+        if not times:
+            return []
+        bound = max(times) - retain_ms
+        removed = []
+        for snapshot in snapshots:
+            if snapshot.max_time is not None and snapshot.max_time >= bound:
+                break
+            os.unlink(self.manifest_path(task, snapshot.id))  # first the manifest: readers stop seeing it
+            removed.append(snapshot)
+        if removed:
+            _fsync_dir(self.snapshots_dir(task))
+        kept = self._ids(task)
+        if kept:
+            first_kept = self._load(task, kept[0]).first_batch
+            for batch in self.parquet.committed_batches(task):  # removed snapshots' folders, and crash leftovers
+                if batch < first_kept:
+                    _remove_batch(self.parquet.batch_dir(task, batch))
+            _fsync_dir(self.parquet.task_dir(task))
+        return [s.id for s in removed]
+
+
+def _remove_batch(folder: Path) -> None:
+    """Remove a batch folder: first renamed to a hidden temporary name (atomic), so no half-removed batch folder is
+    ever listed; the name is the Parquet sink's temporary pattern, so a crash leftover is cleaned by its next write.
+    """
+    doomed = folder.with_name(f".{folder.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        os.rename(folder, doomed)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _check_id(snapshot_id: int) -> int:
+    if isinstance(snapshot_id, bool) or not isinstance(snapshot_id, int) or not 0 < snapshot_id <= MAX_SNAPSHOT_ID:
+        raise ValueError(f"snapshot id {snapshot_id!r} is not an int in 1..{MAX_SNAPSHOT_ID}")
+    return snapshot_id
+
+
+def _fsync_dir(path: Path) -> None:
+    """Flush a folder's entries to disk, so a link or an unlink survives a power loss."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with contextlib.suppress(OSError):  # some file systems refuse fsync on folders
+            os.fsync(fd)
+    finally:
+        os.close(fd)
