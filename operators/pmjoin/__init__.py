@@ -1,0 +1,1 @@
+"""PMJoin: planning distributed multi-way window joins by stream partitioning (Zhou et al.)."""
