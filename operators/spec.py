@@ -144,6 +144,7 @@ class JoinSpec(_Strict):
     @model_validator(mode="after")
     def _cross_references(self) -> JoinSpec:
         problems = [*self._stream_problems(), *self._task_problems(), *self._punctuation_problems()]
+        problems += self._retention_problems()
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -186,6 +187,16 @@ class JoinSpec(_Strict):
                 problems.extend(self._predicate_problems(f"{where}.on[{j}]", task, pred))
             problems.extend(self._partitioning_problems(where, task))
         return problems
+
+    def _retention_problems(self) -> list[str]:
+        """Parquet keeps at least what Redis keeps, so a one-time query over the Redis span finds every snapshot."""
+        parquet, redis = self.sinks.parquet, self.sinks.redis
+        if parquet is None or redis is None or parquet.retain_ms is None or parquet.retain_ms >= redis.retain_ms:
+            return []
+        return [
+            f"sinks.parquet.retain_ms: {parquet.retain_ms} is below sinks.redis.retain_ms ({redis.retain_ms}); "
+            "accepted: null (keep every snapshot) or at least the Redis retention"
+        ]
 
     def _punctuation_problems(self) -> list[str]:
         """The punctuation names a declared stream and field, and its value has the field's type."""

@@ -3,7 +3,9 @@
 Runs on the executors over Arrow batches from the Kafka source. Every record yields exactly one row:
 either a join row (stream, event time, the stream's declared fields, hash partition, slot) or a dead row
 carrying the reason, so nothing is dropped silently. Rows have one column per (stream, field) so the
-stateful join gets typed columns without decoding again.
+stateful join gets typed columns without decoding again. A punctuation record (the spec's
+`sinks.parquet.snapshots.punctuation`: a valid record of that stream whose field equals the value) gets the
+reason `punctuation`: it is neither joined nor dead-lettered, only counted, and closes a snapshot.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from windjoin.operators.schema import FUTURE_TIMESTAMP, RecordError, StreamSchem
 from windjoin.operators.spec import JoinSpec
 
 UNKNOWN_TOPIC = "unknown_topic"
+PUNCTUATION = "punctuation"  # the reason of a punctuation row: counted, not joined, not a dead letter
 
 
 def field_column(stream: str, field: str) -> str:
@@ -60,6 +63,14 @@ class Adapter:
         self.topics = {s.topic: name for name, s in self.spec.streams.items()}
         self.stream_schemas = {name: StreamSchema(s) for name, s in self.spec.streams.items()}
         self._codecs: dict[str, Codec] | None = None
+        parquet = self.spec.sinks.parquet
+        punct = parquet.snapshots.punctuation if parquet is not None else None
+        # (stream, position of the field in a checked row, value) of the punctuation record, if any
+        self.punctuation = (
+            None
+            if punct is None
+            else (punct.stream, self.stream_schemas[punct.stream].columns.index(punct.field), punct.value)
+        )
 
     def __getstate__(self) -> dict:
         return {"spec": self.spec, "routing": self.routing, "slot_labels": self.slot_labels}
@@ -95,11 +106,21 @@ class Adapter:
                 out["detail"][i] = getattr(err, "detail", None) or str(err)
                 continue
             out["ts"][i] = row[0]
+            if self.punctuation is not None and self._is_punctuation(stream, row):
+                out["reason"][i] = PUNCTUATION
+                continue
             for name, value in zip(schemas[stream].columns[1:], row[1:], strict=True):
                 out[field_column(stream, name)][i] = value
             accepted[stream].append(i)
         self._route(out, accepted, cols)
         return pa.RecordBatch.from_pydict(out, schema=self.schema)
+
+    def _is_punctuation(self, stream: str, row: tuple | list) -> bool:
+        punct_stream, position, value = self.punctuation
+        if stream != punct_stream:
+            return False
+        found = row[position]
+        return found == value and isinstance(found, bool) == isinstance(value, bool)
 
     def _check_not_future(self, event_ms: int, record_ms: int | None) -> None:
         limit = self.spec.max_future_ms

@@ -19,12 +19,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, result_schema, result_times
+from windjoin.connectors.snapshots import Snapshot
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.adapted_source import read_adapted
 from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.dead_letters import write_dead_letters
 from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinProcessor
+from windjoin.pipelines.snapshot_committer import SnapshotCommitter
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,8 @@ class BatchOutcome:
     batch_id: int
     pairs: dict[str, int] = field(default_factory=dict)
     dead: int = 0
+    punctuations: int = 0  # punctuation records in the batch (each closes a snapshot of every task)
+    snapshots: list[Snapshot] = field(default_factory=list)  # snapshots closed after this batch
     dead_by_reason: dict[str, int] = field(default_factory=dict)  # refused rows by reason, dead-lettered or not
     stats: list[dict] = field(default_factory=list)
     # Production delay of the batch's pairs: emission minus the later tuple's event time (ms). With event time
@@ -92,7 +96,10 @@ class BatchOutcome:
 
 @dataclass
 class BatchSink:
-    """foreachBatch: collect the slots' result blobs and hand them to every sink with the batch id."""
+    """foreachBatch: collect the slots' result blobs and hand them to every sink with the batch id.
+
+    A `SnapshotCommitter` among the sinks is not written to: it runs after every other sink committed the batch.
+    """
 
     spec: JoinSpec
     bootstrap: str
@@ -110,6 +117,7 @@ class BatchSink:
                 dead.append(pa.ipc.open_stream(row["payload"]).read_all().to_pandas())
             elif row["kind"] == STATS:
                 outcome.stats.append({"slot": row["slot"], **orjson.loads(row["payload"])})
+        outcome.punctuations = sum(s.get("punctuations", 0) for s in outcome.stats)
         results, delays = {}, []
         for task, parts in tables.items():
             schema = result_schema(self.spec, task)
@@ -122,7 +130,11 @@ class BatchSink:
             outcome.pairs[task] = len(table)
             delays.append(table.column(EMITTED_AT).to_numpy() - result_times(results[task]))
         for sink in self.sinks:
-            sink.write(batch_id, results)
+            if not isinstance(sink, SnapshotCommitter):
+                sink.write(batch_id, results)
+        for sink in self.sinks:
+            if isinstance(sink, SnapshotCommitter):
+                outcome.snapshots += sink.after_batch(batch_id, outcome.punctuations)
         if dead:
             import pandas as pd
 

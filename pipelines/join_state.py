@@ -28,7 +28,7 @@ from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import Pairs, WindowJoin
 from windjoin.operators.schema import LATE
 from windjoin.operators.spec import CountWindow, JoinSpec
-from windjoin.pipelines.adapter import field_column
+from windjoin.pipelines.adapter import PUNCTUATION, field_column
 
 OUTPUT_DDL = "slot int, kind string, name string, payload binary"
 PAIRS, DEAD, STATS = "pairs", "dead", "stats"
@@ -70,7 +70,8 @@ class JoinProcessor(StatefulProcessor):
         meta = orjson.loads(self.meta_state.get()[0]) if self.meta_state.exists() else _new_meta()
         windows = self._windows(slot, meta)
         out: list[tuple[int, str, str, bytes]] = []
-        dead = frame[frame["reason"].notna()]
+        punctuations = int((frame["reason"] == PUNCTUATION).sum())  # only counted: they close snapshots
+        dead = frame[frame["reason"].notna() & (frame["reason"] != PUNCTUATION)]
         live = frame[frame["reason"].isna()].sort_values(ORDER, kind="stable")
         pairs_by_task: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
         late_parts, kept_parts = [], []
@@ -101,6 +102,7 @@ class JoinProcessor(StatefulProcessor):
             "rows": len(frame),
             "joined": len(live),
             "dead": len(dead_rows),
+            "punctuations": punctuations,
             "segments": len(meta["segments"]),
             "window_tuples": sum(len(s) for j in windows.joins.values() for s in j.stores.values()),
             "seconds": time.perf_counter() - started,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +15,30 @@ from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STAT
 from windjoin.pipelines.join_job import STATE_CONF, BatchOutcome, JobConfigError, check_runnable, start_job
 
 
-def build_sinks(spec: JoinSpec) -> list[Any]:
-    """The sinks the spec names (Parquet, Redis), each idempotent per batch id."""
+def build_sinks(spec: JoinSpec, clock: Callable[[], float] = time.time) -> list[Any]:
+    """The sinks the spec names (Parquet, Redis), each idempotent per batch id, then the snapshot committer.
+
+    With a Parquet sink, snapshots close by the spec's policies; a Redis sink beside it then keeps every result
+    until a snapshot holds it (no trimming at write time; the committer moves old results out, see
+    `pipelines.snapshot_committer`).
+    """
     from windjoin.connectors.parquet_sink import ParquetSink
     from windjoin.connectors.redis_sink import RedisSink
+    from windjoin.connectors.snapshots import SnapshotStore
+    from windjoin.pipelines.snapshot_committer import SnapshotCommitter
 
+    parquet, redis = spec.sinks.parquet, spec.sinks.redis
     sinks: list[Any] = []
-    if spec.sinks.parquet is not None:
-        sinks.append(ParquetSink(spec.sinks.parquet.path))
-    if spec.sinks.redis is not None:
-        sinks.append(RedisSink(spec.sinks.redis.url, spec.sinks.redis.retain_ms))
+    if parquet is not None:
+        sinks.append(ParquetSink(parquet.path))
+    redis_sink = None
+    if redis is not None:
+        redis_sink = RedisSink(redis.url, redis.retain_ms, trim=parquet is None, feed_batches=redis.feed_batches)
+        sinks.append(redis_sink)
+    if parquet is not None:
+        store = SnapshotStore(parquet.path)
+        tasks = [t.name for t in spec.tasks]
+        sinks.append(SnapshotCommitter(store, tasks, parquet.snapshots.every_ms, parquet.retain_ms, redis_sink, clock))
     return sinks
 
 
@@ -49,7 +65,15 @@ class Progress:
         return (
             f"batch {outcome.batch_id}: {outcome.records:,} records, {pairs:,} pairs{rates}{delay}, "
             f"dead letters {outcome.dead}, window {outcome.window_tuples:,} tuples, slowest slot {slowest:.2f} s"
+            f"{_snapshot_note(outcome)}"
         )
+
+
+def _snapshot_note(outcome: BatchOutcome) -> str:
+    """Punctuations seen and snapshots closed by a batch, for its progress line ("" when none)."""
+    note = f", {outcome.punctuations} punctuation(s)" if outcome.punctuations else ""
+    closed = [f"{s.task}#{s.id} {s.reason} batches {s.first_batch}..{s.last_batch}" for s in outcome.snapshots]
+    return note + (f", snapshots {'; '.join(closed)}" if closed else "")
 
 
 @click.command("run")

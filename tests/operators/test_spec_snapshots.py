@@ -31,6 +31,8 @@ def test_defaults() -> None:
     assert sinks.parquet.retain_ms is None  # keep every snapshot
     assert sinks.parquet.snapshots.every_ms == 60_000 and sinks.parquet.snapshots.punctuation is None
     assert sinks.redis.feed_batches == 10_000
+    both = parse_spec(with_sinks(parquet={"retain_ms": 5000}, redis={"retain_ms": 5000})).sinks
+    assert both.parquet.retain_ms == both.redis.retain_ms == 5000
 
 
 @pytest.mark.parametrize(("field", "value"), [("k", 7), ("x", 2), ("x", 2.5), ("c", "end"), ("b", False), ("ts", 0)])
@@ -53,6 +55,10 @@ PUNCT = "sinks.parquet.snapshots.punctuation"
         ({"parquet": {"snapshots": {"every_ms": 0}}}, ["sinks.parquet.snapshots.every_ms", "greater than 0"]),
         ({"parquet": {"snapshots": {"hourly": True}}}, ["sinks.parquet.snapshots.hourly", "Extra inputs"]),
         ({"redis": {"feed_batches": -1}}, ["sinks.redis.feed_batches", "greater than 0", "-1"]),
+        (
+            {"parquet": {"retain_ms": 1000}, "redis": {"retain_ms": 5000}},
+            ["sinks.parquet.retain_ms", "1000", "sinks.redis.retain_ms (5000)", "at least the Redis retention"],
+        ),
         (
             {"parquet": {"snapshots": {"punctuation": {"stream": "Q", "field": "k", "value": 1}}}},
             [f"{PUNCT}.stream", "'Q'", "['R', 'S']"],
