@@ -4,38 +4,171 @@ A tuple's partition is H(key) mod n_partitions with a hash that is stable across
 (pandas' keyed SipHash), and equal for equal keys across types: ints and floats hash by numeric value, so
 `5` and `5.0` meet. Partitions are the unit the controller moves between slots; the routing table's
 version travels with the data (control epoch), so a replayed batch routes exactly as the first time.
+
+A partition may be split into mini-groups (paper 000's fine tuning by extendible hashing): a mini-group
+`Group(p, depth, pattern)` holds the tuples of partition p whose `depth` low bits of H(key) // n_partitions
+equal `pattern`. Those bits are independent of the partition number, so a tuple's mini-group is a function
+of its hash alone and partition_of is unchanged by any split.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 
-def partition_of(keys: np.ndarray, partitions: int) -> np.ndarray:
-    """The hash partition (int32) of each key value."""
+def key_hash(keys: np.ndarray) -> np.ndarray:
+    """The stable 64-bit hash (uint64) of each key value; partition and mini-group both derive from it."""
     if keys.dtype.kind in "iuf":
         keys = keys.astype(np.float64) + 0.0  # numeric value decides; +0.0 folds -0.0 into 0.0
     elif keys.dtype.kind == "b":
         keys = keys.astype(np.float64)
     elif keys.dtype.kind == "U":
         keys = keys.astype(object)
-    hashed = pd.util.hash_array(np.asarray(keys), categorize=False)
-    return (hashed % np.uint64(partitions)).astype(np.int32)
+    return pd.util.hash_array(np.asarray(keys), categorize=False)
+
+
+def partition_of(keys: np.ndarray, partitions: int) -> np.ndarray:
+    """The hash partition (int32) of each key value."""
+    return partition_of_hash(key_hash(keys), partitions)
+
+
+def partition_of_hash(hashes: np.ndarray, partitions: int) -> np.ndarray:
+    return (hashes % np.uint64(partitions)).astype(np.int32)
+
+
+def mini_bits(hashes: np.ndarray, partitions: int) -> np.ndarray:
+    """The hash bits that choose a mini-group inside a partition (uint64): H // n_partitions."""
+    return hashes // np.uint64(partitions)
+
+
+@dataclass(frozen=True, order=True)
+class Group:
+    """A movable unit: a whole partition (depth 0) or one of its mini-groups (low `depth` mini bits = pattern)."""
+
+    partition: int
+    depth: int = 0
+    pattern: int = 0
+
+    def __post_init__(self) -> None:
+        if self.depth < 0 or not 0 <= self.pattern < (1 << self.depth):
+            raise ValueError(f"mini-group pattern {self.pattern} does not fit in depth {self.depth}")
+
+    def contains(self, partitions: np.ndarray, bits: np.ndarray) -> np.ndarray:
+        """Which tuples (by partition and mini bits) belong to this group."""
+        mask = np.uint64((1 << self.depth) - 1)
+        return (partitions == self.partition) & ((bits & mask) == np.uint64(self.pattern))
+
+    def covers(self, other: Group) -> bool:
+        """Whether every tuple of `other` belongs to this group."""
+        return (
+            other.partition == self.partition
+            and other.depth >= self.depth
+            and other.pattern & ((1 << self.depth) - 1) == self.pattern
+        )
 
 
 @dataclass(frozen=True)
 class RoutingTable:
-    """Which slot owns each partition, in one version of the control epoch."""
+    """Which slot owns each partition, in one version of the control epoch.
+
+    `split` lists, for partitions split into mini-groups, the slot of each mini-group; those partitions'
+    entries in `slot_of` are then unused. The mini-groups of a split partition cover its hashes exactly once.
+    """
 
     version: int
     slot_of: tuple[int, ...]  # partition -> slot index
+    split: tuple[tuple[Group, int], ...] = ()  # (mini-group, slot), sorted
 
     @staticmethod
     def round_robin(partitions: int, slots: int, version: int = 0) -> RoutingTable:
         return RoutingTable(version, tuple(p % slots for p in range(partitions)))
 
     def slots(self, partitions: np.ndarray) -> np.ndarray:
-        return np.asarray(self.slot_of, dtype=np.int32)[partitions]
+        """Slot of each partition; for a split partition, the slot of its first mini-group (use `route`)."""
+        table = np.asarray(self.slot_of, dtype=np.int32).copy()
+        for group, slot in reversed(self.split):
+            table[group.partition] = slot
+        return table[partitions]
+
+    @property
+    def partitions(self) -> int:
+        return len(self.slot_of)
+
+    def route(self, hashes: np.ndarray) -> np.ndarray:
+        """Slot of each tuple by its key hash, mini-groups included."""
+        parts = partition_of_hash(hashes, self.partitions)
+        out = np.asarray(self.slot_of, dtype=np.int32)[parts]
+        if self.split:
+            bits = mini_bits(hashes, self.partitions)
+            for group, slot in self.split:
+                out[group.contains(parts, bits)] = slot
+        return out
+
+    def groups(self) -> dict[Group, int]:
+        """Every movable unit and its slot: unsplit partitions as depth-0 groups, split ones as mini-groups."""
+        split_parts = {g.partition for g, _ in self.split}
+        out = {Group(p): s for p, s in enumerate(self.slot_of) if p not in split_parts}
+        out.update(dict(self.split))
+        return out
+
+    def slot_of_group(self, group: Group) -> int:
+        return self.groups()[group]
+
+    def with_moves(self, moves: Mapping[Group, int]) -> RoutingTable:
+        """The next version with each group placed on its new slot (the groups must be units of this table)."""
+        units = self.groups()
+        unknown = [g for g in moves if g not in units]
+        if unknown:
+            raise ValueError(f"cannot move {unknown}: not units of routing version {self.version}")
+        units.update(moves)
+        return self._from_units(self.version + 1, units)
+
+    def with_units(self, units: Mapping[Group, int]) -> RoutingTable:
+        """The next version with a new set of units (after mini-groups split or merged); they must tile every
+        partition exactly once."""
+        return self._from_units(self.version + 1, dict(units))
+
+    def _from_units(self, version: int, units: dict[Group, int]) -> RoutingTable:
+        slot_of = list(self.slot_of)
+        split = []
+        for group, slot in sorted(units.items()):
+            if group.depth == 0:
+                slot_of[group.partition] = slot
+            else:
+                split.append((group, slot))
+        table = RoutingTable(version, tuple(slot_of), tuple(split))
+        table.check_tiling(set(units))
+        return table
+
+    def check_tiling(self, units: set[Group]) -> None:
+        """Raise unless the units cover each partition's hashes exactly once."""
+        by_part: dict[int, list[Group]] = {}
+        for g in units:
+            if not 0 <= g.partition < self.partitions:
+                raise ValueError(f"{g} is outside partitions 0..{self.partitions - 1}")
+            by_part.setdefault(g.partition, []).append(g)
+        for p in range(self.partitions):
+            groups = by_part.get(p, [])
+            share = sum(2.0**-g.depth for g in groups)
+            overlap = any(a != b and (a.covers(b) or b.covers(a)) for a in groups for b in groups)
+            if share != 1.0 or overlap:
+                raise ValueError(f"partition {p} is not tiled exactly once by its groups {sorted(groups)}")
+
+    def moves_from(self, older: RoutingTable) -> dict[Group, tuple[int, int]]:
+        """Groups of this version whose tuples an older version sent elsewhere: group -> (old slot, new slot).
+
+        A mini-group of a partition split since `older` reports the slot its tuples had there."""
+        old_units = older.groups()
+        out = {}
+        for group, slot in self.groups().items():
+            old = [s for g, s in old_units.items() if g.covers(group) or group.covers(g)]
+            sources = set(old)
+            if sources != {slot}:
+                if len(sources) != 1:
+                    raise ValueError(f"{group} gathers tuples from several old slots {sorted(sources)}")
+                out[group] = (sources.pop(), slot)
+        return out

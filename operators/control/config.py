@@ -1,0 +1,159 @@
+"""The controller's thresholds, typed and validated once; errors name the key, the bad value and what is accepted."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ControlConfigError(ValueError):
+    """A controller configuration that cannot be used; one problem per line, by key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class ReorganisationConfig(_Strict):
+    """Paper 000: suppliers above th_sup, consumers below th_con, 0 <= th_con < th_sup < 1."""
+
+    th_sup: Fraction = 0.8
+    th_con: Fraction = 0.5
+    occupancy: Literal["busy", "backlog"] = "busy"  # processing seconds / batch interval, or backlog / capacity
+    backlog_capacity: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None  # tuples; for "backlog"
+    seed: int = 0  # the paper picks the yielded group at random; seeded, so a replayed epoch decides the same
+
+    @model_validator(mode="after")
+    def _order(self) -> ReorganisationConfig:
+        problems = []
+        if not self.th_con < self.th_sup < 1:
+            problems.append(
+                f"reorganisation.th_sup: must satisfy 0 <= th_con < th_sup < 1 (got th_con={self.th_con}, "
+                f"th_sup={self.th_sup})"
+            )
+        if self.occupancy == "backlog" and self.backlog_capacity is None:
+            problems.append("reorganisation.backlog_capacity: required when occupancy is 'backlog' (tuples > 0)")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+class DeclusteringConfig(_Strict):
+    """Paper 000: grow when N_sup > beta * N_con, shrink when no slot is a supplier; within [min, max] slots."""
+
+    beta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.5
+    min_slots: Annotated[int, Field(ge=1)] = 1
+    max_slots: Annotated[int, Field(ge=1)] = 64
+
+    @model_validator(mode="after")
+    def _range(self) -> DeclusteringConfig:
+        if self.min_slots > self.max_slots:
+            raise ValueError(
+                f"declustering.min_slots: must be <= max_slots (got min_slots={self.min_slots}, "
+                f"max_slots={self.max_slots})"
+            )
+        return self
+
+
+class UtilisationConfig(_Strict):
+    """S2J: 0 < tau0 < tau_star < tau1 <= tau2 <= 1 on average utilisation tau = w / W."""
+
+    tau0: Fraction = 0.2
+    tau_star: Fraction = 0.4
+    tau1: Fraction = 0.8
+    tau2: Fraction = 0.9
+    capacity: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0  # W: tuples one worker can handle
+    sustain_epochs: Annotated[int, Field(ge=1)] = 3  # "for a sustained time", counted in control epochs
+    min_workers: Annotated[int, Field(ge=1)] = 1
+    max_workers: Annotated[int, Field(ge=1)] = 64
+
+    @model_validator(mode="after")
+    def _order(self) -> UtilisationConfig:
+        problems = []
+        if not 0 < self.tau0 < self.tau_star < self.tau1 <= self.tau2 <= 1:
+            problems.append(
+                "utilisation.tau0: thresholds must satisfy 0 < tau0 < tau_star < tau1 <= tau2 <= 1 (got "
+                f"tau0={self.tau0}, tau_star={self.tau_star}, tau1={self.tau1}, tau2={self.tau2})"
+            )
+        if self.min_workers > self.max_workers:
+            problems.append(
+                f"utilisation.min_workers: must be <= max_workers (got min_workers={self.min_workers}, "
+                f"max_workers={self.max_workers})"
+            )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+class SheddingConfig(_Strict):
+    """S2J: SR = B + (1 - B) * g((tau - tau1) / (1 - tau1)) above tau1, g linear or quadratic."""
+
+    base: Fraction = 0.0  # B
+    model: Literal["linear", "quadratic"] = "linear"
+
+
+class FineTuningConfig(_Strict):
+    """Paper 000, Fig. 4b: keep each group's state within [theta, 2 theta] by extendible hashing."""
+
+    theta: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 64 * 2**20  # bytes
+    max_depth: Annotated[int, Field(ge=0, le=16)] = 8
+
+
+class ControlConfig(_Strict):
+    reorganisation: ReorganisationConfig = ReorganisationConfig()
+    declustering: DeclusteringConfig = DeclusteringConfig()
+    utilisation: UtilisationConfig = UtilisationConfig()
+    shedding: SheddingConfig = SheddingConfig()
+    fine_tuning: FineTuningConfig = FineTuningConfig()
+
+
+def parse_control_config(data: Any) -> ControlConfig:
+    """Validate a mapping (parsed YAML) into a ControlConfig, or raise ControlConfigError naming every bad key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ControlConfigError(f"control: a mapping of sections {list(ControlConfig.model_fields)}; got {data!r}")
+    try:
+        return ControlConfig.model_validate(data)
+    except ValidationError as err:
+        raise ControlConfigError(_format(err)) from None
+
+
+def _format(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors(include_url=False):
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "value_error":
+            lines.extend(msg.split("\n"))
+            continue
+        key = ".".join(str(part) for part in e["loc"]) or "control"
+        accepted = _accepted(e)
+        lines.append(f"{key}: {msg} (got {e.get('input')!r}){accepted}")
+    return "\n".join(lines)
+
+
+def _accepted(e: dict) -> str:
+    if e["type"] == "extra_forbidden":
+        section: Any = ControlConfig
+        for part in e["loc"][:-1]:
+            section = section.model_fields[part].annotation
+        return f"; accepted keys: {sorted(section.model_fields)}"
+    return ""
+
+
+def initial_workers(rate: float, window: float, capacity: float, tau_star: float) -> int:
+    """S2J's initial deployment m = ceil(E(rate) * window / (W * tau_star)), at least 1.
+
+    `rate` in tuples per time unit and `window` in the same time unit, so rate * window is the window's tuples;
+    `capacity` W in tuples per worker."""
+    if rate < 0 or window <= 0 or capacity <= 0 or not 0 < tau_star <= 1:
+        raise ValueError(
+            f"initial_workers needs rate >= 0, window > 0, capacity > 0, 0 < tau_star <= 1 (got rate={rate}, "
+            f"window={window}, capacity={capacity}, tau_star={tau_star})"
+        )
+    return max(1, math.ceil(rate * window / (capacity * tau_star)))

@@ -1,0 +1,119 @@
+"""The load metrics the join job reports per batch, and their aggregation over a reorganisation epoch.
+
+Per slot and per group (a partition or mini-group) each batch reports tuples in, processing seconds, backlog
+(tuples waiting), state bytes and outputs. Paper 000 measures a slot's load as its average buffer occupancy
+over the epoch: the mean of per-batch samples divided by the buffer's capacity. In a micro-batch engine every
+slot runs once per batch, so "busy" occupancy (processing seconds / batch interval) is the default and
+"backlog" occupancy (backlog / capacity) the paper's own measure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from windjoin.operators.partitioning import Group
+
+
+@dataclass(frozen=True)
+class Load:
+    """What one slot, or one group inside it, did in one batch."""
+
+    tuples_in: int = 0
+    processing_s: float = 0.0
+    backlog: int = 0
+    state_bytes: int = 0
+    outputs: int = 0
+
+    def __add__(self, other: Load) -> Load:
+        return Load(
+            self.tuples_in + other.tuples_in,
+            self.processing_s + other.processing_s,
+            self.backlog + other.backlog,
+            self.state_bytes + other.state_bytes,
+            self.outputs + other.outputs,
+        )
+
+
+@dataclass(frozen=True)
+class SlotBatch:
+    """One slot's report for one batch: its total and the share of each group it holds."""
+
+    batch_id: int
+    slot: int
+    interval_s: float  # the batch's wall-clock span (trigger interval or actual), for busy occupancy
+    total: Load
+    groups: Mapping[Group, Load] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EpochLoad:
+    """A reorganisation epoch's load: per slot the average occupancy, per group its summed work, last state."""
+
+    batches: int
+    occupancy: dict[int, float]  # slot -> average occupancy in [0, inf) (1 = full)
+    slot_load: dict[int, Load]  # slot -> summed tuples, seconds, outputs; last backlog and state bytes
+    group_load: dict[Group, Load]  # group -> the same, wherever it ran in the epoch
+    group_slot: dict[Group, int]  # group -> the slot that reported it last
+
+
+def occupancy_sample(report: SlotBatch, kind: str = "busy", backlog_capacity: float | None = None) -> float:
+    """One batch's occupancy of a slot: busy share of the batch interval, or backlog over buffer capacity."""
+    if kind == "busy":
+        return report.total.processing_s / report.interval_s if report.interval_s > 0 else 0.0
+    if kind == "backlog":
+        if not backlog_capacity:
+            raise ValueError("backlog occupancy needs backlog_capacity > 0")
+        return report.total.backlog / backlog_capacity
+    raise ValueError(f"occupancy kind must be 'busy' or 'backlog', got {kind!r}")
+
+
+def aggregate_epoch(
+    reports: Iterable[SlotBatch],
+    slots: Sequence[int],
+    kind: str = "busy",
+    backlog_capacity: float | None = None,
+) -> EpochLoad:
+    """Average each slot's occupancy over the epoch's batches; a slot that reported nothing is idle (0).
+
+    Counters (tuples, seconds, outputs) add up; gauges (backlog, state bytes) keep the latest batch's value."""
+    samples: dict[int, list[float]] = {s: [] for s in slots}
+    slot_load: dict[int, Load] = {s: Load() for s in slots}
+    group_load: dict[Group, Load] = {}
+    group_slot: dict[Group, int] = {}
+    batch_ids = set()
+    for report in sorted(reports, key=lambda r: (r.batch_id, r.slot)):
+        batch_ids.add(report.batch_id)
+        samples.setdefault(report.slot, []).append(occupancy_sample(report, kind, backlog_capacity))
+        slot_load[report.slot] = _accumulate(slot_load.get(report.slot, Load()), report.total)
+        for group, load in report.groups.items():
+            group_load[group] = _accumulate(group_load.get(group, Load()), load)
+            group_slot[group] = report.slot
+    n = len(batch_ids)
+    occupancy = {s: (sum(v) / n if n else 0.0) for s, v in samples.items()}
+    return EpochLoad(n, occupancy, slot_load, group_load, group_slot)
+
+
+def _accumulate(acc: Load, new: Load) -> Load:
+    """Counters add; gauges (backlog, state) take the newer value."""
+    return Load(
+        acc.tuples_in + new.tuples_in,
+        acc.processing_s + new.processing_s,
+        new.backlog,
+        new.state_bytes,
+        acc.outputs + new.outputs,
+    )
+
+
+def utilisation(epoch: EpochLoad, capacity: float, workers: int | None = None) -> float:
+    """S2J's tau = w / W: the average tuples per batch per worker over the epoch, over one worker's capacity."""
+    workers = workers if workers is not None else len(epoch.occupancy)
+    if epoch.batches == 0 or workers == 0:
+        return 0.0
+    tuples = sum(load.tuples_in for load in epoch.slot_load.values())
+    return tuples / epoch.batches / workers / capacity
+
+
+def group_weights(epoch: EpochLoad, measure: str = "tuples_in") -> Mapping[Group, float]:
+    """Each group's share of work by one Load field (tuples_in, processing_s, state_bytes, outputs)."""
+    return {g: float(getattr(load, measure)) for g, load in epoch.group_load.items()}
