@@ -140,15 +140,20 @@ class RedisView:
     rows: list[dict[str, Any]]
 
 
-def read_span(client: redis.Redis, task: str, namespace: str, t_from: int, t_to: int) -> RedisView:
-    """The Redis part of a one-time query over result times [t_from, t_to] (see RedisView)."""
+def read_span(
+    client: redis.Redis, task: str, namespace: str, t_from: int, t_to: int, *, boundary: bool = True
+) -> RedisView:
+    """The Redis part of a one-time query over result times [t_from, t_to] (see RedisView).
+
+    `boundary=False`: every row Redis holds in the span, also of batches inside the recorded snapshot (for a
+    reader without the Parquet tier)."""
     pipe = client.pipeline(transaction=True)
     pipe.hmget(meta_key(task, namespace), "snapshot", "snapshot_batch", "committed")
     pipe.zrangebyscore(results_key(task, namespace), int(t_from), int(t_to))
     (snapshot, snapshot_batch, committed), members = pipe.execute()
     snapshot_batch = _int(snapshot_batch)
     rows = [decode_row(member) for member in members]
-    if snapshot_batch is not None:
+    if boundary and snapshot_batch is not None:
         rows = [row for row in rows if row["batch_id"] > snapshot_batch]
     rows.sort(key=lambda row: (row["result_time"], row["batch_id"], row["row"]))
     return RedisView(_int(snapshot), snapshot_batch, _int(committed), rows)

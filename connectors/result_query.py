@@ -1,0 +1,613 @@
+"""Answering one-time and continuous queries over a task's results, across the Redis and Parquet tiers.
+
+A result row has one shape everywhere: `{<A>: {ts: int, field: value, ...}, <B>: {...}, "batch_id": int,
+"row": int, "emitted_at": int, "result_time": int}`, A and B the task's streams in join order. Selectable and
+projectable names: `<stream>.<field>` (the stream's timestamp field included), `result_time`, `batch_id`,
+`emitted_at`.
+
+One-time queries (`ResultStore.one_time`) read, for result times [from, to]: the Redis view (in one transaction:
+the snapshot recorded as the tier boundary and the members of batches newer than it, see `redis_tier`) and the
+Parquet part, the batches covered by the snapshots up to that id (files outside the span are pruned by the
+snapshots' result-time ranges, then row groups by the timestamp columns' statistics through pyarrow.dataset, and
+the rows are filtered with Arrow compute). Both parts are ordered by (result_time, batch_id, row) and merged; a
+batch is in exactly one of them, so there is no duplicate and no gap at the boundary. Paging: the cursor is the
+position (result_time, batch_id, row) of the last row served; the next page starts strictly after it, which stays
+right when a snapshot moves rows from Redis to Parquet in between. With one tier configured, it alone serves.
+
+Continuous queries (`ResultStore.follow`) read the Redis feed, in commit order (batch_id, row), after a cursor.
+
+Every argument is validated before any I/O: task names against the spec (404), field names against the task's
+result schema, the span, limits and cursors (400); a cursor older than the feed gets 410.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import heapq
+import math
+import operator
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import redis
+
+from windjoin.connectors import redis_tier
+from windjoin.connectors.parquet_sink import PART_FILE, ParquetSink
+from windjoin.connectors.redis_sink import NAMESPACE, meta_key
+from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_schema, result_times
+from windjoin.connectors.snapshots import Snapshot, SnapshotStore
+from windjoin.operators.spec import JoinSpec
+
+MAX_LIMIT = 10_000
+MAX_BLOCK_MS = 60_000
+MAX_TIME = 2**53 - 1  # result times must survive a round trip through a double (Redis scores)
+MAX_CONDITION_CHARS = 4096
+MAX_IN_VALUES = 1000
+RESULT_TIME = "result_time"
+ROW = "row"
+_SPECIAL_FIELDS = {RESULT_TIME: "int", BATCH_ID: "int", EMITTED_AT: "int"}
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "=": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+_ARROW_OPS = {
+    "=": pc.equal,
+    "!=": pc.not_equal,
+    "<": pc.less,
+    "<=": pc.less_equal,
+    ">": pc.greater,
+    ">=": pc.greater_equal,
+}
+OPS = (*_OPS, "in")
+_CONDITION = re.compile(
+    r"^\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)"
+    r"(?:\s*(?P<op><=|>=|!=|=|<|>)|\s+(?P<in>in)(?=\s|$))\s*(?P<value>.*?)\s*$",
+    re.DOTALL,
+)
+_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)")
+_IN_ITEM = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|([^,"]*?))\s*(,|$)', re.DOTALL)
+_INT = re.compile(r"^[+-]?[0-9]+$")
+_BOOLS = {"true": True, "false": False, "1": True, "0": False}
+
+
+class QueryError(ValueError):
+    """A query that cannot be answered: `status` 400 (bad argument), 404 (no such task or tier) or 410 (gone)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Condition:
+    """`field op value`; op one of "=", "!=", "<", "<=", ">", ">=", "in" (then value is a list)."""
+
+    field: str
+    op: str
+    value: Any
+
+
+@dataclass
+class Page:
+    """One page of a one-time query: rows in (result_time, batch_id, row) order, the cursor of the next page
+    (None when this is the last), and the snapshot id the Parquet part was read at (None: Redis alone)."""
+
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+    snapshot_id: int | None
+
+
+def parse_condition(text: str, fields: Mapping[str, str]) -> Condition:
+    """A condition such as "R.k=5", "R.k>=5", "R.name!=abc", 'R.name="a b"', "R.k in 1,2,3", typed by `fields`
+    (name -> "int" | "float" | "string" | "bool"). Strings may be unquoted (trimmed) or "quoted" (JSON escapes).
+
+    Raises QueryError(400) naming the problem: unknown field, bad operator, value not of the field's type.
+    """
+    if not isinstance(text, str) or len(text) > MAX_CONDITION_CHARS:
+        raise QueryError(400, f"where: a condition is a text of at most {MAX_CONDITION_CHARS} characters")
+    match = _CONDITION.match(text)
+    if match is None:
+        name = _NAME.match(text) if isinstance(text, str) else None
+        if name is not None and name.group(1) not in fields:
+            raise _unknown_field("where", name.group(1), fields)
+        raise QueryError(
+            400,
+            f"where: {text[:100]!r} is not a condition 'field op value' (op one of {list(OPS)}; "
+            "e.g. 'R.k=5', 'R.k in 1,2,3', 'R.name=\"a b\"')",
+        )
+    field = match.group("field")
+    if field not in fields:
+        raise _unknown_field("where", field, fields)
+    op = "in" if match.group("in") else match.group("op")
+    raw = match.group("value")
+    kind = fields[field]
+    if op == "in":
+        items = _split_in(raw, field) if raw.strip() else []
+        if not items or len(items) > MAX_IN_VALUES:
+            raise QueryError(400, f"where: {field} in ...: between 1 and {MAX_IN_VALUES} comma-separated values")
+        return Condition(field, op, [_typed(field, kind, item, quoted) for item, quoted in items])
+    quoted = len(raw) >= 2 and raw[0] == raw[-1] == '"'
+    if quoted:
+        try:
+            raw = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise QueryError(400, f"where: {field}: {raw[:100]!r} is not a well-formed quoted string") from None
+    return Condition(field, op, _typed(field, kind, raw, quoted))
+
+
+def _split_in(raw: str, field: str) -> list[tuple[str, bool]]:
+    items: list[tuple[str, bool]] = []
+    pos = 0
+    while pos <= len(raw):
+        match = _IN_ITEM.match(raw, pos)
+        if match is None or (match.end() == pos and pos == len(raw) and items):
+            break
+        if match.group(1) is not None:
+            try:
+                items.append((orjson.loads(f'"{match.group(1)}"'), True))
+            except orjson.JSONDecodeError:
+                raise QueryError(400, f"where: {field} in ...: a badly quoted value") from None
+        else:
+            items.append((match.group(2), False))
+        if match.group(3) == "":
+            if match.end() < len(raw):
+                raise QueryError(400, f"where: {field} in ...: values are separated by commas")
+            break
+        pos = match.end()
+    return items
+
+
+def _typed(field: str, kind: str, text: str, quoted: bool) -> Any:
+    """The condition value `text` as a value of the field's type, or QueryError(400)."""
+    accepted = {
+        "int": "an integer",
+        "float": "a finite number",
+        "string": 'a string (unquoted or "quoted")',
+        "bool": "true or false",
+    }[kind]
+    bad = QueryError(400, f"where: {field} (type {kind}): {str(text)[:100]!r} is not accepted (accepted: {accepted})")
+    if kind == "string":
+        return text
+    if quoted:
+        raise bad
+    text = text.strip()
+    if kind == "int":
+        if not _INT.match(text) or not -(2**63) <= int(text) < 2**63:
+            raise bad
+        return int(text)
+    if kind == "float":
+        try:
+            value = float(text)
+        except ValueError:
+            raise bad from None
+        if not math.isfinite(value):
+            raise bad
+        return value
+    if text.lower() not in _BOOLS:
+        raise bad
+    return _BOOLS[text.lower()]
+
+
+def _unknown_field(param: str, name: str, fields: Mapping[str, str]) -> QueryError:
+    return QueryError(400, f"{param}: unknown field {str(name)[:100]!r} (one of {list(fields)})")
+
+
+def _encode_cursor(parts: list[Any]) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps(parts)).rstrip(b"=").decode()
+
+
+def _decode_cursor(token: Any, kind: str, task: str, size: int, param: str = "cursor") -> list[int]:
+    """The integers of a cursor token made by `_encode_cursor([kind, task, *ints])`, or QueryError(400)."""
+    query = "one-time" if kind == "t" else "continuous"
+    message = f"{param}: not a cursor of a {query} query of task {task!r} (pass back a cursor this service returned)"
+    bad = QueryError(400, message)
+    if not isinstance(token, str) or not 0 < len(token) <= 200:
+        raise bad
+    try:
+        parts = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, ValueError):
+        raise bad from None
+    if (
+        not isinstance(parts, list)
+        or len(parts) != size + 2
+        or parts[:2] != [kind, task]
+        or not all(type(v) is int and abs(v) <= 2**63 for v in parts[2:])
+    ):
+        raise bad
+    return parts[2:]
+
+
+class ResultStore:
+    """Queries over the results of a spec's tasks, kept by its Redis sink (`redis_url`, `namespace`) and/or its
+    Parquet sink with snapshots (`parquet_path`); either may be None, not both."""
+
+    def __init__(self, spec: JoinSpec, redis_url: str | None, namespace: str, parquet_path: str | None) -> None:
+        if redis_url is None and parquet_path is None:
+            raise ValueError("a result store needs a Redis URL or a Parquet path (or both)")
+        if not isinstance(namespace, str) or not NAMESPACE.match(namespace):
+            raise ValueError(f"namespace {namespace!r} is not accepted (accepted: {NAMESPACE.pattern})")
+        self.spec = spec
+        self.namespace = namespace
+        self._schemas = {task.name: result_schema(spec, task.name) for task in spec.tasks}
+        self._fields = {name: _schema_fields(schema) for name, schema in self._schemas.items()}
+        self.client = None if redis_url is None else redis.Redis.from_url(redis_url, socket_timeout=30.0)
+        # blocking feed reads wait up to MAX_BLOCK_MS: their own client, with a longer timeout
+        self.feed_client = (
+            None
+            if redis_url is None
+            else redis.Redis.from_url(redis_url, socket_timeout=MAX_BLOCK_MS / 1000 + 30, socket_connect_timeout=10)
+        )
+        self.parquet_path = None if parquet_path is None else Path(parquet_path)
+        self.snapshot_store = None if parquet_path is None else SnapshotStore(parquet_path)
+        self._parquet = None if parquet_path is None else ParquetSink(parquet_path)
+
+    def close(self) -> None:
+        for client in (self.client, self.feed_client):
+            if client is not None:
+                client.close()
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- validation -------------------------------------------------------------------------------------------
+
+    def tasks(self) -> list[str]:
+        return [task.name for task in self.spec.tasks]
+
+    def _task(self, task: Any) -> str:
+        if not isinstance(task, str) or task not in self._schemas:
+            raise QueryError(404, f"task: unknown task {str(task)[:100]!r} (one of {self.tasks()})")
+        return task
+
+    def fields(self, task: str) -> dict[str, str]:
+        """Selectable and projectable names of the task's results and their types."""
+        return dict(self._fields[self._task(task)])
+
+    def _conditions(self, task: str, where: Sequence[Condition] | None) -> list[Condition]:
+        fields = self._fields[task]
+        checked = []
+        for condition in where or []:
+            if not isinstance(condition, Condition):
+                raise QueryError(400, "where: conditions are made by parse_condition")
+            if condition.field not in fields:
+                raise _unknown_field("where", condition.field, fields)
+            if condition.op not in OPS:
+                raise QueryError(400, f"where: operator {str(condition.op)[:20]!r} is not one of {list(OPS)}")
+            kind = fields[condition.field]
+            values = condition.value if condition.op == "in" else [condition.value]
+            if not isinstance(values, list) or (condition.op == "in" and not 0 < len(values) <= MAX_IN_VALUES):
+                raise QueryError(400, f"where: {condition.field} in ...: a list of 1..{MAX_IN_VALUES} values")
+            for value in values:
+                if not _fits(value, kind):
+                    raise QueryError(400, f"where: {condition.field} (type {kind}): {value!r} is not of that type")
+            checked.append(condition)
+        return checked
+
+    def _projection(self, task: str, names: Sequence[str] | None) -> list[str] | None:
+        if names is None:
+            return None
+        fields = self._fields[task]
+        if isinstance(names, str) or not names:
+            raise QueryError(400, f"fields: a non-empty list of field names (from {list(fields)})")
+        for name in names:
+            if name not in fields:
+                raise _unknown_field("fields", name, fields)
+        return list(dict.fromkeys(names))
+
+    @staticmethod
+    def _int(param: str, value: Any, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or not low <= value <= high:
+            raise QueryError(400, f"{param}: {str(value)[:40]!r} is not an integer in {low}..{high}")
+        return int(value)
+
+    # -- one-time queries -------------------------------------------------------------------------------------
+
+    def one_time(
+        self,
+        task: str,
+        t_from: int,
+        t_to: int,
+        where: Sequence[Condition] | None = None,
+        fields: Sequence[str] | None = None,
+        limit: int = 1000,
+        cursor: str | None = None,
+    ) -> Page:
+        """The task's results with result time in [t_from, t_to] matching every condition, in (result_time,
+        batch_id, row) order, at most `limit`, after `cursor` (from a previous page of the same task)."""
+        task = self._task(task)
+        t_from = self._int("from", t_from, -MAX_TIME, MAX_TIME)
+        t_to = self._int("to", t_to, -MAX_TIME, MAX_TIME)
+        if t_from > t_to:
+            raise QueryError(400, f"from: {t_from} is after to: {t_to} (a span needs from <= to)")
+        conditions = self._conditions(task, where)
+        projection = self._projection(task, fields)
+        limit = self._int("limit", limit, 1, MAX_LIMIT)
+        after = None if cursor is None else tuple(_decode_cursor(cursor, "t", task, 3))
+        if after is not None and after[0] > t_to:
+            return Page([], None, None)
+        lower = t_from if after is None else max(t_from, after[0])
+        for attempt in range(2):
+            try:
+                keyed, snapshot_id = self._one_time_rows(task, lower, t_to, conditions, after, limit + 1)
+                break
+            except FileNotFoundError:  # a snapshot expired while being read: read again
+                if attempt:
+                    raise
+        more = len(keyed) > limit
+        keyed = keyed[:limit]
+        next_cursor = _encode_cursor(["t", task, *keyed[-1][0]]) if more else None
+        return Page([_project(row, projection) for _, row in keyed], next_cursor, snapshot_id)
+
+    def _one_time_rows(
+        self,
+        task: str,
+        lower: int,
+        upper: int,
+        conditions: list[Condition],
+        after: tuple[int, ...] | None,
+        n: int,
+    ) -> tuple[list[tuple[tuple[int, int, int], dict[str, Any]]], int | None]:
+        """The first `n` matching rows of both tiers with their (result_time, batch_id, row) keys, merged."""
+        parts = []
+        if self.client is not None:
+            with_parquet = self.snapshot_store is not None
+            view = redis_tier.read_span(self.client, task, self.namespace, lower, upper, boundary=with_parquet)
+            snapshot_id = view.snapshot_id if with_parquet else None
+            rows = (row for row in view.rows if after is None or _key(row) > after)
+            rows = (row for row in rows if all(_matches(row, c) for c in conditions))
+            selected = []
+            for row in rows:
+                selected.append((_key(row), row))
+                if len(selected) >= n:
+                    break
+            parts.append(selected)
+        else:
+            assert self.snapshot_store is not None
+            latest = self.snapshot_store.latest(task)
+            snapshot_id = None if latest is None else latest.id
+        if self.snapshot_store is not None and snapshot_id is not None:
+            parts.append(self._parquet_rows(task, snapshot_id, lower, upper, conditions, after, n))
+        merged = list(heapq.merge(*parts, key=lambda item: item[0]))[:n]
+        return merged, snapshot_id
+
+    def _parquet_rows(
+        self,
+        task: str,
+        snapshot_id: int,
+        lower: int,
+        upper: int,
+        conditions: list[Condition],
+        after: tuple[int, ...] | None,
+        n: int,
+    ) -> list[tuple[tuple[int, int, int], dict[str, Any]]]:
+        """The first `n` matching rows of the batches covered by snapshots <= `snapshot_id`, with their keys."""
+        assert self.snapshot_store is not None and self._parquet is not None
+        snapshots = [
+            s
+            for s in self.snapshot_store.list(task)
+            if s.id <= snapshot_id and s.rows and s.min_time is not None and s.max_time is not None
+            if s.min_time <= upper and s.max_time >= lower
+        ]
+        if not snapshots:
+            return []
+        committed = set(self._parquet.committed_batches(task))
+        files = [
+            str(self._parquet.batch_dir(task, b) / PART_FILE)
+            for s in snapshots
+            for b in range(s.first_batch, s.last_batch + 1)
+            if b in committed
+        ]
+        if not files:
+            return []
+        schema = self._schemas[task]
+        timestamps = [ds.field(stream, ts) for stream, ts in _timestamps(schema)]
+        # result time = max(a, b) in [lower, upper] <=> a <= upper and b <= upper and (a >= lower or b >= lower)
+        span = (
+            (timestamps[0] <= upper) & (timestamps[1] <= upper) & ((timestamps[0] >= lower) | (timestamps[1] >= lower))
+        )
+        dataset = ds.dataset(files, schema=schema, format="parquet")
+        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]] = []
+        for fragment in dataset.get_fragments():
+            fragment.ensure_complete_metadata()
+            offsets = np.concatenate([[0], np.cumsum([rg.num_rows for rg in fragment.row_groups])])
+            for piece in fragment.split_by_row_group(span):
+                (group,) = piece.row_groups
+                table = piece.to_table(schema=schema)
+                if not table.num_rows:
+                    continue
+                times = result_times(table)
+                rows = np.arange(offsets[group.id], offsets[group.id] + table.num_rows, dtype=np.int64)
+                batches = table.column(BATCH_ID).to_numpy()
+                mask = (times >= lower) & (times <= upper)
+                if after is not None:
+                    t, b, r = after
+                    mask &= (times > t) | ((times == t) & ((batches > b) | ((batches == b) & (rows > r))))
+                for condition in conditions:
+                    mask &= _arrow_mask(table, times, condition)
+                chosen = np.flatnonzero(mask)
+                if not len(chosen):
+                    continue
+                order = np.lexsort((rows[chosen], batches[chosen], times[chosen]))[:n]
+                chosen = chosen[order]
+                pieces.append((times[chosen], batches[chosen], rows[chosen], table.take(pa.array(chosen))))
+        if not pieces:
+            return []
+        times = np.concatenate([p[0] for p in pieces])
+        batches = np.concatenate([p[1] for p in pieces])
+        rows = np.concatenate([p[2] for p in pieces])
+        table = pa.concat_tables([p[3] for p in pieces])
+        order = np.lexsort((rows, batches, times))[:n]
+        records = table.take(pa.array(order)).to_pylist()
+        out = []
+        for i, record in zip(order.tolist(), records, strict=True):
+            key = (int(times[i]), int(batches[i]), int(rows[i]))
+            record[ROW] = key[2]
+            record[RESULT_TIME] = key[0]
+            out.append((key, record))
+        return out
+
+    # -- continuous queries -----------------------------------------------------------------------------------
+
+    def follow(
+        self,
+        task: str,
+        after: str | None = None,
+        from_ms: int | None = None,
+        where: Sequence[Condition] | None = None,
+        fields: Sequence[str] | None = None,
+        count: int = 1000,
+        block_ms: int = 0,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """New results of the task in commit order (batch_id, row), matching every condition, at most `count`
+        examined per call; and the cursor to pass back as `after` (it moves past rows the selection dropped).
+
+        Start: after the cursor `after` when given (it wins over `from_ms`); else at the first batch emitted at or
+        after `from_ms`; else "now" (after the last committed batch). Waits up to `block_ms` for a new batch.
+        QueryError(410) when the feed no longer holds rows after the cursor (or since `from_ms`).
+        """
+        task = self._task(task)
+        conditions = self._conditions(task, where)
+        projection = self._projection(task, fields)
+        count = self._int("count", count, 1, MAX_LIMIT)
+        block_ms = self._int("block_ms", block_ms, 0, MAX_BLOCK_MS)
+        position: tuple[int, int] | None
+        if after is not None:
+            batch, row = _decode_cursor(after, "f", task, 2)
+            position = (batch, row)
+        elif from_ms is not None:
+            from_ms = self._int("from", from_ms, -MAX_TIME, MAX_TIME)
+        if self.feed_client is None:
+            raise QueryError(404, "continuous queries need the Redis tier (sinks.redis), which is not configured")
+        if after is not None:
+            if redis_tier.feed_gap(self.feed_client, task, self.namespace, position):
+                raise QueryError(
+                    410,
+                    "cursor: the feed no longer holds the results after this cursor; re-query the missed span "
+                    "with a one-time query, then follow from now",
+                )
+        elif from_ms is not None:
+            position, gap = redis_tier.feed_start_at(self.feed_client, task, self.namespace, from_ms)
+            if gap:
+                raise QueryError(
+                    410,
+                    f"from: the feed no longer holds every batch emitted since {from_ms}; query that span with a "
+                    "one-time query, then follow from a later time",
+                )
+        else:
+            committed = self.feed_client.hget(meta_key(task, self.namespace), "committed")
+            position = None if committed is None else (int(committed), redis_tier.FEED_END)
+        rows = redis_tier.read_feed(self.feed_client, task, self.namespace, position, count, block_ms or None)
+        if rows:
+            position = (rows[-1][BATCH_ID], rows[-1][ROW])
+        matching = [_project(row, projection) for row in rows if all(_matches(row, c) for c in conditions)]
+        return matching, _encode_cursor(["f", task, *(position if position is not None else (-1, -1))])
+
+    # -- the rest ---------------------------------------------------------------------------------------------
+
+    def snapshots(self, task: str) -> list[Snapshot]:
+        """The task's retained Parquet snapshots, ascending id ([] without a Parquet tier)."""
+        task = self._task(task)
+        return [] if self.snapshot_store is None else self.snapshot_store.list(task)
+
+    def ready(self) -> dict[str, bool]:
+        """Whether each configured tier can be read: {"redis": ..., "parquet": ...} (configured tiers only)."""
+        state = {}
+        if self.client is not None:
+            try:
+                state["redis"] = bool(self.client.ping())
+            except (redis.RedisError, OSError):
+                state["redis"] = False
+        if self.parquet_path is not None:
+            state["parquet"] = self.parquet_path.is_dir()
+        return state
+
+
+def _schema_fields(schema: pa.Schema) -> dict[str, str]:
+    kinds = {str(arrow): name for name, arrow in ARROW_TYPES.items()}
+    fields = {}
+    for stream, _ in _timestamps(schema):
+        for child in schema.field(stream).type:
+            fields[f"{stream}.{child.name}"] = kinds[str(child.type)]
+    return {**fields, **_SPECIAL_FIELDS}
+
+
+def _timestamps(schema: pa.Schema) -> list[tuple[str, str]]:
+    return list(orjson.loads(schema.metadata[b"windjoin.timestamps"]).items())
+
+
+def _fits(value: Any, kind: str) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind == "int":
+        return isinstance(value, int)
+    if kind == "float":
+        return isinstance(value, int | float) and math.isfinite(value)
+    return isinstance(value, str)
+
+
+def _key(row: Mapping[str, Any]) -> tuple[int, int, int]:
+    return (row[RESULT_TIME], row[BATCH_ID], row[ROW])
+
+
+def _value(row: Mapping[str, Any], field: str) -> Any:
+    stream, dot, name = field.partition(".")
+    return row[stream][name] if dot else row[field]
+
+
+def _matches(row: Mapping[str, Any], condition: Condition) -> bool:
+    value = _value(row, condition.field)
+    if condition.op == "in":
+        return any(value == v for v in condition.value)
+    return _OPS[condition.op](value, condition.value)
+
+
+def _arrow_mask(table: pa.Table, times: np.ndarray, condition: Condition) -> np.ndarray:
+    """The rows of a result table meeting a condition, with Arrow compute."""
+    stream, dot, name = condition.field.partition(".")
+    if dot:
+        column = pc.struct_field(table.column(stream), name)
+    elif condition.field == RESULT_TIME:
+        column = pa.array(times)
+    else:
+        column = table.column(condition.field)
+    kind = column.type
+    if condition.op == "in":
+        result = pc.is_in(column, value_set=pa.array(condition.value, type=kind))
+    else:
+        result = _ARROW_OPS[condition.op](column, pa.scalar(condition.value, type=kind))
+    result = pc.fill_null(result, False)
+    if isinstance(result, pa.ChunkedArray):
+        result = result.combine_chunks()
+    return np.asarray(result.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _project(row: dict[str, Any], names: list[str] | None) -> dict[str, Any]:
+    if names is None:
+        return row
+    out: dict[str, Any] = {}
+    for name in names:
+        stream, dot, field = name.partition(".")
+        if dot:
+            out.setdefault(stream, {})[field] = row[stream][field]
+        else:
+            out[name] = row[name]
+    return out

@@ -1,0 +1,418 @@
+"""Query core on real Redis and real Parquet files: one-time queries across the tier boundary against a brute-force
+filter of every pair written, paging, selection and projection, continuous queries from the feed, bad queries."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.connectors.sink_cases import SPEC
+from tests.connectors.test_redis_sink import canonical, make_table, result_time
+from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, results_key
+from windjoin.connectors.redis_tier import advance_snapshot
+from windjoin.connectors.result_query import (
+    MAX_LIMIT,
+    Condition,
+    QueryError,
+    ResultStore,
+    parse_condition,
+)
+from windjoin.connectors.snapshots import SnapshotStore
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FIELDS = {
+    "R.ts": "int",
+    "R.k": "int",
+    "R.x": "float",
+    "R.z": "string",
+    "S.t": "int",
+    "S.k": "int",
+    "S.d": "bool",
+    "result_time": "int",
+    "batch_id": "int",
+    "emitted_at": "int",
+}
+times = st.integers(0, 1000)
+small_pair = st.fixed_dictionaries(
+    {
+        "R": st.fixed_dictionaries(
+            {"ts": times, "k": st.integers(0, 5), "x": st.sampled_from([0.5, -1.0, 2.25]), "z": st.sampled_from("abc")}
+        ),
+        "S": st.fixed_dictionaries({"t": times, "k": st.integers(0, 5), "d": st.booleans()}),
+    }
+)
+
+
+class Tiers:
+    """A Redis sink (trim=False) and a Parquet sink with snapshots under one namespace/folder, written like the
+    join job does: every batch to both sinks, snapshots committed then recorded in Redis with advance_snapshot."""
+
+    def __init__(self, redis_url: str, retain_ms: int = 100) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="windjoin-query-"))
+        self.namespace = f"test_{uuid.uuid4().hex}"
+        self.retain_ms = retain_ms
+        self.redis = RedisSink(redis_url, retain_ms, self.namespace, trim=False)
+        self.parquet = ParquetSink(self.folder)
+        self.snapshots = SnapshotStore(self.folder)
+        self.written: list[tuple[int, int, int, str, dict[str, Any], int]] = []  # (rt, batch, row, task, pair, emit)
+        self.next_batch = 0
+
+    def write(self, pairs_by_task: dict[str, list[dict[str, Any]]], emitted_at: int = 7) -> int:
+        batch = self.next_batch
+        self.next_batch += 1
+        tables = {task: make_table(task, batch, pairs, emitted_at) for task, pairs in pairs_by_task.items()}
+        self.parquet.write(batch, tables)
+        self.redis.write(batch, tables)
+        for task, pairs in pairs_by_task.items():
+            self.written += [(result_time(p), batch, row, task, p, emitted_at) for row, p in enumerate(pairs)]
+        return batch
+
+    def snapshot(self, task: str = "a", advance: bool = True) -> None:
+        snap = self.snapshots.commit(task, self.next_batch - 1, "periodic", 1)
+        if snap is not None and advance:
+            cutoff = None if snap.max_time is None else snap.max_time - self.retain_ms
+            advance_snapshot(self.redis.client, task, self.namespace, snap.id, snap.last_batch, cutoff)
+
+    def expected(self, task: str, t_from: int, t_to: int) -> list[tuple[int, int, int, bytes]]:
+        rows = [w for w in self.written if w[3] == task and t_from <= w[0] <= t_to]
+        return [(rt, b, r, canonical(p)) for rt, b, r, _, p, _ in sorted(rows, key=lambda w: w[:3])]
+
+    def store(self, redis: bool = True, parquet: bool = True) -> ResultStore:
+        url = self.redis.client.connection_pool.connection_kwargs
+        redis_url = f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}" if redis else None
+        return ResultStore(SPEC, redis_url, self.namespace, str(self.folder) if parquet else None)
+
+    def close(self) -> None:
+        for task in ("a", "b"):
+            self.redis.client.delete(
+                results_key(task, self.namespace), meta_key(task, self.namespace), feed_key(task, self.namespace)
+            )
+        self.redis.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@pytest.fixture
+def tiers_factory(redis_url: str) -> Iterator:
+    made: list[Tiers] = []
+
+    def make(retain_ms: int = 100) -> Tiers:
+        made.append(Tiers(redis_url, retain_ms))
+        return made[-1]
+
+    yield make
+    for tiers in made:
+        tiers.close()
+
+
+def got(rows: list[dict[str, Any]]) -> list[tuple[int, int, int, bytes]]:
+    return [(r["result_time"], r["batch_id"], r["row"], canonical({"R": r["R"], "S": r["S"]})) for r in rows]
+
+
+def all_pages(store: ResultStore, task: str, t_from: int, t_to: int, limit: int, **kw: Any) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    cursor = None
+    for _ in range(10_000):
+        page = store.one_time(task, t_from, t_to, kw.get("where"), kw.get("fields"), limit, cursor)
+        assert len(page.rows) <= limit
+        rows += page.rows
+        if page.next_cursor is None:
+            return rows
+        assert len(page.rows) == limit
+        cursor = page.next_cursor
+    raise AssertionError("paging did not end")
+
+
+@SETTINGS
+@given(
+    batches=st.lists(
+        st.tuples(st.lists(small_pair, max_size=8), st.sampled_from(["none", "snapshot", "snapshot-no-advance"])),
+        min_size=1,
+        max_size=8,
+    ),
+    span=st.tuples(st.integers(-5, 1005), st.integers(-5, 1005)).map(sorted),
+    limit=st.integers(1, 7),
+)
+def test_one_time_query_across_the_boundary_equals_the_brute_force_filter(tiers_factory, batches, span, limit) -> None:
+    tiers = tiers_factory(retain_ms=100)
+    for pairs, action in batches:
+        tiers.write({"a": pairs})
+        if action != "none":
+            tiers.snapshot(advance=action == "snapshot")
+    t_from, t_to = span
+    want = tiers.expected("a", t_from, t_to)
+    with tiers.store() as store:
+        page = store.one_time("a", t_from, t_to, [], None, MAX_LIMIT, None)
+        assert got(page.rows) == want
+        assert page.next_cursor is None
+        assert all(r["emitted_at"] == 7 for r in page.rows)
+        assert got(all_pages(store, "a", t_from, t_to, limit)) == want  # every row once, in order
+    # Redis really gave rows up to Parquet (the boundary is crossed), unless no snapshot was advanced
+    with tiers.store(parquet=False) as redis_only:
+        in_redis = got(redis_only.one_time("a", -5, 1005, [], None, MAX_LIMIT, None).rows)
+    assert set(in_redis) <= set(tiers.expected("a", -5, 1005))
+
+
+def test_the_boundary_is_crossed(tiers_factory) -> None:
+    tiers = tiers_factory(retain_ms=100)
+    tiers.write(
+        {"a": [{"R": {"ts": t, "k": 1, "x": 0.5, "z": "a"}, "S": {"t": 0, "k": 1, "d": True}} for t in (0, 50)]}
+    )
+    tiers.write({"a": [{"R": {"ts": t, "k": 2, "x": 0.5, "z": "b"}, "S": {"t": 0, "k": 2, "d": True}} for t in (300,)]})
+    tiers.snapshot()  # max_time 300, cutoff 200: rows at 0 and 50 leave Redis
+    tiers.write(
+        {"a": [{"R": {"ts": t, "k": 3, "x": 0.5, "z": "c"}, "S": {"t": 0, "k": 3, "d": True}} for t in (10, 400)]}
+    )
+    assert tiers.redis.count("a") == 3
+    with tiers.store() as store:
+        page = store.one_time("a", 0, 1000, [], None, 100, None)
+        assert page.snapshot_id == 1
+        assert [(r["result_time"], r["batch_id"]) for r in page.rows] == [(0, 0), (10, 2), (50, 0), (300, 1), (400, 2)]
+        assert got(page.rows) == tiers.expected("a", 0, 1000)
+    with tiers.store(redis=False) as parquet_only:
+        page = parquet_only.one_time("a", 0, 1000, [], None, 100, None)
+        assert [(r["result_time"], r["batch_id"]) for r in page.rows] == [(0, 0), (50, 0), (300, 1)]
+        assert page.snapshot_id == 1
+    with tiers.store(parquet=False) as redis_only:
+        assert [r["result_time"] for r in redis_only.one_time("a", 0, 1000, [], None, 100, None).rows] == [10, 300, 400]
+
+
+def test_paging_stays_exact_while_snapshots_move_rows(tiers_factory) -> None:
+    tiers = tiers_factory(retain_ms=1)
+    for b in range(6):
+        tiers.write(
+            {
+                "a": [
+                    {"R": {"ts": 10 * b + i, "k": i, "x": 1.0, "z": "q"}, "S": {"t": 0, "k": 0, "d": False}}
+                    for i in range(5)
+                ]
+            }
+        )
+    want = tiers.expected("a", 0, 10**6)
+    rows: list[dict[str, Any]] = []
+    with tiers.store() as store:
+        cursor = None
+        while True:
+            page = store.one_time("a", 0, 10**6, [], None, 4, cursor)
+            rows += page.rows
+            tiers.snapshot()  # between pages, Redis hands more rows over to Parquet
+            tiers.write({"a": []})
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+    assert got(rows) == want
+    assert tiers.redis.count("a") < 30
+
+
+@SETTINGS
+@given(
+    batches=st.lists(st.lists(small_pair, max_size=8), min_size=1, max_size=5),
+    conditions=st.lists(
+        st.sampled_from(
+            [
+                "R.k=2",
+                "R.k != 3",
+                "S.k in 1,2,3",
+                "R.z=a",
+                'R.z in "a","c"',
+                "R.x>=0.5",
+                "R.x<0",
+                "S.d=true",
+                "result_time<=500",
+                "result_time>100",
+                "batch_id>=1",
+                "S.t<600",
+                "emitted_at=7",
+            ]
+        ),
+        max_size=3,
+    ),
+    projection=st.none() | st.lists(st.sampled_from(list(FIELDS)), min_size=1, max_size=4),
+)
+def test_selection_and_projection(tiers_factory, batches, conditions, projection) -> None:
+    tiers = tiers_factory(retain_ms=50)
+    for i, pairs in enumerate(batches):
+        tiers.write({"a": pairs})
+        if i % 2:
+            tiers.snapshot()
+    where = [parse_condition(text, FIELDS) for text in conditions]
+
+    def keep(rt: int, batch: int, p: dict[str, Any]) -> bool:
+        values = {f"R.{k}": v for k, v in p["R"].items()} | {f"S.{k}": v for k, v in p["S"].items()}
+        values |= {"result_time": rt, "batch_id": batch, "emitted_at": 7}
+        ops = {"=": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b}
+        ops |= {"<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+        ops["in"] = lambda a, b: a in b
+        return all(ops[c.op](values[c.field], c.value) for c in where)
+
+    chosen = sorted((w for w in tiers.written if keep(w[0], w[1], w[4])), key=lambda w: w[:3])
+    with tiers.store() as store:
+        rows = all_pages(store, "a", 0, 1000, 3, where=where, fields=projection)
+    assert len(rows) == len(chosen)
+    for row, (rt, batch, r, _, p, _) in zip(rows, chosen, strict=True):
+        full = {**p, "batch_id": batch, "row": r, "emitted_at": 7, "result_time": rt}
+        if projection is None:
+            assert canonical(row) == canonical(full)
+        else:
+            expected: dict[str, Any] = {}
+            for name in projection:
+                stream, dot, field = name.partition(".")
+                if dot:
+                    expected.setdefault(stream, {})[field] = p[stream][field]
+                else:
+                    expected[name] = full[name]
+            assert canonical(row) == canonical(expected)
+
+
+def test_parse_condition() -> None:
+    assert parse_condition("R.k=5", FIELDS) == Condition("R.k", "=", 5)
+    assert parse_condition(" R.k >= -5 ", FIELDS) == Condition("R.k", ">=", -5)
+    assert parse_condition("R.z!=abc", FIELDS) == Condition("R.z", "!=", "abc")
+    assert parse_condition('R.z="a b, \\"c\\""', FIELDS) == Condition("R.z", "=", 'a b, "c"')
+    assert parse_condition("R.z=", FIELDS) == Condition("R.z", "=", "")
+    assert parse_condition("R.k in 1,2, 3", FIELDS) == Condition("R.k", "in", [1, 2, 3])
+    assert parse_condition('R.z in "a,b",c', FIELDS) == Condition("R.z", "in", ["a,b", "c"])
+    assert parse_condition("R.x<2", FIELDS) == Condition("R.x", "<", 2.0)
+    assert parse_condition("S.d=false", FIELDS) == Condition("S.d", "=", False)
+    assert parse_condition("result_time<=10", FIELDS) == Condition("result_time", "<=", 10)
+    assert parse_condition("R.z=in", FIELDS) == Condition("R.z", "=", "in")
+    for bad, words in [
+        ("R.q=1", "unknown field 'R.q'"),
+        ("X=1", "unknown field 'X'"),
+        ("R.k=abc", "type int"),
+        ("R.k=1.5", "type int"),
+        ("R.k=99999999999999999999", "type int"),
+        ("R.x=nan", "type float"),
+        ("S.d=yes", "type bool"),
+        ("R.k ~ 1", "not a condition"),
+        ("R.k", "not a condition"),
+        ("", "not a condition"),
+        ("R.k in ", "values"),
+        ('R.k="1"', "type int"),
+        ("R.ts}:x=1", "not a condition"),
+        ("R.k=1" + "1" * 5000, "characters"),
+    ]:
+        with pytest.raises(QueryError, match=words) as err:
+            parse_condition(bad, FIELDS)
+        assert err.value.status == 400
+
+
+def test_fields_and_tasks(tiers_factory) -> None:
+    tiers = tiers_factory()
+    with tiers.store() as store:
+        assert store.tasks() == ["a", "b"]
+        assert store.fields("a") == FIELDS
+        assert list(store.fields("b"))[:3] == ["S.t", "S.k", "S.d"]
+        assert store.ready() == {"redis": True, "parquet": True}
+        assert store.snapshots("a") == []
+        tiers.write({"a": [], "b": []})
+        tiers.snapshot()
+        assert [s.id for s in store.snapshots("a")] == [1]
+
+
+def test_bad_queries_are_refused_before_any_io(tiers_factory) -> None:
+    tiers = tiers_factory()
+    tiers.write({"a": [{"R": {"ts": 1, "k": 1, "x": 1.0, "z": "a"}, "S": {"t": 1, "k": 1, "d": True}}] * 3})
+    with tiers.store() as store:
+        good = store.one_time("a", 0, 10, [], None, 1, None)
+        assert good.next_cursor is not None
+        follow_cursor = store.follow("a")[1]
+        cases: list[tuple[Any, int, str]] = [
+            (lambda: store.one_time("nope", 0, 1), 404, "unknown task 'nope'"),
+            (lambda: store.one_time("a}:x", 0, 1), 404, "unknown task"),
+            (lambda: store.one_time("a", 5, 1), 400, "from"),
+            (lambda: store.one_time("a", "0", 1), 400, "from"),
+            (lambda: store.one_time("a", 0, 2**60), 400, "to"),
+            (lambda: store.one_time("a", True, 1), 400, "from"),
+            (lambda: store.one_time("a", 0, 1, limit=0), 400, "limit"),
+            (lambda: store.one_time("a", 0, 1, limit=MAX_LIMIT + 1), 400, "limit"),
+            (lambda: store.one_time("a", 0, 1, fields=["R.nope"]), 400, "fields: unknown field"),
+            (lambda: store.one_time("a", 0, 1, fields=[]), 400, "fields"),
+            (lambda: store.one_time("a", 0, 1, fields="R.k"), 400, "fields"),
+            (lambda: store.one_time("a", 0, 1, where=[Condition("R.k", "like", 1)]), 400, "operator"),
+            (lambda: store.one_time("a", 0, 1, where=[Condition("R.k", "=", "x")]), 400, "type int"),
+            (lambda: store.one_time("a", 0, 1, where=[Condition("R.zz", "=", 1)]), 400, "unknown field"),
+            (lambda: store.one_time("a", 0, 1, where=[Condition("R.k", "in", [])]), 400, "in"),
+            (lambda: store.one_time("a", 0, 1, cursor="garbage!"), 400, "cursor"),
+            (lambda: store.one_time("a", 0, 1, cursor="e30"), 400, "cursor"),
+            (lambda: store.one_time("b", 0, 10, cursor=good.next_cursor), 400, "cursor"),
+            (lambda: store.one_time("a", 0, 10, cursor=follow_cursor), 400, "cursor"),
+            (lambda: store.follow("a", after=good.next_cursor), 400, "cursor"),
+            (lambda: store.follow("nope"), 404, "unknown task"),
+            (lambda: store.follow("a", count=0), 400, "count"),
+            (lambda: store.follow("a", block_ms=-1), 400, "block_ms"),
+            (lambda: store.follow("a", from_ms="x"), 400, "from"),
+        ]
+        for call, status, words in cases:
+            with pytest.raises(QueryError, match=words) as err:
+                call()
+            assert err.value.status == status, words
+    with tiers.store(redis=False) as parquet_only, pytest.raises(QueryError, match="Redis tier") as err:
+        parquet_only.follow("a")
+    assert err.value.status == 404
+
+
+def test_follow_from_now_after_cursor_and_from_time(tiers_factory) -> None:
+    tiers = tiers_factory()
+
+    def batch(base: int, n: int, emitted_at: int) -> int:
+        pairs = [
+            {"R": {"ts": base + i, "k": i % 3, "x": 0.5, "z": "f"}, "S": {"t": 0, "k": 0, "d": True}} for i in range(n)
+        ]
+        return tiers.write({"a": pairs}, emitted_at=emitted_at)
+
+    batch(0, 3, 1000)
+    with tiers.store() as store:
+        rows, now = store.follow("a")  # from now: nothing yet
+        assert rows == []
+        batch(100, 4, 2000)
+        tiers.write({"a": []})  # an empty batch: no feed entry
+        batch(200, 2, 3000)
+        seen = []
+        cursor = now
+        while True:
+            rows, cursor = store.follow("a", after=cursor, count=3)
+            if not rows:
+                break
+            seen += [(r["batch_id"], r["row"]) for r in rows]
+        assert seen == [(1, 0), (1, 1), (1, 2), (1, 3), (3, 0), (3, 1)]
+        # a reconnect with any cursor handed out resumes exactly after it
+        rows, _ = store.follow("a", after=now, count=100, where=[parse_condition("R.k=0", FIELDS)], fields=["R.ts"])
+        assert rows == [{"R": {"ts": 100}}, {"R": {"ts": 103}}, {"R": {"ts": 200}}]
+        rows, _ = store.follow("a", from_ms=1500, count=100)
+        assert [(r["batch_id"], r["emitted_at"]) for r in rows] == [(1, 2000)] * 4 + [(3, 3000)] * 2
+        rows, _ = store.follow("a", from_ms=0, count=100)
+        assert len(rows) == 9
+        rows, last = store.follow("a", from_ms=10**9, count=100)
+        assert rows == []
+        batch(300, 1, 4000)
+        rows, _ = store.follow("a", after=last, count=100, block_ms=100)
+        assert [r["R"]["ts"] for r in rows] == [300]
+        # a selection that matches nothing still moves the cursor on
+        rows, moved = store.follow("a", after=last, count=100, where=[parse_condition("R.k=2", FIELDS)])
+        assert rows == []
+        assert store.follow("a", after=moved, count=100) == ([], moved)
+
+
+def test_follow_cursor_older_than_the_feed_is_gone(redis_url: str, tiers_factory) -> None:
+    tiers = tiers_factory()
+    tiers.redis.feed_batches = 1
+    pairs = [{"R": {"ts": 1, "k": 1, "x": 1.0, "z": "a"}, "S": {"t": 1, "k": 1, "d": True}}]
+    with tiers.store() as store:
+        _, start = store.follow("a")
+        for _ in range(250):
+            tiers.write({"a": pairs}, emitted_at=5)
+        for kw in ({"after": start}, {"from_ms": 0}):
+            with pytest.raises(QueryError, match="one-time query") as err:
+                store.follow("a", **kw)
+            assert err.value.status == 410
+        rows, _ = store.follow("a", from_ms=6, count=10)
+        assert rows == []
