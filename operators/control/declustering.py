@@ -1,0 +1,77 @@
+"""How many slots (workers) to run: paper 000's supplier/consumer rule and S2J's utilisation thresholds.
+
+Paper 000 grows the degree of declustering when N_sup > beta * N_con and shrinks it when no slot is a
+supplier, keeping the system minimally overloaded. S2J compares the average utilisation tau with
+0 < tau0 < tau* < tau1 <= tau2 <= 1: above tau2 for `sustain` epochs it adds workers, below tau0 for
+`sustain` epochs it removes some, in both cases aiming at tau* (n' = ceil(n * tau / tau*)); between tau1 and
+tau2 shedding (control.shedding) absorbs the transitory overload.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from windjoin.operators.control.config import DeclusteringConfig, UtilisationConfig
+from windjoin.operators.control.reorganise import Classes, Move
+from windjoin.operators.partitioning import Group
+
+
+def declustering_step(classes: Classes, slots: int, config: DeclusteringConfig) -> int:
+    """Paper 000's next degree of declustering: +1, -1 or unchanged, within [min_slots, max_slots]."""
+    n_sup, n_con = len(classes.suppliers), len(classes.consumers)
+    if n_sup > config.beta * n_con:
+        wanted = slots + 1
+    elif n_sup == 0:
+        wanted = slots - 1
+    else:
+        wanted = slots
+    return min(config.max_slots, max(config.min_slots, wanted))
+
+
+@dataclass(frozen=True)
+class UtilisationState:
+    """Consecutive epochs spent above tau2 and below tau0 (what "sustained" counts)."""
+
+    above: int = 0
+    below: int = 0
+
+
+@dataclass(frozen=True)
+class UtilisationDecision:
+    workers: int
+    shedding: bool  # tau > tau1: the shed ratio is positive this epoch
+    state: UtilisationState
+
+
+def utilisation_step(
+    tau: float, workers: int, state: UtilisationState, config: UtilisationConfig
+) -> UtilisationDecision:
+    """S2J's scaling: the worker count for the next epoch, whether to shed, and the updated counters."""
+    above = state.above + 1 if tau > config.tau2 else 0
+    below = state.below + 1 if tau < config.tau0 else 0
+    target = workers
+    if above >= config.sustain_epochs or below >= config.sustain_epochs:
+        target = max(1, math.ceil(workers * tau / config.tau_star - 1e-9))
+        above = below = 0  # the new count is judged afresh
+    target = min(config.max_workers, max(config.min_workers, target))
+    return UtilisationDecision(target, tau > config.tau1, UtilisationState(above, below))
+
+
+def drain_moves(groups: Mapping[Group, int], weights: Mapping[Group, float], remove: int) -> list[Move]:
+    """Moves emptying slot `remove` before it is released: its groups, heaviest first, each to the slot then
+    lightest among the others (longest-processing-time-first)."""
+    load: dict[int, float] = {s: 0.0 for s in set(groups.values()) if s != remove}
+    if not load:
+        raise ValueError(f"cannot drain slot {remove}: it is the only slot")
+    for g, s in groups.items():
+        if s != remove:
+            load[s] += weights.get(g, 0.0)
+    moves = []
+    leaving = sorted((g for g, s in groups.items() if s == remove), key=lambda g: (-weights.get(g, 0.0), g))
+    for g in leaving:
+        target = min(load, key=lambda s: (load[s], s))
+        load[target] += weights.get(g, 0.0)
+        moves.append(Move(g, remove, target))
+    return moves
