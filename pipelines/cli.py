@@ -14,6 +14,8 @@ from windjoin.pipelines.band_workload import BAND_SPEC, band_events
 from windjoin.pipelines.cli_options import SPEC_ARGUMENT, load_spec_or_fail
 from windjoin.pipelines.join_file import DEFAULT_CHUNK, JoinFileReport, Refusal, join_file
 from windjoin.pipelines.producer_cli import generate, produce
+from windjoin.pipelines.proxy_cli import proxy
+from windjoin.pipelines.query_cli import query
 from windjoin.pipelines.run_cli import run
 from windjoin.pipelines.services_cli import services
 
@@ -23,7 +25,7 @@ def cli() -> None:
     """windjoin: distributed sliding-window stream joins."""
 
 
-for command in (services, produce, generate, run):
+for command in (services, produce, generate, run, proxy, query):
     cli.add_command(command)
 
 

@@ -1,0 +1,302 @@
+"""The query proxy's HTTP interface (FastAPI): maps requests onto a `ResultStore` and its answers onto responses.
+
+Endpoints (OpenAPI at /openapi.json, docs at /docs): task listing, field listing, one-time queries with cursor
+paging, continuous queries as server-sent events (`proxy_feed` fans each task's feed out), snapshot listing,
+/healthz, /readyz and /metrics. Every `QueryError` becomes its status with `{"detail": message}`; a store that
+cannot be reached becomes 503; FastAPI's own parameter validation answers 422.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import redis
+from fastapi import FastAPI, Header, Path, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+from sse_starlette import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
+
+from windjoin.connectors.result_query import MAX_LIMIT, QueryError, ResultStore, parse_condition
+from windjoin.operators.spec import IDENTIFIER
+from windjoin.pipelines.proxy_feed import Chunk, FeedConfig, FeedHub, Subscription
+from windjoin.pipelines.proxy_metrics import ProxyMetrics
+
+DEFAULT_LIMIT = 1000
+MAX_CONDITIONS = 32
+MAX_TEXT = 1000  # characters of one condition, of the field list, of a cursor
+MAX_TIME = 2**53 - 1  # times must survive Redis scores (doubles) exactly
+
+T = TypeVar("T")
+
+
+class Problem(BaseModel):
+    detail: str = Field(description="What is wrong with the request, naming the parameter and what is accepted.")
+
+
+class TaskList(BaseModel):
+    tasks: list[str] = Field(description="The spec's task names, in spec order.")
+
+
+class FieldList(BaseModel):
+    task: str
+    fields: dict[str, str] = Field(
+        description='Selectable and projectable fields and their types ("int", "float", "string", "bool"): '
+        '"<stream>.<field>" for each joined stream (its timestamp field included), "result_time", "batch_id", '
+        '"emitted_at".'
+    )
+
+
+class ResultPage(BaseModel):
+    rows: list[dict[str, Any]] = Field(
+        description='Result rows in (result_time, batch_id, row) order: {"<A>": {...}, "<B>": {...}, "batch_id", '
+        '"row", "emitted_at", "result_time"}, or only the requested fields.'
+    )
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+    snapshot_id: int | None = Field(description="The Parquet snapshot the older part of the answer was read from.")
+
+
+class SnapshotInfo(BaseModel):
+    task: str
+    id: int = Field(description="Commit identifier, ascending per task.")
+    first_batch: int
+    last_batch: int
+    rows: int
+    min_time: int | None = Field(description="Smallest result time of its rows (null when it has none).")
+    max_time: int | None = Field(description="Largest result time of its rows (null when it has none).")
+    committed_at_ms: int
+    reason: str = Field(description='"periodic" or "punctuation".')
+
+
+class SnapshotList(BaseModel):
+    task: str
+    snapshots: list[SnapshotInfo]
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    ready: bool
+    checks: dict[str, bool] = Field(description="Each tier the spec configures, and whether it answers.")
+
+
+TaskName = Annotated[
+    str, Path(description="A task of the spec (see /v1/tasks).", pattern=IDENTIFIER, min_length=1, max_length=200)
+]
+Where = Annotated[
+    list[Annotated[str, Field(max_length=MAX_TEXT)]] | None,
+    Query(
+        description='Condition on a result field, repeatable (all must hold): "<field><op><value>" with op one of '
+        '=, !=, <, <=, >, >=, or "<field> in v1,v2,..."; e.g. "R.k=5", "R.name!=abc", "R.k in 1,2,3". Strings may '
+        "be double-quoted.",
+        max_length=MAX_CONDITIONS,
+    ),
+]
+Fields = Annotated[
+    str | None,
+    Query(
+        description='Comma-separated fields to return, e.g. "R.k,S.t,result_time" (default: whole rows).',
+        max_length=MAX_TEXT,
+    ),
+]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": Problem, "description": "Malformed query (bad field, condition, time span or cursor)."},
+    404: {"model": Problem, "description": "Unknown task."},
+    503: {"model": Problem, "description": "The store (Redis or Parquet) cannot be reached."},
+}
+
+
+def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_s: float = 30.0) -> FastAPI:
+    """The proxy app over `store`; `feed` tunes the continuous-query fan-out (queue size, page size)."""
+    hub = FeedHub(store, feed)
+    metrics = ProxyMetrics()
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await hub.stop()
+
+    app = FastAPI(
+        title="windjoin query proxy",
+        version="1",
+        description="One-time and continuous queries over a windjoin pipeline's join results (Redis and Parquet).",
+        lifespan=lifespan,
+    )
+    app.state.store, app.state.hub, app.state.metrics = store, hub, metrics
+
+    @app.exception_handler(QueryError)
+    async def query_error(request: Request, err: QueryError) -> JSONResponse:
+        status = err.status
+        metrics.answered(request.scope.get("windjoin.kind", "other"), status)
+        return JSONResponse({"detail": str(err)}, status_code=status)
+
+    @app.exception_handler(redis.RedisError)
+    async def store_down(request: Request, err: redis.RedisError) -> JSONResponse:
+        metrics.answered(request.scope.get("windjoin.kind", "other"), 503)
+        return JSONResponse({"detail": f"store unavailable: {type(err).__name__}: {err}"}, status_code=503)
+
+    async def answer(request: Request, kind: str, call: Callable[[], T], rows: Callable[[T], int] | None = None) -> T:
+        """Run a store call in a thread, counted and timed under `kind`."""
+        request.scope["windjoin.kind"] = kind
+        with metrics.timed(kind):
+            result = await run_in_threadpool(call)
+        metrics.answered(kind, 200, rows(result) if rows else 0)
+        return result
+
+    @app.get("/v1/tasks", response_model=TaskList, tags=["queries"])
+    async def tasks(request: Request) -> TaskList:
+        """The tasks whose results can be queried."""
+        return TaskList(tasks=await answer(request, "tasks", store.tasks))
+
+    @app.get("/v1/tasks/{task}/fields", response_model=FieldList, responses=ERRORS, tags=["queries"])
+    async def fields(request: Request, task: TaskName) -> FieldList:
+        """The fields of a task's results, usable in `where` and `fields`."""
+        return FieldList(task=task, fields=await answer(request, "fields", lambda: store.fields(task)))
+
+    @app.get("/v1/tasks/{task}/results", response_model=ResultPage, responses=ERRORS, tags=["queries"])
+    async def results(
+        request: Request,
+        task: TaskName,
+        t_from: Annotated[
+            int, Query(alias="from", ge=-MAX_TIME, le=MAX_TIME, description="Span start: result time, epoch ms.")
+        ],
+        t_to: Annotated[
+            int, Query(alias="to", ge=-MAX_TIME, le=MAX_TIME, description="Span end (inclusive): epoch ms.")
+        ],
+        where: Where = None,
+        fields: Fields = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Rows per page.")] = DEFAULT_LIMIT,
+        cursor: Annotated[
+            str | None, Query(max_length=MAX_TEXT, description="`next_cursor` of the previous page.")
+        ] = None,
+    ) -> Response:
+        """One-time query: the task's results with result time in [from, to], in (result_time, batch_id, row)
+        order, recent ones from Redis and older ones from the latest Parquet snapshot, merged without duplicates."""
+
+        def query() -> Any:
+            conditions, names = parse_query(store, task, where, fields)
+            return store.one_time(task, t_from, t_to, conditions, names, limit, cursor)
+
+        page = await answer(request, "results", query, lambda p: len(p.rows))
+        body = {"rows": page.rows, "next_cursor": page.next_cursor, "snapshot_id": page.snapshot_id}
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    @app.get(
+        "/v1/tasks/{task}/stream",
+        responses={
+            **ERRORS,
+            410: {"model": Problem, "description": "The cursor is older than the feed keeps."},
+            200: {
+                "description": 'Server-sent events: "results" (data: JSON array of rows in commit order; id: the '
+                'cursor after them) and a last "end" (data: {"error": ..., "cursor": ...}) when the client was too '
+                "slow or the feed failed; reconnect with that cursor.",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            },
+        },
+        response_class=EventSourceResponse,
+        tags=["queries"],
+    )
+    async def stream(
+        request: Request,
+        task: TaskName,
+        where: Where = None,
+        fields: Fields = None,
+        t_from: Annotated[
+            int | None,
+            Query(
+                alias="from",
+                ge=-MAX_TIME,
+                le=MAX_TIME,
+                description="Start with the first batch emitted (committed) at or after this time, epoch ms "
+                "(default: now, i.e. after the last committed batch); 410 when the feed no longer holds it.",
+            ),
+        ] = None,
+        cursor: Annotated[
+            str | None, Query(max_length=MAX_TEXT, description="Resume after this cursor (an event's id).")
+        ] = None,
+        last_event_id: Annotated[
+            str | None,
+            Header(alias="Last-Event-ID", max_length=MAX_TEXT, description="Set by browsers on reconnect; wins."),
+        ] = None,
+    ) -> EventSourceResponse:
+        """Continuous query: new results of the task matching `where`, in commit order, as server-sent events."""
+        after = last_event_id or cursor
+
+        def first() -> tuple[Subscription, Chunk]:
+            """Validate everything and read the first page, so that a bad query is a 4xx, not a broken stream."""
+            conditions, names = parse_query(store, task, where, fields)
+            rows, next_cursor = store.follow(task, after, None if after else t_from, [], None, hub.config.page_rows, 0)
+            start = after if after else (None if rows else next_cursor)
+            return Subscription(hub, task, start, conditions, names), Chunk(rows, next_cursor)
+
+        subscription, chunk = await answer(request, "stream", first)
+
+        async def events() -> AsyncIterator[dict[str, str]]:
+            metrics.subscribers.inc()
+            try:
+                async for kind, data in subscription.events(chunk):
+                    if kind == "results":
+                        metrics.rows.labels("stream").inc(len(data))
+                        yield {"event": "results", "id": subscription.cursor, "data": orjson.dumps(data).decode()}
+                    else:
+                        metrics.slow_consumers.inc()
+                        yield {"event": "end", "data": orjson.dumps(data).decode()}
+            finally:
+                metrics.subscribers.dec()
+
+        return EventSourceResponse(events(), ping=15, send_timeout=send_timeout_s)
+
+    @app.get("/v1/tasks/{task}/snapshots", response_model=SnapshotList, responses=ERRORS, tags=["queries"])
+    async def snapshots(request: Request, task: TaskName) -> SnapshotList:
+        """The task's committed Parquet snapshots, ascending by id."""
+        found = await answer(request, "snapshots", lambda: store.snapshots(task))
+        return SnapshotList(task=task, snapshots=[SnapshotInfo(**vars(s)) for s in found])
+
+    @app.get("/healthz", response_model=Health, tags=["operations"])
+    async def healthz() -> Health:
+        """Liveness: the process answers."""
+        return Health(status="ok")
+
+    @app.get(
+        "/readyz",
+        response_model=Readiness,
+        responses={503: {"model": Readiness, "description": "A configured tier does not answer."}},
+        tags=["operations"],
+    )
+    async def readyz() -> JSONResponse:
+        """Readiness: every tier the spec configures (Redis, Parquet) answers."""
+        checks = await run_in_threadpool(store.ready)
+        ready = all(checks.values())
+        return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+        tags=["operations"],
+    )
+    async def prometheus() -> Response:
+        """Prometheus metrics: queries by kind and status, latency, rows served, open streams."""
+        return Response(metrics.exposition(), media_type=metrics.content_type)
+
+    return app
+
+
+def parse_query(
+    store: ResultStore, task: str, where: list[str] | None, fields: str | None
+) -> tuple[list[Any], list[str] | None]:
+    """The conditions and the field list of a query, checked against the task's fields (QueryError when bad)."""
+    known = store.fields(task)
+    conditions = [parse_condition(text, known) for text in where or []]
+    if fields is None:
+        return conditions, None
+    names = [name.strip() for name in fields.split(",")]
+    bad = [name for name in names if name not in known]
+    if bad or not names:
+        raise QueryError(400, f"fields: {bad} not among the task's fields {sorted(known)}")
+    return conditions, names

@@ -1,0 +1,200 @@
+"""Fan-out of a task's continuous-query feed: one store reader per task, bounded queues per subscriber.
+
+A subscriber (one SSE stream) starts at a cursor. It first catches up on its own with non-blocking reads of the
+store (`ResultStore.follow`), registers with its task's `TaskFeed`, catches up once more (so nothing committed
+while it registered is lost), then takes the rows the task's single reader publishes, skipping those at or
+before its own position (so nothing is delivered twice). The reader never waits for a subscriber: a subscriber
+whose queue is full is marked slow and dropped from the feed; its stream then ends with a final event naming its
+cursor, from which the client resumes. All of this runs on one event loop; only store reads go to threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from anyio import CapacityLimiter, to_thread
+
+# The store's own row predicate, projection and cursor decoding, so that rows selected here are exactly the rows
+# `ResultStore.follow` would select.
+from windjoin.connectors.result_query import Condition, QueryError, ResultStore, _decode_cursor, _matches, _project
+
+log = logging.getLogger(__name__)
+
+SLOW_CONSUMER = "slow consumer"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Full result rows in commit order and the cursor just after the last of them."""
+
+    rows: list[dict[str, Any]]
+    cursor: str
+
+
+@dataclass(frozen=True)
+class End:
+    """The stream's last message: why it ends (the subscriber resumes from its own cursor)."""
+
+    error: str
+
+
+@dataclass(eq=False)  # hashed by identity: kept in sets
+class Subscriber:
+    queue: asyncio.Queue[Chunk | End]
+    slow: bool = False
+
+
+@dataclass
+class FeedConfig:
+    queue_size: int = 64  # chunks a subscriber may have pending before it counts as slow
+    page_rows: int = 1000  # rows per store read
+    block_ms: int = 1000  # how long the task reader waits in Redis for new rows per read
+
+
+@dataclass
+class TaskFeed:
+    """The single reader of one task's feed and the subscribers it publishes to."""
+
+    store: ResultStore
+    task: str
+    config: FeedConfig
+    subscribers: set[Subscriber] = field(default_factory=set)
+    reader: asyncio.Task[None] | None = None
+
+    limiter: CapacityLimiter | None = None  # threads for blocking feed reads, one per task
+
+    def register(self, subscriber: Subscriber, cursor: str) -> None:
+        """Add a subscriber; start the reader at `cursor` (the subscriber's own) when none runs."""
+        self.subscribers.add(subscriber)
+        if self.reader is None:
+            self.reader = asyncio.create_task(self._read(cursor), name=f"feed-{self.task}")
+
+    def unregister(self, subscriber: Subscriber) -> None:
+        self.subscribers.discard(subscriber)
+
+    async def _read(self, cursor: str) -> None:
+        try:
+            while self.subscribers:
+                rows, cursor = await to_thread.run_sync(
+                    self.store.follow,
+                    self.task,
+                    cursor,
+                    None,
+                    [],
+                    None,
+                    self.config.page_rows,
+                    self.config.block_ms,
+                    limiter=self.limiter,
+                )
+                if rows:
+                    self._publish(Chunk(rows, cursor))
+        except Exception as err:  # the feed is gone for everyone: each subscriber ends and resumes on its own
+            log.warning("feed reader of task %r stopped: %s", self.task, err)
+            message = err.args[0] if isinstance(err, QueryError) and err.args else "feed unavailable"
+            self._publish(End(str(message)))
+            self.subscribers.clear()
+        finally:
+            self.reader = None
+
+    def _publish(self, message: Chunk | End) -> None:
+        for subscriber in list(self.subscribers):
+            try:
+                subscriber.queue.put_nowait(message)
+            except asyncio.QueueFull:
+                subscriber.slow = True
+                self.subscribers.discard(subscriber)
+
+
+class FeedHub:
+    """One `TaskFeed` per task, created on first use."""
+
+    def __init__(self, store: ResultStore, config: FeedConfig | None = None) -> None:
+        self.store = store
+        self.config = config or FeedConfig()
+        self.feeds: dict[str, TaskFeed] = {}
+        self.limiter: CapacityLimiter | None = None
+
+    def feed(self, task: str) -> TaskFeed:
+        if self.limiter is None:  # made on the event loop that uses it
+            self.limiter = CapacityLimiter(len(self.store.tasks()))
+        if task not in self.feeds:
+            self.feeds[task] = TaskFeed(self.store, task, self.config, limiter=self.limiter)
+        return self.feeds[task]
+
+    async def stop(self) -> None:
+        for feed in self.feeds.values():
+            if feed.reader is not None:
+                feed.reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await feed.reader
+
+
+@dataclass
+class Subscription:
+    """One continuous query: where it stands (cursor and the position it stands for) and what it keeps of a row."""
+
+    hub: FeedHub
+    task: str
+    cursor: str | None  # None: before the rows of the first chunk (a start from a time, or from now)
+    conditions: Sequence[Condition]
+    fields: list[str] | None
+    position: tuple[int, int] | None = None  # (batch_id, row) of the last row read, kept or dropped
+
+    def __post_init__(self) -> None:
+        if self.cursor is not None:
+            batch, row = _decode_cursor(self.cursor, "f", self.task, 2)
+            self.position = (batch, row)
+
+    async def events(self, first: Chunk) -> AsyncIterator[tuple[str, Any]]:
+        """("results", rows) for each chunk with rows the selection keeps (`self.cursor` is then the cursor after
+        them); a last ("end", {"error", "cursor"}) when the subscriber was too slow or the feed failed. Runs until
+        the client goes away otherwise."""
+        feed = self.hub.feed(self.task)
+        subscriber = Subscriber(asyncio.Queue(maxsize=self.hub.config.queue_size))
+        try:
+            chunk: Chunk | None = first
+            while chunk is not None:  # catch up alone, before registering
+                if rows := self._take(chunk):
+                    yield "results", rows
+                chunk = await self._catch_up() if chunk.rows else None
+            assert self.cursor is not None  # set by the first chunk at the latest
+            feed.register(subscriber, self.cursor)
+            while (chunk := await self._catch_up()) is not None:  # rows committed while registering
+                if rows := self._take(chunk):
+                    yield "results", rows
+            while True:
+                if subscriber.slow:
+                    yield "end", {"error": SLOW_CONSUMER, "cursor": self.cursor}
+                    return
+                message = await subscriber.queue.get()
+                if isinstance(message, End):
+                    yield "end", {"error": message.error, "cursor": self.cursor}
+                    return
+                if rows := self._take(message):
+                    yield "results", rows
+        finally:
+            feed.unregister(subscriber)
+
+    async def _catch_up(self) -> Chunk | None:
+        """The next page after this subscription's cursor, read now without waiting; None when there is none."""
+        rows, cursor = await to_thread.run_sync(
+            self.hub.store.follow, self.task, self.cursor, None, [], None, self.hub.config.page_rows, 0
+        )
+        return Chunk(rows, cursor) if rows else None
+
+    def _take(self, chunk: Chunk) -> list[dict[str, Any]]:
+        """The chunk's rows after this subscription's position that the selection keeps, projected; moves the
+        position and the cursor past the chunk when it held any new row."""
+        rows = chunk.rows
+        if self.position is not None:
+            rows = [r for r in rows if (r["batch_id"], r["row"]) > self.position]
+        if not rows:
+            return []
+        self.position = (rows[-1]["batch_id"], rows[-1]["row"])
+        self.cursor = chunk.cursor
+        return [_project(r, self.fields) for r in rows if all(_matches(r, c) for c in self.conditions)]

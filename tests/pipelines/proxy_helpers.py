@@ -1,0 +1,167 @@
+"""What the query proxy tests share: a spec with Redis and Parquet sinks, a results writer that keeps the oracle
+(every result row written, in the one shape the proxy serves), and a uvicorn server on a free port in a thread."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+import uvicorn
+
+from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.processes import free_port
+from windjoin.connectors.redis_sink import RedisSink
+from windjoin.connectors.redis_tier import advance_snapshot
+from windjoin.connectors.result_query import ResultStore
+from windjoin.connectors.result_table import table_from_records
+from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.spec import JoinSpec, parse_spec
+
+TASKS = ("a", "b")
+
+
+def make_spec(redis_url: str | None, parquet_path: Path | None) -> JoinSpec:
+    sinks: dict[str, Any] = {}
+    if redis_url is not None:
+        sinks["redis"] = {"url": redis_url, "retain_ms": 1000}
+    if parquet_path is not None:
+        sinks["parquet"] = {"path": str(parquet_path)}
+    return parse_spec(
+        {
+            "window": {"kind": "time", "size_ms": 1000},
+            "streams": {
+                "R": {"timestamp": "ts", "fields": {"k": "int", "x": "float", "z": "string"}},
+                "S": {"timestamp": "t", "fields": {"k": "int", "d": "bool"}},
+            },
+            "tasks": [{"name": "a", "join": ["R", "S"]}, {"name": "b", "join": ["S", "R"]}],
+            "sinks": sinks,
+        }
+    )
+
+
+@dataclass
+class Batch:
+    batch_id: int
+    tables: dict[str, Any]
+    rows: dict[str, list[dict[str, Any]]]
+
+
+@dataclass
+class Results:
+    """Writes random result batches to real sinks (Redis with its feed, Parquet) and remembers every row."""
+
+    spec: JoinSpec
+    namespace: str
+    redis_url: str | None
+    parquet_path: Path | None
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {t: [] for t in TASKS})
+    next_batch: int = 0
+    rng: random.Random = field(default_factory=lambda: random.Random(7))
+
+    def __post_init__(self) -> None:
+        self.sinks: list[Any] = []
+        if self.redis_url:
+            self.redis = redis.Redis.from_url(self.redis_url)
+            self.sinks.append(RedisSink(self.redis_url, 10**12, self.namespace, trim=False, feed_batches=10_000))
+        if self.parquet_path:
+            self.sinks.append(ParquetSink(self.parquet_path))
+
+    def store(self) -> ResultStore:
+        return ResultStore(
+            self.spec, self.redis_url, self.namespace, str(self.parquet_path) if self.parquet_path else None
+        )
+
+    def pair(self, t0: int, z_size: int) -> dict[str, Any]:
+        rng = self.rng
+        z = rng.choice("pqr") * z_size
+        r = {"ts": t0 + rng.randrange(0, 50), "k": rng.randrange(0, 5), "x": rng.random(), "z": z}
+        s = {"t": t0 + rng.randrange(0, 50), "k": rng.randrange(0, 5), "d": rng.random() < 0.5}
+        return {"R": r, "S": s}
+
+    def prepare(self, n_rows: int, t0: int, z_size: int = 1, emitted_at: int | None = None) -> Batch:
+        """The next batch: `n_rows` random pairs per task, result times in [t0, t0 + 50); not written yet."""
+        batch_id = self.next_batch
+        self.next_batch += 1
+        emitted_at = emitted_at if emitted_at is not None else int(time.time() * 1000)
+        batch = Batch(batch_id, {}, {})
+        for task in TASKS:
+            pairs = [self.pair(t0, z_size) for _ in range(n_rows)]
+            first, second = ("R", "S") if task == "a" else ("S", "R")
+            batch.tables[task] = table_from_records(
+                self.spec, task, [{first: p[first], second: p[second]} for p in pairs], batch_id, emitted_at
+            )
+            batch.rows[task] = [
+                {
+                    first: p[first],
+                    second: p[second],
+                    "batch_id": batch_id,
+                    "row": i,
+                    "emitted_at": emitted_at,
+                    "result_time": max(p["R"]["ts"], p["S"]["t"]),
+                }
+                for i, p in enumerate(pairs)
+            ]
+        return batch
+
+    def commit(self, batch: Batch) -> None:
+        """Write a prepared batch to every sink (Redis: sorted set and feed; Parquet: batch folder)."""
+        for sink in self.sinks:
+            sink.write(batch.batch_id, batch.tables)
+        for task, rows in batch.rows.items():
+            self.rows[task] += rows
+
+    def write(self, n_rows: int, t0: int, z_size: int = 1) -> int:
+        batch = self.prepare(n_rows, t0, z_size)
+        self.commit(batch)
+        return batch.batch_id
+
+    def snapshot(self, task: str, cutoff_ms: int | None) -> int:
+        """Commit a Parquet snapshot of everything written so far and move Redis' boundary to it (dropping rows
+        older than `cutoff_ms` that the snapshot covers); returns the snapshot id."""
+        snap = SnapshotStore(self.parquet_path).commit(task, self.next_batch - 1, "periodic", int(time.time() * 1000))
+        assert snap is not None
+        advance_snapshot(self.redis, task, self.namespace, snap.id, snap.last_batch, cutoff_ms)
+        return snap.id
+
+    def oracle(self, task: str, t_from: int, t_to: int) -> list[dict[str, Any]]:
+        """One-time query answer: rows in [t_from, t_to] ordered by (result_time, batch_id, row)."""
+        found = [r for r in self.rows[task] if t_from <= r["result_time"] <= t_to]
+        return sorted(found, key=lambda r: (r["result_time"], r["batch_id"], r["row"]))
+
+    def since(self, task: str, batch_id: int) -> list[dict[str, Any]]:
+        """Continuous query answer: rows of batches >= batch_id in commit order."""
+        return [r for r in self.rows[task] if r["batch_id"] >= batch_id]
+
+
+def new_namespace() -> str:
+    return f"wjtest_{uuid.uuid4().hex[:10]}"
+
+
+class Server:
+    """uvicorn serving `app` on a free port of 127.0.0.1 in a thread of this process; stop() ends it."""
+
+    def __init__(self, app: Any) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="proxy-under-test", daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"uvicorn did not start on port {self.port}")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)

@@ -1,0 +1,381 @@
+"""The query proxy over a real store (real Redis, real Parquet files written by the sinks): one-time queries across
+the Redis/Parquet boundary against an oracle, bad queries, health/readiness/metrics, OpenAPI, and continuous
+queries through uvicorn on a free port (every result once, in order, across reconnects; slow consumers)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.pipelines.proxy_helpers import Results, Server, make_spec, new_namespace
+from windjoin.connectors.processes import free_port
+from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
+from windjoin.pipelines.proxy import create_app
+from windjoin.pipelines.proxy_feed import FeedConfig
+from windjoin.pipelines.query_cli import sse_events
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+N_BATCHES, SNAPSHOT_AFTER, ROWS = 12, 7, 15
+
+
+@pytest.fixture(scope="module")
+def tiers(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Results:
+    """Batches 0..11 of tasks a and b; snapshot 1 covers 0..7 and Redis dropped what it covers before time 600."""
+    path = tmp_path_factory.mktemp("proxy") / "parquet"
+    results = Results(make_spec(redis_url, path), new_namespace(), redis_url, path)
+    for b in range(N_BATCHES):
+        results.write(ROWS, t0=100 * b)  # result times of neighbouring batches overlap
+        if b == SNAPSHOT_AFTER:
+            for task in ("a", "b"):
+                results.snapshot(task, cutoff_ms=600)
+    return results
+
+
+@pytest.fixture(scope="module")
+def client(tiers: Results) -> TestClient:
+    with TestClient(create_app(tiers.store())) as client:
+        yield client
+
+
+def fetch_all(client: TestClient, task: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every page of a one-time query, following next_cursor."""
+    rows: list[dict[str, Any]] = []
+    params = dict(params)
+    for _ in range(10_000):
+        response = client.get(f"/v1/tasks/{task}/results", params=params)
+        assert response.status_code == 200, response.text
+        page = response.json()
+        assert len(page["rows"]) <= params.get("limit", 1000)
+        rows += page["rows"]
+        if page["next_cursor"] is None:
+            return rows
+        params["cursor"] = page["next_cursor"]
+    raise AssertionError("paging did not end")
+
+
+def test_the_boundary_is_real(tiers: Results) -> None:
+    """Redis no longer holds all results (the old part is only in Parquet), yet holds some covered ones."""
+    from windjoin.connectors.redis_sink import results_key
+
+    held = tiers.redis.zcard(results_key("a", tiers.namespace))
+    assert 0 < held < len(tiers.rows["a"])
+    in_redis_and_snapshot = tiers.redis.zcount(results_key("a", tiers.namespace), 600, 900)
+    assert in_redis_and_snapshot > 0  # both tiers hold batches of these times: duplicates would show
+
+
+@SETTINGS
+@given(
+    task=st.sampled_from(["a", "b"]),
+    t_from=st.integers(-50, 1300),
+    width=st.integers(0, 1300),
+    limit=st.integers(1, 40),
+)
+def test_one_time_query_across_tiers_equals_oracle(
+    client: TestClient, tiers: Results, task: str, t_from: int, width: int, limit: int
+) -> None:
+    rows = fetch_all(client, task, {"from": t_from, "to": t_from + width, "limit": limit})
+    assert rows == tiers.oracle(task, t_from, t_from + width)
+
+
+@pytest.mark.parametrize(
+    ("where", "keep"),
+    [
+        (["R.k=2"], lambda r: r["R"]["k"] == 2),
+        (["R.z in p,q", "S.d=true"], lambda r: r["R"]["z"] in ("p", "q") and r["S"]["d"]),
+        (
+            ["R.k!=0", "result_time>=550", "S.k<3"],
+            lambda r: r["R"]["k"] != 0 and r["result_time"] >= 550 and r["S"]["k"] < 3,
+        ),
+        (['R.z="r"', "batch_id>5"], lambda r: r["R"]["z"] == "r" and r["batch_id"] > 5),
+        (["R.x<=0.5"], lambda r: r["R"]["x"] <= 0.5),
+    ],
+)
+def test_selection(client: TestClient, tiers: Results, where: list[str], keep: Any) -> None:
+    rows = fetch_all(client, "a", {"from": 0, "to": 2000, "where": where, "limit": 17})
+    expected = [r for r in tiers.oracle("a", 0, 2000) if keep(r)]
+    assert expected and rows == expected
+
+
+def test_projection(client: TestClient, tiers: Results) -> None:
+    rows = fetch_all(client, "a", {"from": 300, "to": 900, "fields": "R.k,S.t,result_time", "limit": 13})
+    expected = [
+        {"R": {"k": r["R"]["k"]}, "S": {"t": r["S"]["t"]}, "result_time": r["result_time"]}
+        for r in tiers.oracle("a", 300, 900)
+    ]
+    assert rows == expected
+
+
+def test_tasks_fields_snapshots(client: TestClient) -> None:
+    assert client.get("/v1/tasks").json() == {"tasks": ["a", "b"]}
+    fields = client.get("/v1/tasks/b/fields").json()["fields"]
+    assert fields["S.t"] == "int" and fields["R.z"] == "string" and fields["S.d"] == "bool"
+    assert fields["R.x"] == "float" and fields["result_time"] == "int"
+    [snapshot] = client.get("/v1/tasks/a/snapshots").json()["snapshots"]
+    assert (snapshot["id"], snapshot["first_batch"], snapshot["last_batch"]) == (1, 0, SNAPSHOT_AFTER)
+    assert snapshot["rows"] == ROWS * (SNAPSHOT_AFTER + 1)
+
+
+BAD = [
+    ("/v1/tasks/nope/results?from=0&to=10", 404),
+    ("/v1/tasks/nope/fields", 404),
+    ("/v1/tasks/nope/snapshots", 404),
+    ("/v1/tasks/nope/stream", 404),
+    ("/v1/tasks/a/results?from=10&to=0", 400),
+    ("/v1/tasks/a/results?from=0&to=10&where=R.nope=1", 400),
+    ("/v1/tasks/a/results?from=0&to=10&where=R.k=abc", 400),
+    ("/v1/tasks/a/results?from=0&to=10&where=R.k~1", 400),
+    ("/v1/tasks/a/results?from=0&to=10&where=", 400),
+    ("/v1/tasks/a/results?from=0&to=10&fields=R.k,nope", 400),
+    ("/v1/tasks/a/results?from=0&to=10&fields=", 400),
+    ("/v1/tasks/a/results?from=0&to=10&cursor=garbage", 400),
+    ("/v1/tasks/a/results?from=0&to=10&cursor=%00%ff", 400),
+    ("/v1/tasks/a/stream?where=R.nope=1", 400),
+    ("/v1/tasks/a/stream?fields=nope", 400),
+    ("/v1/tasks/a/stream?cursor=garbage", 400),
+    # FastAPI's own validation: missing, mistyped, out-of-range parameters and malformed task names.
+    ("/v1/tasks/a/results?from=0", 422),
+    ("/v1/tasks/a/results?from=x&to=1", 422),
+    (f"/v1/tasks/a/results?from=0&to=1&limit={MAX_LIMIT + 1}", 422),
+    ("/v1/tasks/a/results?from=0&to=1&limit=0", 422),
+    ("/v1/tasks/a/results?from=0&to=99999999999999999999999", 422),
+    ("/v1/tasks/a%7D:meta/results?from=0&to=1", 422),  # `a}:meta`: would break out of the hash tag
+    ("/v1/tasks/a*/fields", 422),
+    ("/v1/tasks/a%20b/snapshots", 422),
+    ("/v1/tasks/..%2F..%2Fetc/fields", 404),  # the router sees another path: no such route
+]
+
+
+@pytest.mark.parametrize(("url", "status"), BAD)
+def test_bad_queries_get_4xx_with_a_message_and_touch_no_key(
+    client: TestClient, tiers: Results, url: str, status: int
+) -> None:
+    keys_before = set(tiers.redis.keys("*"))
+    response = client.get(url)
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"]
+    assert detail and (status == 422 or isinstance(detail, str))
+    assert set(tiers.redis.keys("*")) == keys_before
+
+
+def test_health_readiness_and_metrics(client: TestClient, tiers: Results) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    assert set(ready.json()["checks"]) == {"redis", "parquet"}
+    rows = len(fetch_all(client, "a", {"from": 0, "to": 2000, "limit": MAX_LIMIT}))
+    client.get("/v1/tasks/nope/results?from=0&to=1")
+    text = client.get("/metrics").text
+    assert 'windjoin_proxy_queries_total{kind="results",status="200"}' in text
+    assert 'windjoin_proxy_queries_total{kind="results",status="404"}' in text
+    assert 'windjoin_proxy_query_seconds_bucket{kind="results",le="+Inf"}' in text
+    served = _metric(text, 'windjoin_proxy_rows_served_total{kind="results"}')
+    assert served >= rows == len(tiers.rows["a"])
+
+
+def test_not_ready_when_redis_is_down(tiers: Results) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    store = ResultStore(make_spec(dead, tiers.parquet_path), dead, tiers.namespace, str(tiers.parquet_path))
+    with TestClient(create_app(store)) as client:
+        assert client.get("/healthz").status_code == 200
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["checks"]["redis"] is False
+        response = client.get("/v1/tasks/a/results?from=0&to=10")
+        assert response.status_code == 503 and "detail" in response.json()
+
+
+def test_openapi_documents_every_parameter_and_response(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    paths = spec["paths"]
+    assert {
+        "/v1/tasks",
+        "/v1/tasks/{task}/fields",
+        "/v1/tasks/{task}/results",
+        "/v1/tasks/{task}/stream",
+        "/v1/tasks/{task}/snapshots",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    } <= set(paths)
+    for path, operations in paths.items():
+        for method, op in operations.items():
+            assert op.get("description") or op.get("summary"), (path, method)
+            for parameter in op.get("parameters", []):
+                assert parameter.get("description"), (path, parameter["name"])
+            assert "200" in op["responses"]
+    results = paths["/v1/tasks/{task}/results"]["get"]
+    assert results["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("ResultPage")
+    assert {"400", "404", "422"} <= set(results["responses"])
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in metrics")
+
+
+# Continuous queries, through uvicorn on a free port.
+
+
+@pytest.fixture
+def live(redis_url: str, tmp_path: Path) -> Results:
+    """Fresh sinks (own namespace and folder) for tests that write while they query."""
+    return Results(make_spec(redis_url, tmp_path / "parquet"), new_namespace(), redis_url, tmp_path / "parquet")
+
+
+class Reader(threading.Thread):
+    """Reads one SSE stream with httpx in a thread, keeping each event's id and rows, until it has `want` rows or the
+    stream ends. `stall_s`: wait that long before reading anything, with a small receive buffer (a slow client)."""
+
+    def __init__(
+        self,
+        url: str,
+        params: dict[str, Any],
+        want: int,
+        *,
+        headers: dict[str, str] | None = None,
+        stall_s: float = 0.0,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.url, self.params, self.want, self.headers, self.stall_s = url, params, want, headers or {}, stall_s
+        self.events: list[tuple[str, list[dict[str, Any]]]] = []
+        self.end: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return [row for _, rows in self.events for row in rows]
+
+    def run(self) -> None:
+        options = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 16_384)] if self.stall_s else []
+        transport = httpx.HTTPTransport(socket_options=options)
+        try:
+            with (
+                httpx.Client(transport=transport, timeout=httpx.Timeout(30, read=60)) as client,
+                client.stream("GET", self.url, params=self.params, headers=self.headers) as response,
+            ):
+                assert response.status_code == 200, response.read()
+                time.sleep(self.stall_s)
+                count = 0
+                for event, event_id, data in sse_events(response.iter_lines()):
+                    if event == "end":
+                        self.end = orjson.loads(data)
+                        return
+                    rows = orjson.loads(data)
+                    self.events.append((event_id, rows))
+                    count += len(rows)
+                    if count >= self.want:
+                        return
+        except BaseException as err:  # re-raised by finish()
+            self.error = err
+
+    def finish(self, timeout: float = 90) -> Reader:
+        self.join(timeout)
+        assert not self.is_alive(), f"reader still running with {len(self.rows)} of {self.want} rows"
+        if self.error:
+            raise self.error
+        return self
+
+
+def stream_url(server: Server, task: str) -> str:
+    return f"{server.url}/v1/tasks/{task}/stream"
+
+
+def wait_subscribers(server: Server, n: int) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if _metric(httpx.get(f"{server.url}/metrics").text, "windjoin_proxy_subscribers") >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"never {n} subscribers")
+
+
+def test_stream_delivers_every_new_result_once_in_order_across_a_reconnect(live: Results) -> None:
+    live.write(ROWS, t0=0)  # before the subscription: not part of "now"
+    with Server(create_app(live.store(), FeedConfig(block_ms=200))) as server:
+        start = live.next_batch
+        batches = [live.prepare(ROWS, t0=100 * b) for b in range(9)]
+        total = 9 * ROWS
+        first = Reader(stream_url(server, "a"), {"where": "R.k>=0"}, want=3 * ROWS + 4)  # leaves mid-stream
+        first.start()
+        wait_subscribers(server, 1)
+        for batch in batches[:6]:
+            live.commit(batch)
+        first.finish()
+        expected = live.since("a", start)
+        seen = first.rows
+        assert len(seen) >= 3 * ROWS + 4 and seen == expected[: len(seen)]
+        # Resume with the last event id, as a browser does: the rest of the 6 batches, then 3 more, once each.
+        second = Reader(
+            stream_url(server, "a"),
+            {"where": "R.k>=0"},
+            want=total - len(seen),
+            headers={"Last-Event-ID": first.events[-1][0]},
+        )
+        second.start()
+        for batch in batches[6:]:
+            live.commit(batch)
+        second.finish()
+        assert seen + second.rows == live.since("a", start)
+        assert len(live.since("a", start)) == total
+
+
+def test_stream_from_a_past_cursor_catches_up_then_follows_with_a_selection(live: Results) -> None:
+    with Server(create_app(live.store(), FeedConfig(block_ms=200, page_rows=7))) as server:
+        for b in range(4):
+            live.write(ROWS, t0=100 * b)
+        everything = Reader(stream_url(server, "b"), {"from": 0}, want=4 * ROWS)
+        everything.start()
+        everything.finish()
+        assert everything.rows == live.since("b", 0)
+        assert max(len(rows) for _, rows in everything.events) <= 7  # pages of page_rows
+        middle = len(everything.events) // 2
+        cursor = everything.events[middle][0]
+        done = sum(len(rows) for _, rows in everything.events[: middle + 1])
+        later = [live.prepare(ROWS, t0=100 * b) for b in range(4, 7)]
+        rest = live.since("b", 0)[done:] + [r for batch in later for r in batch.rows["b"]]
+        keep = [r for r in rest if r["R"]["k"] >= 2]
+        selected = Reader(stream_url(server, "b"), {"cursor": cursor, "where": "R.k>=2"}, want=len(keep))
+        selected.start()
+        for batch in later:  # arrive while it catches up or after: through the task's shared reader
+            live.commit(batch)
+        selected.finish()
+        assert selected.rows == keep
+
+
+def test_a_slow_consumer_is_cut_off_and_resumes_while_a_fast_one_gets_everything(redis_url: str) -> None:
+    live = Results(make_spec(redis_url, None), new_namespace(), redis_url, None)
+    n_batches, rows, z_size = 100, 50, 4000  # ~20 MB of results: more than socket buffers hold
+    batches = [live.prepare(rows, t0=100 * b, z_size=z_size) for b in range(n_batches)]
+    total = n_batches * rows
+    with Server(create_app(live.store(), FeedConfig(queue_size=4, block_ms=100))) as server:
+        fast = Reader(stream_url(server, "a"), {}, want=total)
+        slow = Reader(stream_url(server, "a"), {}, want=total, stall_s=4.0)
+        fast.start()
+        slow.start()
+        wait_subscribers(server, 2)
+        for batch in batches:
+            live.commit(batch)
+            time.sleep(0.005)
+        fast.finish()
+        slow.finish()
+        expected = live.since("a", 0)
+        assert fast.rows == expected and fast.end is None
+        assert slow.end is not None and slow.end["error"] == "slow consumer", slow.end
+        assert len(slow.rows) < total and slow.rows == expected[: len(slow.rows)]
+        resumed = Reader(stream_url(server, "a"), {"cursor": slow.end["cursor"]}, want=total - len(slow.rows))
+        resumed.start()
+        resumed.finish()
+        assert slow.rows + resumed.rows == expected
+        metrics = httpx.get(f"{server.url}/metrics").text
+        assert _metric(metrics, "windjoin_proxy_slow_consumers_total") == 1
