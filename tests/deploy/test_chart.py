@@ -1,0 +1,198 @@
+"""The Helm chart, offline: `helm lint --strict` and `helm template` for the default values and the value sets in
+helm/windjoin/ci/, every rendered manifest valid for Kubernetes 1.30–1.34 (`kubernetes-validate --strict`; CRD
+kinds checked structurally), bad values refused by values.schema.json with a message naming the key, and k8s/
+equal to the chart rendered with its defaults."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate.utils import all_versions
+
+from windjoin.operators.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "windjoin"
+VALUE_SETS = {
+    "default": None,
+    **{p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*.yaml"))},
+}
+# Every version in 1.30–1.34 that the installed kubernetes-validate ships schemas for.
+K8S_VERSIONS = [v for v in ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0") if v in all_versions()]
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    """helm from .tools/bin (scripts/install_helm.sh, as .ci/run installs it), installed on first use."""
+    local = ROOT / ".tools" / "bin" / "helm"
+    if not local.exists():
+        subprocess.run(["bash", str(ROOT / "scripts" / "install_helm.sh")], check=True, capture_output=True)
+    return str(local)
+
+
+def _helm(helm: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([helm, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def _values_args(name: str) -> list[str]:
+    path = VALUE_SETS[name]
+    return [] if path is None else ["-f", str(path)]
+
+
+def _render(helm: str, name: str, *extra: str) -> list[dict]:
+    done = _helm(helm, "template", "wj", str(CHART), "--namespace", "streams", *_values_args(name), *extra)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def test_at_least_three_value_sets_besides_the_defaults():
+    assert {"external-redis", "strimzi", "autoscaling"} <= set(VALUE_SETS)
+    assert K8S_VERSIONS, "kubernetes-validate ships no schemas for 1.30-1.34"
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_helm_lint_strict(helm, name):
+    done = _helm(helm, "lint", "--strict", str(CHART), *_values_args(name))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _check_crd(doc: dict) -> None:
+    """Structural checks for custom resources kubernetes-validate has no schema for."""
+    kind, spec = doc["kind"], doc["spec"]
+    assert doc["metadata"]["name"] and len(doc["metadata"]["name"]) <= 63
+    if kind == "ServiceMonitor":
+        assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+        assert spec["selector"]["matchLabels"] and spec["endpoints"]
+        assert all(e["port"] and e["path"].startswith("/") for e in spec["endpoints"])
+    elif kind == "PodMonitor":
+        assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+        assert spec["selector"]["matchLabels"] and spec["podMetricsEndpoints"]
+    elif kind == "Kafka":
+        assert doc["apiVersion"] == "kafka.strimzi.io/v1beta2"
+        assert doc["metadata"]["annotations"]["strimzi.io/kraft"] == "enabled"
+        assert any(listener["port"] == 9092 for listener in spec["kafka"]["listeners"])
+    elif kind == "KafkaNodePool":
+        assert doc["apiVersion"] == "kafka.strimzi.io/v1beta2"
+        assert doc["metadata"]["labels"]["strimzi.io/cluster"]
+        assert spec["replicas"] >= 1 and set(spec["roles"]) <= {"controller", "broker"}
+    else:
+        pytest.fail(f"unexpected custom resource kind {kind}")
+
+
+CRD_KINDS = {"ServiceMonitor", "PodMonitor", "Kafka", "KafkaNodePool"}
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_rendered_manifests_pass_kubernetes_validate_strict(helm, name):
+    docs = _render(helm, name)
+    # The executor pod template Spark reads from the spec ConfigMap is a manifest too.
+    spec_cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-spec"))
+    docs.append(yaml.safe_load(spec_cm["data"]["executor-pod-template.yaml"]))
+    for doc in docs:
+        if doc["kind"] in CRD_KINDS:
+            _check_crd(doc)
+            continue
+        for version in K8S_VERSIONS:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as err:
+                pytest.fail(f"{name}: {doc['kind']}/{doc['metadata'].get('name')} on {version}: {err.message}")
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_rendered_spec_is_a_valid_windjoin_spec(helm, name):
+    docs = _render(helm, name)
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-spec"))
+    spec = parse_spec(yaml.safe_load(cm["data"]["spec.yaml"]))
+    assert spec.checkpoint and spec.sinks.parquet and spec.sinks.redis
+    assert all(s.topic for s in spec.streams.values())
+
+
+def test_value_sets_render_what_they_switch_on(helm):
+    kinds = {name: {(d["kind"], d["metadata"]["name"]) for d in _render(helm, name)} for name in VALUE_SETS}
+    default = kinds["default"]
+    assert ("StatefulSet", "wj-windjoin-redis") in default and ("PersistentVolumeClaim", "wj-windjoin-data") in default
+    assert not {k for k, _ in default} & (CRD_KINDS | {"HorizontalPodAutoscaler"})
+    controller = {k for k, n in default if n.endswith("-controller")}
+    assert not controller & {"Deployment", "Role", "ServiceAccount"}, "the controller must be off by default"
+    assert not any(k == "StatefulSet" for k, _ in kinds["external-redis"])
+    assert {("Kafka", "wj-windjoin-kafka"), ("ServiceMonitor", "wj-windjoin-proxy")} <= kinds["strimzi"]
+    assert ("HorizontalPodAutoscaler", "wj-windjoin-proxy") in kinds["autoscaling"]
+    assert {("Deployment", "wj-windjoin-controller"), ("Role", "wj-windjoin-controller")} <= kinds["controller"]
+
+
+def test_driver_runs_spark_in_client_mode_on_kubernetes(helm):
+    docs = _render(helm, "default")
+    driver = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-driver")
+    args = driver["spec"]["template"]["spec"]["containers"][0]["args"]
+    conf = dict(a.removeprefix("--spark-conf=").split("=", 1) for a in args if a.startswith("--spark-conf="))
+    assert args[:2] == ["windjoin", "run"] and "--spark-master=k8s://https://kubernetes.default.svc:443" in args
+    assert conf["spark.driver.host"] == "wj-windjoin-driver.streams.svc"
+    headless = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "wj-windjoin-driver")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert {p["port"] for p in headless["spec"]["ports"]} >= {int(conf["spark.driver.port"]), 7079}
+    role = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "wj-windjoin-driver")
+    pods = next(r for r in role["rules"] if "pods" in r["resources"])
+    assert {"create", "delete", "list", "watch"} <= set(pods["verbs"])
+    assert "--metrics-port=9108" in args
+
+
+def test_job_args_name_options_that_windjoin_run_has(helm):
+    from click.testing import CliRunner
+
+    from windjoin.pipelines.run_cli import run
+
+    help_text = CliRunner().invoke(run, ["--help"]).output
+    docs = _render(helm, "default")
+    driver = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-driver")
+    for arg in driver["spec"]["template"]["spec"]["containers"][0]["args"]:
+        if arg.startswith("--"):
+            assert arg.split("=")[0] in help_text, arg
+
+
+BAD_VALUES = [
+    (["--set", "redis.bundled=false"], "/redis/url"),
+    (["--set", "redis.bundled=false", "--set", "redis.url=http://cache:6379"], "/redis/url"),
+    (["--set", "kafka.bootstrap=kafka"], "/kafka/bootstrap"),
+    (["--set", "join.executors.memory=2GB"], "/join/executors/memory"),
+    (["--set", "proxy.autoscaling.enabled=yes"], "/proxy/autoscaling/enabled"),
+    (["--set", "storage.type=s3"], "/storage/type"),
+    (["--set", "storage.type=objectStore"], "/storage/objectStore"),
+    (["--set", "proxy.replica=2"], "'replica' not allowed"),
+    (["--set", "join.sparkConf.executor.memory=1g"], "'executor' not allowed"),
+    (["--set", "spec.tasks=null"], "/spec"),
+    (["--set", "monitoring.serviceMonitor.interval=often"], "/monitoring/serviceMonitor/interval"),
+]
+
+
+@pytest.mark.parametrize(("args", "where"), BAD_VALUES, ids=[" ".join(a[1::2]) for a, _ in BAD_VALUES])
+def test_bad_values_are_refused_with_a_message_naming_the_key(helm, args, where):
+    done = _helm(helm, "template", "wj", str(CHART), *args)
+    assert done.returncode != 0
+    assert "values don't meet the specifications of the schema" in done.stderr
+    assert where in done.stderr, done.stderr
+
+
+def test_k8s_manifests_equal_the_chart_rendered_with_defaults(helm, tmp_path):
+    out = tmp_path / "windjoin.yaml"
+    subprocess.run(["bash", str(ROOT / "scripts" / "render_k8s.sh"), str(out)], check=True, cwd=ROOT)
+    committed = (ROOT / "k8s" / "windjoin.yaml").read_text()
+    assert committed == out.read_text(), "k8s/windjoin.yaml is stale: run scripts/render_k8s.sh"
+
+
+def test_kubernetes_validate_cli_accepts_k8s_manifests():
+    cli = shutil.which("kubernetes-validate", path=str(Path(__import__("sys").executable).parent))
+    assert cli, "kubernetes-validate is in the dev extras"
+    for version in K8S_VERSIONS:
+        done = subprocess.run(
+            [cli, "--strict", "-k", version, "--quiet", str(ROOT / "k8s" / "windjoin.yaml")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
