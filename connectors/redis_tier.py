@@ -7,7 +7,7 @@ trim (RedisSink(trim=False)); instead, after a snapshot's manifest is committed,
 (score < cutoff) and inside the snapshot (batch id <= its last batch), and records `snapshot` / `snapshot_batch`
 in the meta hash. Hence the invariant readers rely on: Redis holds every result of every batch newer than the
 recorded `snapshot_batch`, and the recorded snapshot's manifest exists. A one-time query takes, in one
-transaction, the recorded snapshot and the members of the span (`read_span`), keeps the members of newer batches,
+Lua script, the recorded snapshot and the members of the span (`read_span`), keeps the members of newer batches,
 and reads the older batches from the Parquet snapshots up to that id: no gap, no duplicate.
 
 Positions in the feed are (batch_id, row) cursors: "after row `row` of batch `batch_id`". `row = -1` is "before
@@ -131,32 +131,97 @@ def advance_snapshot(
 
 @dataclass
 class RedisView:
-    """What Redis holds of a span, read in one transaction: the recorded snapshot boundary, the last committed
-    batch, and the result rows of batches newer than the boundary, ordered by (result_time, batch_id, row)."""
+    """What Redis holds of a span, read atomically: the recorded snapshot boundary, the last committed batch, and
+    the result rows of batches newer than the boundary, ordered by (result_time, batch_id, row). `more`: rows
+    were cut at the requested limit (more are in the span)."""
 
     snapshot_id: int | None
     snapshot_batch: int | None
     committed: int | None
     rows: list[dict[str, Any]]
+    more: bool = False
+
+
+# KEYS: results, meta. ARGV: from, to, limit, boundary ("1"/"0"), cursor score, batch, row (all "" for none),
+# chunk. Scans the span in score order, in chunks (each resumes at the last score seen, skipping the members of
+# that score already seen), keeping members of batches after the boundary and after the cursor, and stops at the
+# first score above the one where `limit` members were kept (so every member tied with the last kept is in).
+# Returns {meta {snapshot, snapshot_batch, committed}, members, more}.
+_READ_SPAN = """
+local meta = redis.call('HMGET', KEYS[2], 'snapshot', 'snapshot_batch', 'committed')
+local boundary = nil
+if ARGV[4] == '1' and meta[2] then boundary = tonumber(meta[2]) end
+local limit = tonumber(ARGV[3])
+local a_score, a_batch, a_row = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local chunk = tonumber(ARGV[8])
+local out = {}
+local stop = nil
+local more = 0
+local start, skip = ARGV[1], 0
+local last_text, same = nil, 0
+local done = false
+while not done do
+  local page = redis.call('ZRANGE', KEYS[1], start, ARGV[2], 'BYSCORE', 'LIMIT', skip, chunk, 'WITHSCORES')
+  if #page == 0 then break end
+  for i = 1, #page, 2 do
+    local member, text = page[i], page[i + 1]
+    local score = tonumber(text)
+    if stop and score > stop then
+      more = 1
+      done = true
+      break
+    end
+    if text == last_text then same = same + 1 else last_text, same = text, 1 end
+    local b, r = string.match(member, '^%[(%d+),(%d+),')
+    b, r = tonumber(b), tonumber(r)
+    local keep = (not boundary) or b > boundary
+    if keep and a_score and score == a_score and (b < a_batch or (b == a_batch and r <= a_row)) then
+      keep = false
+    end
+    if keep and a_score and score < a_score then keep = false end
+    if keep then
+      out[#out + 1] = member
+      if #out >= limit and not stop then stop = score end
+    end
+  end
+  if not done then
+    if #page < 2 * chunk then break end
+    if last_text == start then skip = skip + chunk else start, skip = last_text, same end
+  end
+end
+return {meta, out, more}
+"""
+_SPAN_CHUNK = 1000
 
 
 def read_span(
-    client: redis.Redis, task: str, namespace: str, t_from: int, t_to: int, *, boundary: bool = True
+    client: redis.Redis,
+    task: str,
+    namespace: str,
+    t_from: int,
+    t_to: int,
+    *,
+    boundary: bool = True,
+    after: tuple[int, int, int] | None = None,
+    limit: int | None = None,
 ) -> RedisView:
-    """The Redis part of a one-time query over result times [t_from, t_to] (see RedisView).
+    """The Redis part of a one-time query over result times [t_from, t_to] (see RedisView), in one Lua script.
 
-    `boundary=False`: every row Redis holds in the span, also of batches inside the recorded snapshot (for a
-    reader without the Parquet tier)."""
-    pipe = client.pipeline(transaction=True)
-    pipe.hmget(meta_key(task, namespace), "snapshot", "snapshot_batch", "committed")
-    pipe.zrangebyscore(results_key(task, namespace), int(t_from), int(t_to))
-    (snapshot, snapshot_batch, committed), members = pipe.execute()
-    snapshot_batch = _int(snapshot_batch)
+    `after`: only rows after this (result_time, batch_id, row); `limit`: at most this many rows (the first ones;
+    `more` says whether rows were left out). `boundary=False`: also rows of batches inside the recorded snapshot
+    (for a reader without the Parquet tier).
+    """
+    cursor = ("", "", "") if after is None else tuple(str(int(v)) for v in after)
+    lower = int(t_from) if after is None else max(int(t_from), int(after[0]))
+    keys = [results_key(task, namespace), meta_key(task, namespace)]
+    args = [lower, int(t_to), 2**53 if limit is None else int(limit), "1" if boundary else "0", *cursor, _SPAN_CHUNK]
+    (snapshot, snapshot_batch, committed), members, more = client.eval(_READ_SPAN, 2, *keys, *args)
     rows = [decode_row(member) for member in members]
-    if boundary and snapshot_batch is not None:
-        rows = [row for row in rows if row["batch_id"] > snapshot_batch]
     rows.sort(key=lambda row: (row["result_time"], row["batch_id"], row["row"]))
-    return RedisView(_int(snapshot), snapshot_batch, _int(committed), rows)
+    cut = limit is not None and len(rows) > limit
+    if cut:
+        rows = rows[:limit]
+    return RedisView(_int(snapshot), _int(snapshot_batch), _int(committed), rows, bool(more) or cut)
 
 
 def decode_row(member: bytes) -> dict[str, Any]:

@@ -52,6 +52,8 @@ MAX_BLOCK_MS = 60_000
 MAX_TIME = 2**53 - 1  # result times must survive a round trip through a double (Redis scores)
 MAX_CONDITION_CHARS = 4096
 MAX_IN_VALUES = 1000
+_ATTEMPTS = 5
+_MAX_REDIS_READ = 100_000  # rows per Redis read when a selection keeps few of them
 RESULT_TIME = "result_time"
 ROW = "row"
 _SPECIAL_FIELDS = {RESULT_TIME: "int", BATCH_ID: "int", EMITTED_AT: "int"}
@@ -83,8 +85,13 @@ _INT = re.compile(r"^[+-]?[0-9]+$")
 _BOOLS = {"true": True, "false": False, "1": True, "0": False}
 
 
+class _Moved(Exception):
+    """The Redis boundary moved while a query was reading: read again."""
+
+
 class QueryError(ValueError):
-    """A query that cannot be answered: `status` 400 (bad argument), 404 (no such task or tier) or 410 (gone)."""
+    """A query that cannot be answered: `status` 400 (bad argument), 404 (no such task or tier), 410 (gone), or
+    503 (the tiers kept moving under the query: retry)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -340,16 +347,18 @@ class ResultStore:
         projection = self._projection(task, fields)
         limit = self._int("limit", limit, 1, MAX_LIMIT)
         after = None if cursor is None else tuple(_decode_cursor(cursor, "t", task, 3))
-        if after is not None and after[0] > t_to:
+        lower, upper = _narrow(t_from, t_to, conditions)
+        if after is not None:
+            lower = max(lower, after[0])
+        if lower > upper:
             return Page([], None, None)
-        lower = t_from if after is None else max(t_from, after[0])
-        for attempt in range(2):
+        for attempt in range(_ATTEMPTS):
             try:
-                keyed, snapshot_id = self._one_time_rows(task, lower, t_to, conditions, after, limit + 1)
+                keyed, snapshot_id = self._one_time_rows(task, lower, upper, conditions, after, limit + 1)
                 break
-            except FileNotFoundError:  # a snapshot expired while being read: read again
-                if attempt:
-                    raise
+            except (FileNotFoundError, _Moved):  # a snapshot moved or expired while being read: read again
+                if attempt == _ATTEMPTS - 1:
+                    raise QueryError(503, "the tiers kept changing during the query; retry") from None
         more = len(keyed) > limit
         keyed = keyed[:limit]
         next_cursor = _encode_cursor(["t", task, *keyed[-1][0]]) if more else None
@@ -367,16 +376,7 @@ class ResultStore:
         """The first `n` matching rows of both tiers with their (result_time, batch_id, row) keys, merged."""
         parts = []
         if self.client is not None:
-            with_parquet = self.snapshot_store is not None
-            view = redis_tier.read_span(self.client, task, self.namespace, lower, upper, boundary=with_parquet)
-            snapshot_id = view.snapshot_id if with_parquet else None
-            rows = (row for row in view.rows if after is None or _key(row) > after)
-            rows = (row for row in rows if all(_matches(row, c) for c in conditions))
-            selected = []
-            for row in rows:
-                selected.append((_key(row), row))
-                if len(selected) >= n:
-                    break
+            selected, snapshot_id = self._redis_rows(task, lower, upper, conditions, after, n)
             parts.append(selected)
         else:
             assert self.snapshot_store is not None
@@ -386,6 +386,42 @@ class ResultStore:
             parts.append(self._parquet_rows(task, snapshot_id, lower, upper, conditions, after, n))
         merged = list(heapq.merge(*parts, key=lambda item: item[0]))[:n]
         return merged, snapshot_id
+
+    def _redis_rows(
+        self,
+        task: str,
+        lower: int,
+        upper: int,
+        conditions: list[Condition],
+        after: tuple[int, ...] | None,
+        n: int,
+    ) -> tuple[list[tuple[tuple[int, int, int], dict[str, Any]]], int | None]:
+        """The first `n` matching rows Redis serves (batches after its recorded snapshot when Parquet is read too)
+        and that snapshot's id. Reads grow geometrically while a selection leaves too few rows; if the recorded
+        snapshot moves between reads, raises _Moved (the Parquet part must be read at one snapshot)."""
+        assert self.client is not None
+        with_parquet = self.snapshot_store is not None
+        selected: list[tuple[tuple[int, int, int], dict[str, Any]]] = []
+        position = after
+        want = n
+        first = None
+        while True:
+            view = redis_tier.read_span(
+                self.client, task, self.namespace, lower, upper, boundary=with_parquet, after=position, limit=want
+            )
+            if first is None:
+                first = view.snapshot_id
+            elif view.snapshot_id != first:
+                raise _Moved
+            for row in view.rows:
+                if all(_matches(row, c) for c in conditions):
+                    selected.append((_key(row), row))
+                    if len(selected) >= n:
+                        return selected, first if with_parquet else None
+            if not view.more or not view.rows:
+                return selected, first if with_parquet else None
+            position = _key(view.rows[-1])
+            want = min(want * 4, _MAX_REDIS_READ)
 
     def _parquet_rows(
         self,
@@ -550,6 +586,25 @@ def _schema_fields(schema: pa.Schema) -> dict[str, str]:
 
 def _timestamps(schema: pa.Schema) -> list[tuple[str, str]]:
     return list(orjson.loads(schema.metadata[b"windjoin.timestamps"]).items())
+
+
+def _narrow(t_from: int, t_to: int, conditions: list[Condition]) -> tuple[int, int]:
+    """The span narrowed by conditions on result_time (it may come out empty: lower > upper)."""
+    lower, upper = t_from, t_to
+    for c in conditions:
+        if c.field != RESULT_TIME:
+            continue
+        if c.op in (">=", "="):
+            lower = max(lower, math.ceil(c.value))
+        if c.op == ">":
+            lower = max(lower, math.floor(c.value) + 1)
+        if c.op in ("<=", "="):
+            upper = min(upper, math.floor(c.value))
+        if c.op == "<":
+            upper = min(upper, math.ceil(c.value) - 1)
+        if c.op == "in":
+            lower, upper = max(lower, min(c.value)), min(upper, max(c.value))
+    return lower, upper
 
 
 def _fits(value: Any, kind: str) -> bool:

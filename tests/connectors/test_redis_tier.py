@@ -222,3 +222,43 @@ def test_bad_arguments_are_refused(sink_factory) -> None:
     with pytest.raises(ValueError, match="feed_batches"):
         RedisSink(sink.client.connection_pool.connection_kwargs and "redis://localhost:1/0", 10, feed_batches=0)
     assert isinstance(sink.client, redis.Redis)
+
+
+@SETTINGS
+@given(
+    batches=st.lists(st.lists(pair(st.integers(0, 4), st.integers(0, 4)), max_size=12), min_size=1, max_size=5),
+    data=st.data(),
+)
+def test_read_span_pages_through_ties_in_small_chunks(sink_factory, monkeypatch, batches, data) -> None:
+    """Many equal result times, scanned 3 members at a time: limit and cursor cut exactly like a sorted list."""
+    import windjoin.connectors.redis_tier as tier
+
+    monkeypatch.setattr(tier, "_SPAN_CHUNK", 3)
+    sink = sink_factory()
+    every = []
+    for batch_id, pairs in enumerate(batches):
+        sink.write(batch_id, {"a": make_table("a", batch_id, pairs)})
+        every += [(result_time(p), batch_id, row) for row, p in enumerate(pairs)]
+    boundary = data.draw(st.none() | st.integers(0, len(batches) - 1))
+    if boundary is not None:
+        advance_snapshot(sink.client, "a", sink.namespace, 1, boundary, None)
+    use_boundary = data.draw(st.booleans())
+    t_from, t_to = sorted(data.draw(st.tuples(st.integers(0, 5), st.integers(0, 5))))
+    visible = sorted(
+        e for e in every if t_from <= e[0] <= t_to and not (use_boundary and boundary is not None and e[1] <= boundary)
+    )
+    limit = data.draw(st.integers(1, 6))
+    # page through with the cursor of each page's last row: every row once, in order
+    pages, cursor = [], None
+    for _ in range(100):
+        view = read_span(
+            sink.client, "a", sink.namespace, t_from, t_to, boundary=use_boundary, after=cursor, limit=limit
+        )
+        keys = [(r["result_time"], r["batch_id"], r["row"]) for r in view.rows]
+        assert len(keys) <= limit
+        pages += keys
+        if not view.more:
+            break
+        assert len(keys) == limit
+        cursor = keys[-1]
+    assert pages == visible
