@@ -1,0 +1,98 @@
+"""Punctuation on the real pipeline (Kafka → Spark → Parquet, Redis, snapshots from `build_sinks`).
+
+Punctuation records of R are produced among ordinary events. Then: they are neither joined nor dead-lettered
+(results equal the oracle over the other events, no refused rows); the batches holding them, and only those,
+close a snapshot of every task, in consecutive ranges from batch 0; Redis records the latest snapshot.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+from tests.oracle import as_multiset, oracle_join
+from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
+from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
+from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.spec import parse_spec
+from windjoin.pipelines.join_job import BatchOutcome, start_job
+from windjoin.pipelines.run_cli import build_sinks
+
+BASE_TS = 1_700_000_000_000
+
+
+def _events(n: int, punctuate_at: set[int], seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    events = []
+    for i in range(n):
+        if i in punctuate_at:
+            events.append({"stream": "R", "ts": BASE_TS + i, "k": 0, "kind": "end"})
+        elif rng.random() < 0.5:
+            events.append({"stream": "R", "ts": BASE_TS + i, "k": rng.randrange(5), "kind": "data"})
+        else:
+            events.append({"stream": "S", "ts": BASE_TS + i, "k": rng.randrange(5)})
+    return events
+
+
+@pytest.mark.slow
+def test_punctuation_closes_snapshots_in_the_pipeline(spark, kafka_bootstrap, redis_url, unique_topic, tmp_path):
+    tasks = [f"{name}{uuid.uuid4().hex[:8]}" for name in ("eq", "all")]  # Redis keys of this test only
+    spec_dict = {
+        "window": {"kind": "time", "size_ms": 30},
+        "allowed_lateness_ms": 10_000,
+        "streams": {
+            "R": {"fields": {"k": "int", "kind": "string"}, "topic": unique_topic("r")},
+            "S": {"fields": {"k": "int"}, "topic": unique_topic("s")},
+        },
+        "tasks": [
+            {"name": tasks[0], "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},
+            {"name": tasks[1], "join": ["S", "R"]},
+        ],
+        "partitions": 4,
+        "slots": 2,
+        "max_offsets_per_trigger": 150,
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "sinks": {
+            "parquet": {
+                "path": str(tmp_path / "parquet"),
+                "snapshots": {"every_ms": 3_600_000, "punctuation": {"stream": "R", "field": "kind", "value": "end"}},
+            },
+            "redis": {"url": redis_url, "retain_ms": 10**12},
+        },
+    }
+    punctuate_at = {250, 520}
+    events = _events(700, punctuate_at, seed=4)
+    produce_events(kafka_bootstrap, spec_dict, events, topic_partitions=1)
+    spec = parse_spec(spec_dict)
+    sinks = build_sinks(spec)
+    outcomes: list[BatchOutcome] = []
+    query = start_job(spark, spec, kafka_bootstrap, sinks, available_now=True, on_batch=outcomes.append)
+    query.awaitTermination(timeout=600)
+    assert query.exception() is None
+    redis_sink = sinks[1]
+    try:
+        ordinary = [e for i, e in enumerate(events) if i not in punctuate_at]
+        expected, late = oracle_join(spec_dict, ordinary)
+        assert not late and len(expected) > 200
+        assert as_multiset(parquet_pairs(ParquetSink(tmp_path / "parquet"), spec_dict)) == as_multiset(expected)
+        assert as_multiset(redis_pairs(redis_sink, spec_dict)) == as_multiset(expected)
+        assert all(not o.dead_by_reason for o in outcomes)  # punctuations are not refused records
+        assert sum(o.punctuations for o in outcomes) == len(punctuate_at)
+        punctuated = sorted(o.batch_id for o in outcomes if o.punctuations)
+        assert len(outcomes) > 2 and punctuated
+        store = SnapshotStore(tmp_path / "parquet")
+        for task in tasks:
+            snapshots = store.list(task)
+            assert [s.last_batch for s in snapshots] == punctuated
+            assert {s.reason for s in snapshots} == {"punctuation"}
+            assert [s.first_batch for s in snapshots] == [0] + [s.last_batch + 1 for s in snapshots[:-1]]
+            assert int(redis_sink.client.hget(meta_key(task, "windjoin"), "snapshot")) == snapshots[-1].id
+        closed = [(s.task, s.last_batch) for o in outcomes for s in o.snapshots]
+        assert sorted(closed) == sorted((task, b) for task in tasks for b in punctuated)
+    finally:
+        for task in tasks:
+            redis_sink.client.delete(results_key(task), meta_key(task), feed_key(task))
+        redis_sink.close()
