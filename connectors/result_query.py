@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import heapq
+import itertools
 import math
 import operator
 import re
@@ -347,6 +348,10 @@ class ResultStore:
         projection = self._projection(task, fields)
         limit = self._int("limit", limit, 1, MAX_LIMIT)
         after = None if cursor is None else tuple(_decode_cursor(cursor, "t", task, 3))
+        if after is not None and not (
+            abs(after[0]) <= MAX_TIME and 0 <= after[1] <= MAX_TIME and 0 <= after[2] <= MAX_TIME
+        ):
+            raise QueryError(400, "cursor: out of range (pass back a cursor this service returned)")
         lower, upper = _narrow(t_from, t_to, conditions)
         if after is not None:
             lower = max(lower, after[0])
@@ -404,12 +409,12 @@ class ResultStore:
         selected: list[tuple[tuple[int, int, int], dict[str, Any]]] = []
         position = after
         want = n
-        first = None
-        while True:
+        first: int | None = None
+        for reads in itertools.count():
             view = redis_tier.read_span(
                 self.client, task, self.namespace, lower, upper, boundary=with_parquet, after=position, limit=want
             )
-            if first is None:
+            if reads == 0:
                 first = view.snapshot_id
             elif view.snapshot_id != first:
                 raise _Moved
@@ -422,6 +427,7 @@ class ResultStore:
                 return selected, first if with_parquet else None
             position = _key(view.rows[-1])
             want = min(want * 4, _MAX_REDIS_READ)
+        raise AssertionError("unreachable")
 
     def _parquet_rows(
         self,
@@ -526,6 +532,8 @@ class ResultStore:
         position: tuple[int, int] | None
         if after is not None:
             batch, row = _decode_cursor(after, "f", task, 2)
+            if not (-1 <= batch <= MAX_TIME and -1 <= row <= redis_tier.FEED_END):
+                raise QueryError(400, "cursor: out of range (pass back a cursor this service returned)")
             position = (batch, row)
         elif from_ms is not None:
             from_ms = self._int("from", from_ms, -MAX_TIME, MAX_TIME)

@@ -113,6 +113,14 @@ def tiers_factory(redis_url: str) -> Iterator:
         tiers.close()
 
 
+def _token(parts: list[Any]) -> str:
+    import base64
+
+    import orjson
+
+    return base64.urlsafe_b64encode(orjson.dumps(parts)).rstrip(b"=").decode()
+
+
 def got(rows: list[dict[str, Any]]) -> list[tuple[int, int, int, bytes]]:
     return [(r["result_time"], r["batch_id"], r["row"], canonical({"R": r["R"], "S": r["S"]})) for r in rows]
 
@@ -346,6 +354,10 @@ def test_bad_queries_are_refused_before_any_io(tiers_factory) -> None:
             (lambda: store.one_time("b", 0, 10, cursor=good.next_cursor), 400, "cursor"),
             (lambda: store.one_time("a", 0, 10, cursor=follow_cursor), 400, "cursor"),
             (lambda: store.follow("a", after=good.next_cursor), 400, "cursor"),
+            (lambda: store.follow("a", after=_token(["f", "a", 2**62, 0])), 400, "cursor"),
+            (lambda: store.follow("a", after=_token(["f", "a", 1, "0"])), 400, "cursor"),
+            (lambda: store.one_time("a", 0, 1, cursor=_token(["t", "a", 0, -1, 0])), 400, "cursor"),
+            (lambda: store.one_time("a", 0, 1, cursor=_token(["t", "a", 0, 0, 1.5])), 400, "cursor"),
             (lambda: store.follow("nope"), 404, "unknown task"),
             (lambda: store.follow("a", count=0), 400, "count"),
             (lambda: store.follow("a", block_ms=-1), 400, "block_ms"),
@@ -416,3 +428,38 @@ def test_follow_cursor_older_than_the_feed_is_gone(redis_url: str, tiers_factory
             assert err.value.status == 410
         rows, _ = store.follow("a", from_ms=6, count=10)
         assert rows == []
+
+
+def test_a_snapshot_moving_between_redis_reads_of_one_page(tiers_factory, monkeypatch) -> None:
+    """A selective query reads Redis several times for one page; when the boundary moves in between, the page is
+    read again at the new snapshot, still exact."""
+    import windjoin.connectors.result_query as rq
+
+    tiers = tiers_factory(retain_ms=1)
+    for b in range(4):
+        tiers.write(
+            {
+                "a": [
+                    {"R": {"ts": 10 * b + i, "k": i, "x": 1.0, "z": "m"}, "S": {"t": 0, "k": 0, "d": True}}
+                    for i in range(9)
+                ]
+            }
+        )
+    reads = []
+    real = rq.redis_tier.read_span
+
+    def read_span(*args: Any, **kw: Any) -> Any:
+        reads.append(kw.get("after"))
+        view = real(*args, **kw)
+        if len(reads) == 1:  # after the first read: a snapshot takes all four batches, Redis drops old rows
+            tiers.snapshot()
+        return view
+
+    monkeypatch.setattr(rq.redis_tier, "read_span", read_span)
+    where = [parse_condition("R.k=8", FIELDS)]
+    with tiers.store() as store:
+        page = store.one_time("a", 0, 1000, where, None, 2, None)
+    assert len(reads) >= 3  # first read, a second that saw the boundary move, then the page read again
+    assert page.snapshot_id == 1
+    assert [(r["result_time"], r["batch_id"]) for r in page.rows] == [(8, 0), (18, 1)]
+    assert tiers.redis.count("a") < 36
