@@ -124,6 +124,7 @@ def test_value_sets_render_what_they_switch_on(helm):
     assert {("Kafka", "wj-windjoin-kafka"), ("ServiceMonitor", "wj-windjoin-proxy")} <= kinds["strimzi"]
     assert ("HorizontalPodAutoscaler", "wj-windjoin-proxy") in kinds["autoscaling"]
     assert {("Deployment", "wj-windjoin-controller"), ("Role", "wj-windjoin-controller")} <= kinds["controller"]
+    assert ("PodMonitor", "wj-windjoin") in kinds["controller"]
 
 
 def test_driver_runs_spark_in_client_mode_on_kubernetes(helm):
