@@ -291,8 +291,36 @@ def _format_errors(err: ValidationError) -> str:
             lines.extend(msg.split("\n"))
             continue
         got = "" if e["type"] in ("missing", "value_error") else f" (got {e['input']!r})"
+        if e["type"] == "extra_forbidden":
+            got += f"; accepted keys: {', '.join(_accepted_keys(e['loc'][:-1]))}"
         lines.append(f"{loc}: {msg}{got}")
     return "\n".join(lines)
+
+
+def _accepted_keys(parent: tuple[Any, ...]) -> list[str]:
+    """The keys allowed where an unknown key was found (streams.<name> and list positions are wildcards)."""
+    shape: list[Any] = []
+    for i, part in enumerate(parent):
+        if isinstance(part, int):
+            shape.append(int)
+        elif i > 0 and parent[i - 1] in ("streams", "attributes"):
+            shape.append("*")
+        elif not _is_label(part):
+            shape.append(part)
+    models: dict[tuple[Any, ...], type[BaseModel]] = {
+        (): StatsFile,
+        ("streams", "*"): StreamStats,
+        ("streams", "*", "window"): WindowStats,
+        ("streams", "*", "attributes", "*"): AttributeStats,
+        ("streams", "*", "attributes", "*", "histogram", int): Bucket,
+        ("joins", int): JoinStats,
+        ("planner",): PlannerStats,
+        ("planner", "partitioning"): PartitioningStats,
+    }
+    model = models.get(tuple(shape))
+    if model is None:
+        return ["?"]
+    return [f.alias or name for name, f in model.model_fields.items()]
 
 
 def _is_label(part: Any) -> bool:
