@@ -497,12 +497,13 @@ class ResultStore:
         table = pa.concat_tables([p[3] for p in pieces])
         order = np.lexsort((rows, batches, times))[:n]
         records = table.take(pa.array(order)).to_pylist()
+        streams = [stream for stream, _ in _timestamps(schema)]
         out = []
         for i, record in zip(order.tolist(), records, strict=True):
             key = (int(times[i]), int(batches[i]), int(rows[i]))
-            record[ROW] = key[2]
-            record[RESULT_TIME] = key[0]
-            out.append((key, record))
+            row = {stream: record[stream] for stream in streams}  # the same shape and key order as Redis rows
+            row.update({BATCH_ID: key[1], ROW: key[2], EMITTED_AT: record[EMITTED_AT], RESULT_TIME: key[0]})
+            out.append((key, row))
         return out
 
     # -- continuous queries -----------------------------------------------------------------------------------

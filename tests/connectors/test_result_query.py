@@ -162,6 +162,7 @@ def test_one_time_query_across_the_boundary_equals_the_brute_force_filter(tiers_
         assert got(page.rows) == want
         assert page.next_cursor is None
         assert all(r["emitted_at"] == 7 for r in page.rows)
+        assert all(list(r) == ["R", "S", "batch_id", "row", "emitted_at", "result_time"] for r in page.rows)
         assert got(all_pages(store, "a", t_from, t_to, limit)) == want  # every row once, in order
     # Redis really gave rows up to Parquet (the boundary is crossed), unless no snapshot was advanced
     with tiers.store(parquet=False) as redis_only:
