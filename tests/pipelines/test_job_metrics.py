@@ -1,12 +1,22 @@
-"""The join job's metrics account for a batch outcome as the sinks saw it (no Spark: outcomes built by hand)."""
+"""The job's metrics: a batch outcome accounted for (outcomes built by hand, no Spark), and served by a real run."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from tests.pipelines.pipeline_helpers import produce_events
 from windjoin.pipelines.job_metrics import DELAY_BUCKETS, JobMetrics
 from windjoin.pipelines.join_job import BatchOutcome
 
@@ -65,3 +75,71 @@ def test_served_over_http():
         thread.join(5)
     assert "windjoin_job_batch_id 5.0" in body
     assert 'windjoin_job_production_delay_seconds_bucket{le="1"} 1.0' in body
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(url: str) -> dict[str, float]:
+    """Sample name with labels → value, from a Prometheus text exposition."""
+    body = urllib.request.urlopen(url, timeout=5).read().decode()
+    out = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            out[f"{sample.name}{{{labels}}}"] = sample.value
+    return out
+
+
+@pytest.mark.slow
+def test_windjoin_run_serves_its_metrics_while_it_runs(kafka_bootstrap, unique_topic, tmp_path):
+    """The real `windjoin run --metrics-port`, scraped over HTTP while it joins, then stopped (its process group)."""
+    spec = {
+        "window": {"kind": "time", "size_ms": 50},
+        "streams": {
+            "R": {"fields": {"k": "int", "x": "int"}, "key": "k", "topic": unique_topic("r")},
+            "S": {"fields": {"k": "int", "a": "int"}, "key": "k", "topic": unique_topic("s")},
+        },
+        "tasks": [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+        "partitions": 4,
+        "slots": 2,
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "allowed_lateness_ms": 5000,
+    }
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(json.dumps(spec))
+    t0 = 1_700_000_000_000
+    events = [{"stream": "RS"[i % 2], "ts": t0 + i, "k": i % 5, "x" if i % 2 == 0 else "a": i} for i in range(400)]
+    produce_events(kafka_bootstrap, spec, events)
+    port = _free_port()
+    script = Path(sys.executable).with_name("windjoin")
+    cli = [str(script)] if script.exists() else [sys.executable, "-m", "windjoin.pipelines"]
+    log_path = tmp_path / "run.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [*cli, "run", str(spec_path), "--bootstrap", kafka_bootstrap, "--metrics-port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline, samples = time.monotonic() + 300, {}
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"windjoin run exited with {proc.returncode}: {log_path.read_text()[-2000:]}"
+            try:
+                samples = _scrape(f"http://127.0.0.1:{port}/metrics")
+            except OSError:
+                samples = {}
+            if samples.get("windjoin_job_pairs_total{task=eq}", 0) > 0:
+                break
+            time.sleep(0.5)
+        assert samples.get("windjoin_job_pairs_total{task=eq}", 0) > 0, log_path.read_text()[-2000:]
+        assert sum(v for k, v in samples.items() if k.startswith("windjoin_job_input_rows_total")) == 400
+        assert samples["windjoin_job_batches_total{}"] >= 1
+        assert samples["windjoin_job_production_delay_seconds_count{}"] == samples["windjoin_job_pairs_total{task=eq}"]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
