@@ -198,4 +198,3 @@ class MoveAudit:
             slot = self.holder.pop(coarse)
             for bit in (0, 1):
                 self.holder[Group(coarse.partition, coarse.depth + 1, coarse.pattern | (bit << coarse.depth))] = slot
-

@@ -1,0 +1,99 @@
+"""SplitJoin's spread of a hot group over k slots: store at one (round-robin), probe at all; real WindowJoins
+per slot together give exactly the global join."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.operators.control_sim import SimSlot, equi_spec, take_rows
+from tests.oracle import as_multiset, oracle_join
+from windjoin.operators.control.hot import Spread, plan_spread, spread_width
+from windjoin.operators.partitioning import Group, RoutingTable
+from windjoin.operators.spec import parse_spec
+
+
+def run_spread(events: list[dict], spread: Spread, batch: int, window_ms: int) -> tuple[list, dict[int, int]]:
+    """Each batch goes to every slot of the spread; each slot keeps the pairs whose earlier tuple it stores, then
+    forgets the tuples it only probed with."""
+    spec = parse_spec(equi_spec(window_ms, 1, 1))
+    slots = {s: SimSlot(s, RoutingTable.round_robin(1, 1), spec) for s in spread.slots}
+    cursor = {"R": 0, "S": 0}
+    stored_at: dict[int, int] = {}
+    results = []
+    for start in range(0, len(events), batch):
+        chunk = events[start : start + batch]
+        for stream in "RS":
+            mine = [e for e in chunk if e["stream"] == stream]
+            for e, s in zip(mine, spread.store_slots(cursor[stream], len(mine)).tolist(), strict=True):
+                stored_at[e["id"]] = s
+            cursor[stream] += len(mine)
+        for s, slot in slots.items():
+            for task, r, s_tuple in slot.run(chunk):
+                earlier = min(r["id"], s_tuple["id"])  # ids are arrival positions
+                if stored_at[earlier] == s:
+                    results.append((task, r, s_tuple))
+            for stream in "RS":
+                take_rows(
+                    slot.join, stream, lambda cols, s=s: np.array([stored_at[i] != s for i in cols["id"].tolist()])
+                )
+    held = {s: sum(len(store) for store in slot.join.stores.values()) for s, slot in slots.items()}
+    return results, held
+
+
+@st.composite
+def hot_events(draw):
+    n = draw(st.integers(0, 150))
+    out, clock = [], 0
+    for i in range(n):
+        clock += draw(st.integers(0, 2))
+        key = draw(st.sampled_from([7, 7, 7, 7, 3]))  # one hot key and a colder one in the same group
+        out.append({"stream": draw(st.sampled_from("RS")), "ts": clock, "k": key, "id": i})
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=hot_events(), k=st.integers(1, 4), batch=st.integers(1, 40), window_ms=st.integers(1, 25))
+def test_store_at_one_probe_at_all_is_the_global_join(events, k, batch, window_ms):
+    spread = Spread(Group(0), tuple(range(10, 10 + k)))
+    got, _ = run_spread(events, spread, batch, window_ms)
+    expected, _ = oracle_join(equi_spec(window_ms, 1, 1), events)
+    assert as_multiset(got) == as_multiset(expected)
+
+
+def test_each_slot_stores_a_kth_of_the_window():
+    events = [{"stream": "RS"[i % 2], "ts": i, "k": 7, "id": i} for i in range(1200)]
+    _, held = run_spread(events, Spread(Group(0), (0, 1, 2)), batch=50, window_ms=10**6)
+    assert held == {0: 400, 1: 400, 2: 400}
+
+
+def test_storing_everywhere_would_duplicate():
+    """The filter is what makes it exact: keeping every slot's pairs counts each pair k times."""
+    events = [{"stream": "RS"[i % 2], "ts": i, "k": 7, "id": i} for i in range(40)]
+    spec = parse_spec(equi_spec(100, 1, 1))
+    slots = [SimSlot(s, RoutingTable.round_robin(1, 1), spec) for s in range(3)]
+    everything = [p for slot in slots for p in slot.run(events)]
+    expected, _ = oracle_join(equi_spec(100, 1, 1), events)
+    assert len(everything) == 3 * len(expected)
+
+
+def test_round_robin_store_turns_continue_across_batches():
+    spread = Spread(Group(5), (4, 1, 2))
+    assert spread.store_slots(0, 4).tolist() == [4, 1, 2, 4]
+    assert spread.store_slots(4, 3).tolist() == [1, 2, 4]
+    assert spread.probe_slots() == (4, 1, 2)
+    with pytest.raises(ValueError, match="distinct"):
+        Spread(Group(0), (1, 1))
+
+
+def test_width_and_placement():
+    assert spread_width(group_load=2.5, slot_capacity=1.0, target_occupancy=0.5, slots=8) == 5
+    assert spread_width(group_load=2.0, slot_capacity=1.0, target_occupancy=1.0, slots=8) == 2
+    assert spread_width(group_load=0.3, slot_capacity=1.0, target_occupancy=0.5, slots=8) == 1
+    assert spread_width(group_load=100, slot_capacity=1.0, target_occupancy=0.5, slots=8) == 8
+    spread = plan_spread(Group(3), home=2, k=3, occupancy={0: 0.5, 1: 0.1, 2: 0.99, 3: 0.1})
+    assert spread.slots == (2, 1, 3)
+    with pytest.raises(ValueError, match="only 4 exist"):
+        plan_spread(Group(3), home=2, k=5, occupancy={0: 0.5, 1: 0.1, 2: 0.99, 3: 0.1})
