@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from windjoin.connectors.result_query import MAX_LIMIT, QueryError, ResultStore, parse_condition
 from windjoin.operators.spec import IDENTIFIER
-from windjoin.pipelines.proxy_feed import Chunk, FeedConfig, FeedHub, Subscription
+from windjoin.pipelines.proxy_feed import SLOW_CONSUMER, Chunk, FeedConfig, FeedHub, Subscription
 from windjoin.pipelines.proxy_metrics import ProxyMetrics
 
 DEFAULT_LIMIT = 1000
@@ -244,7 +244,8 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
                         metrics.rows.labels("stream").inc(len(data))
                         yield {"event": "results", "id": subscription.cursor, "data": orjson.dumps(data).decode()}
                     else:
-                        metrics.slow_consumers.inc()
+                        if data["error"] == SLOW_CONSUMER:
+                            metrics.slow_consumers.inc()
                         yield {"event": "end", "data": orjson.dumps(data).decode()}
             finally:
                 metrics.subscribers.dec()

@@ -9,10 +9,13 @@ import click
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.cli_options import SPEC_ARGUMENT, load_spec_or_fail
 
-NAMESPACE = "windjoin"  # the Redis sink's key prefix (see connectors/redis_sink.py)
+NAMESPACE = "windjoin"  # the Redis sink's default key prefix (see connectors/redis_sink.py)
+NAMESPACE_OPTION = click.option(
+    "--namespace", default=NAMESPACE, show_default=True, help="Key prefix the Redis sink writes under."
+)
 
 
-def store_from_spec(spec: JoinSpec):  # -> ResultStore (imported lazily: the CLI starts fast)
+def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE):  # -> ResultStore (imported lazily)
     """The result store over the sinks the spec configures (Redis, Parquet, or both)."""
     from windjoin.connectors.result_query import ResultStore
 
@@ -20,7 +23,10 @@ def store_from_spec(spec: JoinSpec):  # -> ResultStore (imported lazily: the CLI
     parquet_path = spec.sinks.parquet.path if spec.sinks.parquet is not None else None
     if redis_url is None and parquet_path is None:
         raise click.ClickException("the spec configures no sink (sinks.redis or sinks.parquet): nothing to query")
-    return ResultStore(spec, redis_url, NAMESPACE, parquet_path)
+    try:
+        return ResultStore(spec, redis_url, namespace, parquet_path)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
 
 
 @click.command("proxy")
@@ -34,7 +40,8 @@ def store_from_spec(spec: JoinSpec):  # -> ResultStore (imported lazily: the CLI
     show_default=True,
     help="Pending result chunks per stream subscriber before it counts as slow and is disconnected.",
 )
-def proxy(spec_path: Path, host: str, port: int, queue_size: int) -> None:
+@NAMESPACE_OPTION
+def proxy(spec_path: Path, host: str, port: int, queue_size: int, namespace: str) -> None:
     """Serve one-time and continuous queries of SPEC's results over HTTP (OpenAPI at /docs)."""
     import uvicorn
 
@@ -42,6 +49,6 @@ def proxy(spec_path: Path, host: str, port: int, queue_size: int) -> None:
     from windjoin.pipelines.proxy_feed import FeedConfig
 
     spec = load_spec_or_fail(spec_path)
-    app = create_app(store_from_spec(spec), FeedConfig(queue_size=queue_size))
+    app = create_app(store_from_spec(spec, namespace), FeedConfig(queue_size=queue_size))
     click.echo(f"windjoin proxy: http://{host}:{port} (OpenAPI: /docs, metrics: /metrics)", err=True)
     uvicorn.run(app, host=host, port=port, log_level="info")

@@ -43,6 +43,17 @@ class End:
     error: str
 
 
+class FeedLost(Exception):
+    """The store could not serve a subscription's next page; args[0] says why."""
+
+
+def _reason(err: Exception) -> str:
+    """What a client is told when its stream ends on a store error."""
+    if isinstance(err, QueryError):
+        return str(err)
+    return f"feed unavailable ({type(err).__name__})"
+
+
 @dataclass(eq=False)  # hashed by identity: kept in sets
 class Subscriber:
     queue: asyncio.Queue[Chunk | End]
@@ -95,8 +106,7 @@ class TaskFeed:
                     self._publish(Chunk(rows, cursor))
         except Exception as err:  # the feed is gone for everyone: each subscriber ends and resumes on its own
             log.warning("feed reader of task %r stopped: %s", self.task, err)
-            message = err.args[0] if isinstance(err, QueryError) and err.args else "feed unavailable"
-            self._publish(End(str(message)))
+            self._publish(End(_reason(err)))
             self.subscribers.clear()
         finally:
             self.reader = None
@@ -157,34 +167,45 @@ class Subscription:
         feed = self.hub.feed(self.task)
         subscriber = Subscriber(asyncio.Queue(maxsize=self.hub.config.queue_size))
         try:
-            chunk: Chunk | None = first
-            while chunk is not None:  # catch up alone, before registering
-                if rows := self._take(chunk):
-                    yield "results", rows
-                chunk = await self._catch_up() if chunk.rows else None
-            assert self.cursor is not None  # set by the first chunk at the latest
-            feed.register(subscriber, self.cursor)
-            while (chunk := await self._catch_up()) is not None:  # rows committed while registering
-                if rows := self._take(chunk):
-                    yield "results", rows
-            while True:
-                if subscriber.slow:
-                    yield "end", {"error": SLOW_CONSUMER, "cursor": self.cursor}
-                    return
-                message = await subscriber.queue.get()
-                if isinstance(message, End):
-                    yield "end", {"error": message.error, "cursor": self.cursor}
-                    return
-                if rows := self._take(message):
-                    yield "results", rows
+            async for event in self._events(feed, subscriber, first):
+                yield event
+        except FeedLost as lost:
+            yield "end", {"error": lost.args[0], "cursor": self.cursor}
         finally:
             feed.unregister(subscriber)
 
+    async def _events(self, feed: TaskFeed, subscriber: Subscriber, first: Chunk) -> AsyncIterator[tuple[str, Any]]:
+        chunk: Chunk | None = first
+        while chunk is not None:  # catch up alone, before registering
+            if rows := self._take(chunk):
+                yield "results", rows
+            chunk = await self._catch_up() if chunk.rows else None
+        assert self.cursor is not None  # set by the first chunk at the latest
+        feed.register(subscriber, self.cursor)
+        while (chunk := await self._catch_up()) is not None:  # rows committed while registering
+            if rows := self._take(chunk):
+                yield "results", rows
+        while True:
+            if subscriber.slow:
+                yield "end", {"error": SLOW_CONSUMER, "cursor": self.cursor}
+                return
+            message = await subscriber.queue.get()
+            if isinstance(message, End):
+                yield "end", {"error": message.error, "cursor": self.cursor}
+                return
+            if rows := self._take(message):
+                yield "results", rows
+
     async def _catch_up(self) -> Chunk | None:
-        """The next page after this subscription's cursor, read now without waiting; None when there is none."""
-        rows, cursor = await to_thread.run_sync(
-            self.hub.store.follow, self.task, self.cursor, None, [], None, self.hub.config.page_rows, 0
-        )
+        """The next page after this subscription's cursor, read now without waiting; None when there is none.
+
+        Raises `FeedLost` when the store cannot serve it (the feed was trimmed past the cursor, Redis is down)."""
+        try:
+            rows, cursor = await to_thread.run_sync(
+                self.hub.store.follow, self.task, self.cursor, None, [], None, self.hub.config.page_rows, 0
+            )
+        except Exception as err:
+            raise FeedLost(_reason(err)) from err
         return Chunk(rows, cursor) if rows else None
 
     def _take(self, chunk: Chunk) -> list[dict[str, Any]]:

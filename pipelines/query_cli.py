@@ -46,6 +46,7 @@ JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON l
 @FIELDS_OPTION
 @click.option("--limit", type=click.IntRange(min=1), help="Print at most this many rows (default: all).")
 @click.option("--page-size", type=click.IntRange(min=1), default=DEFAULT_PAGE, show_default=True)
+@click.option("--namespace", default="windjoin", show_default=True, help="With a SPEC: the Redis sink's key prefix.")
 @JSON_OPTION
 def results(
     source: str,
@@ -56,6 +57,7 @@ def results(
     fields: str | None,
     limit: int | None,
     page_size: int,
+    namespace: str,
     as_json: bool,
 ) -> None:
     """Results of TASK with result time in [--from, --to], in (result_time, batch_id, row) order.
@@ -65,7 +67,7 @@ def results(
     if source.startswith(("http://", "https://")):
         pages = _http_pages(source, task, t_from, t_to, list(where), fields, page_size)
     else:
-        pages = _store_pages(Path(source), task, t_from, t_to, list(where), fields, page_size)
+        pages = _store_pages(Path(source), namespace, task, t_from, t_to, list(where), fields, page_size)
     printer = RowPrinter(as_json)
     for rows in pages:
         if limit is not None:
@@ -84,7 +86,11 @@ def results(
 @FIELDS_OPTION
 @click.option("--from", "t_from", type=int, help="Start with results emitted at or after this time (epoch ms).")
 @click.option("--cursor", help="Resume after this cursor (printed on exit).")
-@click.option("--max-rows", type=click.IntRange(min=1), help="Stop after this many rows (default: run until ^C).")
+@click.option(
+    "--max-rows",
+    type=click.IntRange(min=1),
+    help="Stop once this many rows were printed, at the end of an event (default: run until ^C).",
+)
 @JSON_OPTION
 def follow(
     url: str,
@@ -101,9 +107,7 @@ def follow(
     stream = FollowStream(url, task, list(where), fields, t_from, cursor)
     try:
         for rows in stream.batches():
-            if max_rows is not None:
-                rows = rows[: max_rows - printer.count]
-            printer.print(rows)
+            printer.print(rows)  # whole events: the cursor printed on exit resumes right after the last row shown
             if max_rows is not None and printer.count >= max_rows:
                 break
     except KeyboardInterrupt:
@@ -121,7 +125,10 @@ def _http_pages(
         params["fields"] = fields
     with httpx.Client(base_url=url.rstrip("/"), timeout=60) as client:
         while True:
-            response = client.get(f"/v1/tasks/{task}/results", params=params)
+            try:
+                response = client.get(f"/v1/tasks/{task}/results", params=params)
+            except httpx.TransportError as err:
+                raise click.ClickException(f"{url}: {err}") from None
             body = _json_or_fail(response)
             yield body["rows"]
             if not body["next_cursor"]:
@@ -130,7 +137,14 @@ def _http_pages(
 
 
 def _store_pages(
-    spec_path: Path, task: str, t_from: int, t_to: int, where: list[str], fields: str | None, page_size: int
+    spec_path: Path,
+    namespace: str,
+    task: str,
+    t_from: int,
+    t_to: int,
+    where: list[str],
+    fields: str | None,
+    page_size: int,
 ) -> Iterator[list[dict[str, Any]]]:
     from windjoin.connectors.result_query import QueryError, parse_condition
     from windjoin.pipelines.cli_options import load_spec_or_fail
@@ -138,7 +152,7 @@ def _store_pages(
 
     if not spec_path.is_file():
         raise click.BadParameter(f"{spec_path} is neither an http(s):// URL nor a spec file", param_hint="URL-or-SPEC")
-    store = store_from_spec(load_spec_or_fail(spec_path))
+    store = store_from_spec(load_spec_or_fail(spec_path), namespace)
     try:
         known = store.fields(task)
         conditions = [parse_condition(text, known) for text in where]
@@ -152,6 +166,8 @@ def _store_pages(
             cursor = page.next_cursor
     except QueryError as err:
         raise click.ClickException(str(err)) from None
+    finally:
+        store.close()
 
 
 def _json_or_fail(response: httpx.Response) -> Any:

@@ -1,0 +1,126 @@
+"""`windjoin query` against a real proxy (uvicorn on a free port) over real Redis and Parquet tiers, and directly
+against a spec's sinks: rows equal the oracle's, as JSON lines or a table; bad queries fail with the message."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from tests.pipelines.proxy_helpers import Results, Server, make_spec, new_namespace
+from tests.pipelines.test_proxy import wait_subscribers
+from windjoin.pipelines.cli import cli
+from windjoin.pipelines.proxy import create_app
+from windjoin.pipelines.proxy_feed import FeedConfig
+
+
+@pytest.fixture(scope="module")
+def tiers(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Results:
+    path = tmp_path_factory.mktemp("query-cli") / "parquet"
+    results = Results(make_spec(redis_url, path), new_namespace(), redis_url, path)
+    for b in range(8):
+        results.write(12, t0=100 * b)
+        if b == 4:
+            results.snapshot("a", cutoff_ms=450)
+    return results
+
+
+@pytest.fixture(scope="module")
+def server(tiers: Results) -> Server:
+    with Server(create_app(tiers.store(), FeedConfig(block_ms=200))) as server:
+        yield server
+
+
+def run(*args: Any) -> Any:
+    return CliRunner().invoke(cli, ["query", *map(str, args)], catch_exceptions=False)
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in text.splitlines() if line]
+
+
+def test_results_as_json_lines_through_the_proxy(server: Server, tiers: Results) -> None:
+    result = run("results", server.url, "a", "--from", 150, "--to", 720, "--page-size", 7, "--json")
+    assert result.exit_code == 0, result.output
+    assert json_lines(result.stdout) == tiers.oracle("a", 150, 720)
+    assert f"{len(tiers.oracle('a', 150, 720))} rows" in result.stderr
+
+
+def test_results_with_selection_projection_and_limit(server: Server, tiers: Results) -> None:
+    args = ["--where", "R.k>=1", "--where", "S.d=false", "--fields", "R.k,result_time", "--limit", 9, "--json"]
+    result = run("results", server.url, "b", "--from", 0, "--to", 10_000, "--page-size", 4, *args)
+    assert result.exit_code == 0, result.output
+    keep = [r for r in tiers.oracle("b", 0, 10_000) if r["R"]["k"] >= 1 and not r["S"]["d"]]
+    assert json_lines(result.stdout) == [{"R": {"k": r["R"]["k"]}, "result_time": r["result_time"]} for r in keep][:9]
+
+
+def test_results_as_a_table(server: Server, tiers: Results) -> None:
+    result = run("results", server.url, "a", "--from", 0, "--to", 300, "--fields", "R.k,S.t,result_time")
+    assert result.exit_code == 0, result.output
+    header, rule, *lines = result.stdout.splitlines()
+    assert header.split() == ["R.k", "S.t", "result_time"] and set(rule.replace(" ", "")) == {"-"}
+    expected = tiers.oracle("a", 0, 300)
+    assert [[int(v) for v in line.split()] for line in lines] == [
+        [r["R"]["k"], r["S"]["t"], r["result_time"]] for r in expected
+    ]
+
+
+def test_results_straight_from_the_spec_sinks(tiers: Results, tmp_path: Path) -> None:
+    spec_file = tmp_path / "spec.yaml"
+    spec = tiers.spec.model_dump(mode="json", exclude_none=True)
+    spec_file.write_text(yaml.safe_dump(spec))
+    args = ["--from", 0, "--to", 10_000, "--namespace", tiers.namespace, "--json"]
+    result = run("results", spec_file, "a", *args)
+    assert result.exit_code == 0, result.output
+    assert json_lines(result.stdout) == tiers.oracle("a", 0, 10_000)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nope", "--from", 0, "--to", 1], "404"),
+        (["a", "--from", 5, "--to", 1], "400"),
+        (["a", "--from", 0, "--to", 1, "--where", "R.k~1"], "not a condition"),
+        (["a", "--from", 0, "--to", 1, "--fields", "R.nope"], "R.nope"),
+    ],
+)
+def test_bad_queries_fail_with_the_proxy_message(server: Server, args: list[Any], message: str) -> None:
+    result = run("results", server.url, *args)
+    assert result.exit_code == 1 and message in result.stderr, result.output
+
+
+def test_unreachable_proxy_is_an_error_not_a_traceback() -> None:
+    from windjoin.connectors.processes import free_port
+
+    result = run("results", f"http://127.0.0.1:{free_port()}", "a", "--from", 0, "--to", 1)
+    assert result.exit_code == 1 and "Error" in result.stderr
+
+
+def test_follow_prints_new_results_then_resumes_from_its_cursor(redis_url: str, tmp_path: Path) -> None:
+    live = Results(make_spec(redis_url, None), new_namespace(), redis_url, None)
+    live.write(5, t0=0)  # before: not followed
+    batches = [live.prepare(10, t0=100 * b) for b in range(6)]
+    with Server(create_app(live.store(), FeedConfig(block_ms=200))) as server:
+
+        def produce() -> None:
+            wait_subscribers(server, 1)
+            for batch in batches:
+                live.commit(batch)
+
+        writer = threading.Thread(target=produce)
+        writer.start()
+        first = run("follow", server.url, "a", "--where", "R.k>=0", "--max-rows", 25, "--json")
+        writer.join()
+        assert first.exit_code == 0, first.output
+        expected = [r for b in batches for r in b.rows["a"]]
+        shown = json_lines(first.stdout)
+        assert len(shown) >= 25 and shown == expected[: len(shown)]  # stops at an event's end
+        cursor = first.stderr.split("--cursor ")[-1].split()[0]
+        second = run("follow", server.url, "a", "--cursor", cursor, "--max-rows", len(expected) - len(shown), "--json")
+        assert second.exit_code == 0, second.output
+        assert shown + json_lines(second.stdout) == expected
