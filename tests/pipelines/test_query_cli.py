@@ -3,10 +3,13 @@ against a spec's sinks: rows equal the oracle's, as JSON lines or a table; bad q
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import yaml
@@ -14,6 +17,8 @@ from click.testing import CliRunner
 
 from tests.pipelines.proxy_helpers import Results, Server, make_spec, new_namespace
 from tests.pipelines.test_proxy import wait_subscribers
+from windjoin.connectors import processes
+from windjoin.connectors.processes import free_port
 from windjoin.pipelines.cli import cli
 from windjoin.pipelines.proxy import create_app
 from windjoin.pipelines.proxy_feed import FeedConfig
@@ -95,8 +100,6 @@ def test_bad_queries_fail_with_the_proxy_message(server: Server, args: list[Any]
 
 
 def test_unreachable_proxy_is_an_error_not_a_traceback() -> None:
-    from windjoin.connectors.processes import free_port
-
     result = run("results", f"http://127.0.0.1:{free_port()}", "a", "--from", 0, "--to", 1)
     assert result.exit_code == 1 and "Error" in result.stderr
 
@@ -124,3 +127,23 @@ def test_follow_prints_new_results_then_resumes_from_its_cursor(redis_url: str, 
         second = run("follow", server.url, "a", "--cursor", cursor, "--max-rows", len(expected) - len(shown), "--json")
         assert second.exit_code == 0, second.output
         assert shown + json_lines(second.stdout) == expected
+
+
+def test_windjoin_proxy_serves_a_spec(tiers: Results, tmp_path: Path) -> None:
+    """The real `windjoin proxy` process: ready, and its answers are the oracle's; stopped by PID."""
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(tiers.spec.model_dump(mode="json", exclude_none=True)))
+    port = free_port()
+    argv = [sys.executable, "-m", "windjoin.pipelines", "proxy", str(spec_file), "--port", str(port)]
+    pid = processes.spawn([*argv, "--namespace", tiers.namespace], tmp_path / "proxy.log")
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while not processes.port_open("127.0.0.1", port):
+            assert processes.is_alive(pid) and time.monotonic() < deadline, processes.log_tail(tmp_path / "proxy.log")
+            time.sleep(0.1)
+        assert httpx.get(f"{url}/readyz").json() == {"ready": True, "checks": {"redis": True, "parquet": True}}
+        result = run("results", url, "b", "--from", 0, "--to", 10_000, "--json")
+        assert json_lines(result.stdout) == tiers.oracle("b", 0, 10_000)
+    finally:
+        processes.stop(pid)
