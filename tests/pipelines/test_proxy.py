@@ -379,3 +379,30 @@ def test_a_slow_consumer_is_cut_off_and_resumes_while_a_fast_one_gets_everything
         assert slow.rows + resumed.rows == expected
         metrics = httpx.get(f"{server.url}/metrics").text
         assert _metric(metrics, "windjoin_proxy_slow_consumers_total") == 1
+
+
+def test_a_parquet_only_proxy_serves_the_snapshots_and_refuses_streams(tiers: Results) -> None:
+    spec = make_spec(None, tiers.parquet_path)
+    store = ResultStore(spec, None, tiers.namespace, str(tiers.parquet_path))
+    with TestClient(create_app(store)) as client:
+        rows = fetch_all(client, "a", {"from": 0, "to": 5000, "limit": 50})
+        assert rows == [r for r in tiers.oracle("a", 0, 5000) if r["batch_id"] <= SNAPSHOT_AFTER]
+        assert client.get("/readyz").json() == {"ready": True, "checks": {"parquet": True}}
+        response = client.get("/v1/tasks/a/stream")
+        assert response.status_code == 404 and "sinks.redis" in response.json()["detail"]
+
+
+def test_a_cursor_older_than_the_feed_is_gone(live: Results) -> None:
+    from windjoin.connectors.redis_sink import feed_key
+
+    for b in range(5):
+        live.write(3, t0=100 * b)
+    with Server(create_app(live.store(), FeedConfig(page_rows=3))) as server:
+        reader = Reader(stream_url(server, "a"), {"from": 0}, want=3)  # one event: batch 0, id = the cursor after it
+        reader.start()
+        [(cursor, rows)] = reader.finish().events
+        assert rows == live.since("a", 0)[:3]
+        live.redis.xtrim(feed_key("a", live.namespace), maxlen=2, approximate=False)  # as MAXLEN would: keep 3, 4
+        for params in ({"cursor": cursor}, {"from": 0}):
+            response = httpx.get(stream_url(server, "a"), params=params)
+            assert response.status_code == 410 and "one-time query" in response.json()["detail"], response.text
