@@ -41,7 +41,7 @@ FULL = {
     "fig6_ranges": [1000, 100000],
     "fig8_range": 1000,
     "partitions": [1, 2, 5, 10, 50, 100, 500, 1000],
-    "fig8_repeats": 1,
+    "fig8_repeats": 2,
 }
 QUICK = {
     "streams": 6,
@@ -66,15 +66,18 @@ def three_plans(q: Query) -> dict[str, float]:
 
 
 def fig5(cfg: dict, rng: np.random.Generator, ratios: list[float]) -> dict:
+    """By data range; each repeat keeps its rates, windows and distribution families across the ranges."""
     out = {}
     for order in ("LASW", "HASW"):
         for scenario in ("SD", "DD"):
+            seeds = rng.integers(2**32, size=cfg["repeats"])
             rows = {"ranges": cfg["ranges"], "heuristic": [], "simple": [], "optimal": []}
             for r in cfg["ranges"]:
                 runs = []
-                for _ in range(cfg["repeats"]):
-                    rates, windows = rates_and_windows(cfg["streams"], rng, order)
-                    q = query(rates, windows, distributions(cfg["streams"], r, scenario, "CHS", rng))
+                for seed in seeds:
+                    same = np.random.default_rng(seed)
+                    rates, windows = rates_and_windows(cfg["streams"], same, order)
+                    q = query(rates, windows, distributions(cfg["streams"], r, scenario, "CHS", same))
                     runs.append(three_plans(q))
                 _collect(rows, runs, ratios)
             out[f"{order}-{scenario}"] = rows
