@@ -105,6 +105,8 @@ class FineTuningConfig(_Strict):
 
 
 class ControlConfig(_Strict):
+    # who sets the slot count: S2J's utilisation thresholds, or paper 000's supplier/consumer rule
+    scaling: Literal["utilisation", "declustering"] = "utilisation"
     reorganisation: ReorganisationConfig = ReorganisationConfig()
     declustering: DeclusteringConfig = DeclusteringConfig()
     utilisation: UtilisationConfig = UtilisationConfig()

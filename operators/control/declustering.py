@@ -10,7 +10,7 @@ tau2 shedding (control.shedding) absorbs the transitory overload.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from windjoin.operators.control.config import DeclusteringConfig, UtilisationConfig
@@ -59,14 +59,17 @@ def utilisation_step(
     return UtilisationDecision(target, tau > config.tau1, UtilisationState(above, below))
 
 
-def drain_moves(groups: Mapping[Group, int], weights: Mapping[Group, float], remove: int) -> list[Move]:
+def drain_moves(
+    groups: Mapping[Group, int], weights: Mapping[Group, float], remove: int, targets: Iterable[int] | None = None
+) -> list[Move]:
     """Moves emptying slot `remove` before it is released: its groups, heaviest first, each to the slot then
-    lightest among the others (longest-processing-time-first)."""
-    load: dict[int, float] = {s: 0.0 for s in set(groups.values()) if s != remove}
+    lightest among the targets (default: the other slots holding groups; longest-processing-time-first)."""
+    targets = set(groups.values()) if targets is None else set(targets)
+    load: dict[int, float] = {s: 0.0 for s in targets if s != remove}
     if not load:
         raise ValueError(f"cannot drain slot {remove}: it is the only slot")
     for g, s in groups.items():
-        if s != remove:
+        if s in load:
             load[s] += weights.get(g, 0.0)
     moves = []
     leaving = sorted((g for g, s in groups.items() if s == remove), key=lambda g: (-weights.get(g, 0.0), g))

@@ -82,7 +82,7 @@ def simulate(events, rnd, window_ms, batch_max=6, naive=False, audited=True) -> 
     return cluster
 
 
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS

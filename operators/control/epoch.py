@@ -1,0 +1,100 @@
+"""One control epoch: from the epoch's load to the next control state (routing, slot count, shed ratio).
+
+The order within an epoch: utilisation tau decides the shed ratio and whether the slot count changes (S2J's
+thresholds, or paper 000's supplier/consumer rule); a shrinking epoch drains the released slots (the highest
+numbered) onto the others instead of reorganising; otherwise suppliers yield groups to consumers. New slots
+start empty and become consumers in the next epoch. Groups whose state is still travelling (`in_flight`,
+cleared by the caller as the join job acknowledges installs) never move again before they land.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+
+from windjoin.operators.control.config import ControlConfig
+from windjoin.operators.control.declustering import (
+    UtilisationState,
+    declustering_step,
+    drain_moves,
+    utilisation_step,
+)
+from windjoin.operators.control.load import EpochLoad, group_weights, utilisation
+from windjoin.operators.control.reorganise import Move, classify, plan_reorganisation
+from windjoin.operators.control.shedding import shed_ratio
+from windjoin.operators.partitioning import Group, RoutingTable
+
+
+@dataclass(frozen=True)
+class ControlState:
+    """What the controller carries from one epoch to the next (and publishes as the control epoch)."""
+
+    epoch: int
+    routing: RoutingTable
+    slots: int  # active slots 0..slots-1
+    shed_ratio: float = 0.0
+    sustained: UtilisationState = UtilisationState()
+
+    @staticmethod
+    def initial(partitions: int, slots: int) -> ControlState:
+        return ControlState(0, RoutingTable.round_robin(partitions, slots), slots)
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: ControlState
+    tau: float
+    moves: tuple[Move, ...]
+    hot: tuple[int, ...]  # suppliers holding one group: candidates for a spread (control.hot)
+
+
+def control_step(
+    state: ControlState, load: EpochLoad, config: ControlConfig, in_flight: Collection[Group] = ()
+) -> Decision:
+    """The next control state from this epoch's load."""
+    tau = utilisation(load, config.utilisation.capacity, state.slots)
+    ratio = shed_ratio(tau, config.utilisation.tau1, config.shedding.base, config.shedding.model)
+    occupancy = {s: load.occupancy.get(s, 0.0) for s in range(state.slots)}
+    r = config.reorganisation
+    sustained = state.sustained
+    if config.scaling == "utilisation":
+        decision = utilisation_step(tau, state.slots, sustained, config.utilisation)
+        slots, sustained = decision.workers, decision.state
+    else:
+        slots = declustering_step(classify(occupancy, r.th_sup, r.th_con), state.slots, config.declustering)
+    slots = min(slots, state.routing.partitions)
+    moves: tuple[Move, ...] = ()
+    hot: tuple[int, ...] = ()
+    routing = state.routing
+    if slots < state.slots:
+        drained = _drain(routing, load, slots, state.slots, in_flight)
+        if drained is None:
+            slots = state.slots  # a released slot still waits for state: shrink in a later epoch
+        else:
+            moves = tuple(drained)
+            routing = routing.with_moves({m.group: m.target for m in moves}) if moves else routing
+    if slots >= state.slots:
+        plan = plan_reorganisation(routing, occupancy, r.th_sup, r.th_con, state.epoch, r.seed, in_flight)
+        moves, hot, routing = plan.moves, plan.hot, plan.routing
+    new_state = replace(
+        state, epoch=state.epoch + 1, routing=routing, slots=slots, shed_ratio=ratio, sustained=sustained
+    )
+    return Decision(new_state, tau, moves, hot)
+
+
+def _drain(
+    routing: RoutingTable, load: EpochLoad, keep: int, current: int, in_flight: Collection[Group]
+) -> list[Move] | None:
+    """Moves emptying slots keep..current-1 onto slots 0..keep-1, or None if a group there is in flight."""
+    units = routing.groups()
+    if any(units[g] >= keep for g in units if any(g.covers(f) or f.covers(g) for f in in_flight)):
+        return None
+    weights = group_weights(load)
+    moves = []
+    placed = dict(units)
+    for leaving in range(current - 1, keep - 1, -1):
+        remaining = {g: s for g, s in placed.items() if s < keep or s == leaving}
+        for m in drain_moves(remaining, weights, leaving, targets=range(keep)):
+            placed[m.group] = m.target
+            moves.append(m)
+    return moves
