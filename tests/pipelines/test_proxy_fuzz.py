@@ -1,14 +1,16 @@
 """Fuzzing the query proxy from its own OpenAPI description (schemathesis): no input gives a 500, and every answer
 matches the documented responses. The store is real: Redis and Parquet tiers holding results of both tasks.
 
-The stream endpoint is left out (a valid request opens a stream that does not end); its validation is the same
-`parse_query` as the results endpoint's and is covered by explicit bad requests in test_proxy.py.
+The stream endpoint (a valid request opens a stream that does not end) is fuzzed through uvicorn, reading only
+the status of each answer.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +19,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
-from tests.pipelines.proxy_helpers import Results, make_spec, new_namespace
+from tests.pipelines.proxy_helpers import Results, Server, make_spec, new_namespace
 from windjoin.pipelines.proxy import create_app
 
 
@@ -54,3 +56,38 @@ def test_no_input_gives_a_server_error(api_schema, mode: GenerationMode) -> None
         assert statuses[200] > 0 and statuses[400] > 0, statuses
     else:
         assert refused == statuses.total(), statuses
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_no_stream_request_gives_a_server_error(api_schema, mode: GenerationMode) -> None:
+    """The stream endpoint through uvicorn: only the status is read, then the connection is closed."""
+    operation = api_schema["/v1/tasks/{task}/stream"]["GET"]
+    statuses: Counter[int] = Counter()
+    with Server(api_schema.app) as server, httpx.Client(timeout=30) as client:
+
+        @given(case=operation.as_strategy(mode), task=st.sampled_from(["a", "b", None]))
+        @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def check(case, task: str | None) -> None:
+            if task and mode is GenerationMode.POSITIVE:
+                case.path_parameters["task"] = task
+            sent = case.as_transport_kwargs(base_url=server.url)
+            headers = {k: v for k, v in (sent.get("headers") or {}).items() if k.lower() != "accept-encoding"}
+            try:
+                request = client.build_request("GET", sent["url"], params=sent.get("params"), headers=headers)
+                response = client.send(request, stream=True)
+            except (UnicodeEncodeError, httpx.InvalidURL, httpx.LocalProtocolError):
+                return  # the client refuses to send it (not valid HTTP/1.1): nothing reaches the proxy
+            response.close()
+            assert response.status_code < 500, (case.as_curl_command(base_url=server.url), response.status_code)
+            statuses[response.status_code] += 1
+
+        check()
+        # Every stream that was opened and dropped was let go (no subscriber leaks).
+        deadline = time.monotonic() + 20
+        while "windjoin_proxy_subscribers 0.0" not in client.get(f"{server.url}/metrics").text:
+            assert time.monotonic() < deadline, "streams still registered after their clients left"
+            time.sleep(0.1)
+    if mode is GenerationMode.POSITIVE:
+        assert statuses[200] > 0 and statuses[400] > 0, statuses
+    else:
+        assert statuses[200] < statuses.total(), statuses
