@@ -69,9 +69,6 @@ class Query:
     classes: tuple[EqualityClass, ...]
     sized_results: bool = True  # result tuple = sum of its inputs' sizes (False: as large as its largest input)
 
-    def index(self, name: str) -> int:
-        return next(i for i, s in enumerate(self.streams) if s.name == name)
-
     @property
     def full_mask(self) -> int:
         return (1 << len(self.streams)) - 1

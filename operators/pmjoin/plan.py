@@ -77,10 +77,6 @@ class PMJoin:
 Node = Input | MJoin | PMJoin
 
 
-def output_site(node: Node) -> str | None:
-    return node.site
-
-
 def plan_cost(node: Node, model: RateModel, dest: str | None = None) -> float:
     """Bytes/s shipped by the plan, plus shipping its result to `dest` (None: the result stays where it is)."""
     if isinstance(node, Input):

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.operators.pmjoin_queries import single_attribute_queries
 from windjoin.operators.pmjoin.heuristic import stream_join_opt
@@ -72,3 +73,17 @@ def test_optimal_equals_the_cheapest_enumerated_plan_and_bounds_the_heuristic(qu
     assert opt.cost == pytest.approx(cheapest, rel=1e-9, abs=1e-12)
     assert plan_cost(opt.plan, model) == pytest.approx(opt.cost, rel=1e-9, abs=1e-12)
     assert plan_cost(stream_join_opt(inputs, model), model) >= opt.cost * (1 - 1e-9) - 1e-12
+
+
+@settings(max_examples=30, deadline=None)
+@given(single_attribute_queries(max_streams=4, max_values=3), st.integers(0, 3))
+def test_optimal_with_a_destination_equals_the_cheapest_enumerated_delivery(query, which):
+    """A PMJoin feeding a parent MJoin must deliver its result to the parent's node: the DP prices that too."""
+    model = RateModel(query)
+    inputs = [Input(1 << i, s.node) for i, s in enumerate(query.streams)]
+    sites = list(dict.fromkeys(s.node for s in query.streams))
+    dest = sites[which % len(sites)]
+    cheapest = min(plan_cost(p, model, dest) for p in all_plans(inputs, sites) if connected(p, model))
+    opt = optimal_plan(inputs, model, dest)
+    assert opt.cost == pytest.approx(cheapest, rel=1e-9, abs=1e-12)
+    assert plan_cost(opt.plan, model, dest) == pytest.approx(opt.cost, rel=1e-9, abs=1e-12)

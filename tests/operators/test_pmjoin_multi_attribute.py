@@ -63,9 +63,14 @@ def pmjoins(node: Node) -> list[PMJoin]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(multi_attribute_queries(), st.sampled_from(["value", "hash", "range", "rate"]), st.integers(1, 4))
-def test_multi_attribute_plans_are_complete_never_nest_pmjoins_and_never_cost_more(query, method, d):
-    report = plan_query(query, PlannerOptions(Partitioning(method, d), 0))
+@given(
+    multi_attribute_queries(),
+    st.sampled_from(["value", "hash", "range", "rate"]),
+    st.integers(1, 4),
+    st.sampled_from(["heuristic", "optimal"]),
+)
+def test_multi_attribute_plans_are_complete_never_nest_pmjoins_and_never_cost_more(query, method, d, planner):
+    report = plan_query(query, PlannerOptions(Partitioning(method, d, group_planner=planner), 0))
     assert sorted(leaf.mask for leaf in leaves(report.plan)) == [1 << i for i in range(len(query.streams))]
     for pm in pmjoins(report.plan):
         assert not any(isinstance(c, PMJoin) for c in pm.inputs)  # constraint 1
