@@ -162,11 +162,12 @@ class RoutingTable:
         """Groups of this version whose tuples an older version sent elsewhere: group -> (old slot, new slot).
 
         A mini-group of a partition split since `older` reports the slot its tuples had there."""
-        old_units = older.groups()
+        by_part: dict[int, list[tuple[Group, int]]] = {}
+        for g, s in older.groups().items():
+            by_part.setdefault(g.partition, []).append((g, s))
         out = {}
         for group, slot in self.groups().items():
-            old = [s for g, s in old_units.items() if g.covers(group) or group.covers(g)]
-            sources = set(old)
+            sources = {s for g, s in by_part.get(group.partition, []) if g.covers(group) or group.covers(g)}
             if sources != {slot}:
                 if len(sources) != 1:
                     raise ValueError(f"{group} gathers tuples from several old slots {sorted(sources)}")
