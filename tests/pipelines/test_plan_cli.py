@@ -58,3 +58,46 @@ def test_the_installed_command_runs():
     )
     assert proc.returncode == 0, proc.stderr
     assert "communication cost: 0.0696" in proc.stdout
+
+
+MULTI = """
+streams:
+  A: {node: x, rate: 50, window: {time: 0.05}, attributes: {k: {histogram: [{from: 1, to: 4, rate: 1}]}}}
+  B:
+    node: y
+    rate: 40
+    window: {time: 0.05}
+    attributes:
+      k: {substreams: {1: 0.05, 2: 0.05, 3: 0.05, 4: 0.85}}
+      m: {substreams: {1: 0.85, 2: 0.05, 3: 0.05, 4: 0.05}}
+  C: {node: z, rate: 60, window: {time: 0.05}, attributes: {m: {substreams: {1: 0.05, 2: 0.85, 3: 0.05, 4: 0.05}}}}
+  D: {node: w, rate: 30, window: {time: 0.05}, attributes: {m: {substreams: {1: 0.05, 2: 0.05, 3: 0.85, 4: 0.05}}}}
+  E: {node: w, rate: 5, window: {count: 10}}
+joins:
+  - equal: [A.k, B.k]
+  - equal: [B.m, C.m, D.m]
+  - equal: [D.id, E.id]
+    selectivity: 0.01
+planner:
+  partitioning: {method: rate, partitions: 2}
+"""
+
+
+def test_multi_attribute_stats_plan_as_json(tmp_path):
+    stats = tmp_path / "multi.yaml"
+    stats.write_text(MULTI)
+    result = CliRunner().invoke(cli, ["plan", str(stats), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["cost_bytes_per_s"] <= out["baselines_bytes_per_s"]["unpartitioned_heuristic"] + 1e-9
+
+    def streams_of(node):
+        if node["op"] == "pmjoin":
+            return [s for child in node["inputs"] for s in streams_of(child)]
+        if node["op"] in ("stream", "input") or "inputs" not in node:
+            return node["streams"]
+        return [s for child in node["inputs"] for s in streams_of(child)]
+
+    assert sorted(streams_of(out["plan"])) == ["A", "B", "C", "D", "E"]
+    text = CliRunner().invoke(cli, ["plan", str(stats)])
+    assert text.exit_code == 0 and "communication cost:" in text.output
