@@ -162,7 +162,7 @@ class RateModel:
         return [c for c, cls in enumerate(self.query.classes) if cls.member_mask & a and cls.member_mask & b]
 
     def value_rates(self, mask: int, c: int) -> np.ndarray:
-        """λ_X per value of class c (the FStream rates of a possibly composite stream X), unrestricted."""
+        """λ_X per value of class c: the FStream rates of a (possibly composite) stream X; use an unrestricted model."""
         cls = self.query.classes[c]
         rows = [cls.members.index(b) for b in bits(mask & cls.member_mask)]
         if cls.weights is None or not rows:
