@@ -235,7 +235,8 @@ def live(redis_url: str, tmp_path: Path) -> Results:
 
 class Reader(threading.Thread):
     """Reads one SSE stream with httpx in a thread, keeping each event's id and rows, until it has `want` rows or the
-    stream ends. `stall_s`: wait that long before reading anything, with a small receive buffer (a slow client)."""
+    stream ends. `stall`: an event to wait for before reading anything, with a small receive buffer (a client that
+    stops reading)."""
 
     def __init__(
         self,
@@ -244,10 +245,10 @@ class Reader(threading.Thread):
         want: int,
         *,
         headers: dict[str, str] | None = None,
-        stall_s: float = 0.0,
+        stall: threading.Event | None = None,
     ) -> None:
         super().__init__(daemon=True)
-        self.url, self.params, self.want, self.headers, self.stall_s = url, params, want, headers or {}, stall_s
+        self.url, self.params, self.want, self.headers, self.stall = url, params, want, headers or {}, stall
         self.events: list[tuple[str, list[dict[str, Any]]]] = []
         self.end: dict[str, Any] | None = None
         self.error: BaseException | None = None
@@ -257,7 +258,7 @@ class Reader(threading.Thread):
         return [row for _, rows in self.events for row in rows]
 
     def run(self) -> None:
-        options = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 16_384)] if self.stall_s else []
+        options = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 16_384)] if self.stall else []
         transport = httpx.HTTPTransport(socket_options=options)
         try:
             with (
@@ -265,7 +266,8 @@ class Reader(threading.Thread):
                 client.stream("GET", self.url, params=self.params, headers=self.headers) as response,
             ):
                 assert response.status_code == 200, response.read()
-                time.sleep(self.stall_s)
+                if self.stall is not None:
+                    self.stall.wait(120)
                 count = 0
                 for event, event_id, data in sse_events(response.iter_lines()):
                     if event == "end":
@@ -358,15 +360,19 @@ def test_a_slow_consumer_is_cut_off_and_resumes_while_a_fast_one_gets_everything
     n_batches, rows, z_size = 100, 50, 4000  # ~20 MB of results: more than socket buffers hold
     batches = [live.prepare(rows, t0=100 * b, z_size=z_size) for b in range(n_batches)]
     total = n_batches * rows
-    with Server(create_app(live.store(), FeedConfig(queue_size=4, block_ms=100))) as server:
+    # A chunk per batch (page_rows = rows): the slow client's queue holds 16 x 200 kB, far less than is written.
+    config = FeedConfig(queue_size=16, page_rows=rows, block_ms=100)
+    written = threading.Event()
+    with Server(create_app(live.store(), config)) as server:
         fast = Reader(stream_url(server, "a"), {}, want=total)
-        slow = Reader(stream_url(server, "a"), {}, want=total, stall_s=4.0)
+        slow = Reader(stream_url(server, "a"), {}, want=total, stall=written)
         fast.start()
         slow.start()
         wait_subscribers(server, 2)
         for batch in batches:
             live.commit(batch)
             time.sleep(0.005)
+        written.set()  # the slow client starts reading only now
         fast.finish()
         slow.finish()
         expected = live.since("a", 0)
