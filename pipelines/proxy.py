@@ -106,7 +106,7 @@ Fields = Annotated[
 ]
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": Problem, "description": "Malformed query (bad field, condition, time span or cursor)."},
-    404: {"model": Problem, "description": "Unknown task."},
+    404: {"model": Problem, "description": "Unknown task (for streams also: no Redis tier configured)."},
     503: {"model": Problem, "description": "The store (Redis or Parquet) cannot be reached."},
 }
 
@@ -135,10 +135,13 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
         metrics.answered(request.scope.get("windjoin.kind", "other"), status)
         return JSONResponse({"detail": str(err)}, status_code=status)
 
-    @app.exception_handler(redis.RedisError)
-    async def store_down(request: Request, err: redis.RedisError) -> JSONResponse:
+    async def store_down(request: Request, err: Exception) -> JSONResponse:
+        """Redis unreachable, or Parquet files gone while read (a snapshot expired twice during one query)."""
         metrics.answered(request.scope.get("windjoin.kind", "other"), 503)
         return JSONResponse({"detail": f"store unavailable: {type(err).__name__}: {err}"}, status_code=503)
+
+    app.add_exception_handler(redis.RedisError, store_down)
+    app.add_exception_handler(OSError, store_down)
 
     async def answer(request: Request, kind: str, call: Callable[[], T], rows: Callable[[T], int] | None = None) -> T:
         """Run a store call in a thread, counted and timed under `kind`."""
