@@ -412,3 +412,23 @@ def test_a_cursor_older_than_the_feed_is_gone(live: Results) -> None:
         for params in ({"cursor": cursor}, {"from": 0}):
             response = httpx.get(stream_url(server, "a"), params=params)
             assert response.status_code == 410 and "one-time query" in response.json()["detail"], response.text
+
+
+def test_many_subscribers_of_a_task_share_one_feed_reader(live: Results) -> None:
+    """Five idle streams of task a: Redis sees one blocked feed read (XREAD BLOCK), not five; then each stream
+    gets the next batch."""
+    with Server(create_app(live.store(), FeedConfig(block_ms=1000))) as server:
+        batch = live.prepare(ROWS, t0=0)
+        readers = [Reader(stream_url(server, "a"), {}, want=ROWS) for _ in range(5)]
+        for reader in readers:
+            reader.start()
+        wait_subscribers(server, 5)
+        time.sleep(1.5)  # blocked reads of earlier tests' servers (block_ms <= 1 s) are over by now
+        samples = []
+        for _ in range(10):
+            samples.append(int(live.redis.info("clients")["blocked_clients"]))
+            time.sleep(0.1)
+        assert max(samples) == 1, samples
+        live.commit(batch)
+        for reader in readers:
+            assert reader.finish().rows == batch.rows["a"]
