@@ -56,12 +56,16 @@ def _reason(err: Exception) -> str:
 
 @dataclass(eq=False)  # hashed by identity: kept in sets
 class Subscriber:
+    """One stream's inbox from its task's reader; `slow` once the reader found it full (and dropped it)."""
+
     queue: asyncio.Queue[Chunk | End]
     slow: bool = False
 
 
 @dataclass
 class FeedConfig:
+    """Fan-out settings. A subscriber holds at most queue_size x page_rows rows pending."""
+
     queue_size: int = 64  # chunks a subscriber may have pending before it counts as slow
     page_rows: int = 1000  # rows per store read
     block_ms: int = 1000  # how long the task reader waits in Redis for new rows per read
@@ -76,7 +80,6 @@ class TaskFeed:
     config: FeedConfig
     subscribers: set[Subscriber] = field(default_factory=set)
     reader: asyncio.Task[None] | None = None
-
     limiter: CapacityLimiter | None = None  # threads for blocking feed reads, one per task
 
     def register(self, subscriber: Subscriber, cursor: str) -> None:
