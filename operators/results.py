@@ -6,9 +6,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from windjoin.operators.join import Pairs
+from windjoin.operators.mjoin import Combinations
 
 
-def pair_records(pairs: Pairs) -> Iterator[dict[str, Any]]:
+def pair_records(pairs: Pairs | Combinations) -> Iterator[dict[str, Any]]:
     """`{"task": name, <stream>: {field: value, ...}, ...}` per pair, in emission order, as Python values."""
     sides = {stream: {name: col.tolist() for name, col in columns.items()} for stream, columns in pairs.sides.items()}
     for i in range(len(pairs)):

@@ -16,6 +16,7 @@ from windjoin.connectors.codec_errors import DecodeError
 from windjoin.connectors.jsonl_file import read_events, write_record
 from windjoin.operators.arrivals import ChunkBuilder
 from windjoin.operators.join import ChunkResult, WindowJoin
+from windjoin.operators.mjoin import MJoin
 from windjoin.operators.results import pair_records
 from windjoin.operators.schema import LATE, RecordError
 from windjoin.operators.spec import JoinSpec
@@ -46,7 +47,7 @@ class _Run:
     """One pass over an events file: chunks in, results and refusals out."""
 
     def __init__(self, spec: JoinSpec, out: IO[bytes], on_refusal: Any, chunk_size: int) -> None:
-        self.join = WindowJoin(spec)
+        self.join = MJoin(spec) if any(len(t.join) > 2 for t in spec.tasks) else WindowJoin(spec)
         self.builder = ChunkBuilder(spec)
         self.out = out
         self.on_refusal = on_refusal
@@ -83,16 +84,19 @@ class _Run:
         self.report.results += self._write(result)
 
     def _write(self, result: ChunkResult) -> int:
-        """Write the chunk's pairs across tasks in emission order: later arrival, task, earlier arrival."""
-        records, later, task_no, earlier = [], [], [], []
+        """Write the chunk's results across tasks in emission order: last arrival, task, then the task's own order.
+
+        A task's own order puts a pair's earlier arrival next (a combination's arrivals in join order).
+        """
+        records, later, task_no, rank = [], [], [], []
         for i, pairs in enumerate(result.pairs):
             records.extend(pair_records(pairs))
             later.append(pairs.later_seq)
-            earlier.append(pairs.earlier_seq)
+            rank.append(np.arange(len(pairs)))
             task_no.append(np.full(len(pairs), i))
         if not records:
             return 0
-        for i in np.lexsort((np.concatenate(earlier), np.concatenate(task_no), np.concatenate(later))):
+        for i in np.lexsort((np.concatenate(rank), np.concatenate(task_no), np.concatenate(later))):
             write_record(self.out, records[i])
         return len(records)
 
