@@ -244,8 +244,9 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
             try:
                 async for kind, data in subscription.events(chunk):
                     if kind == "results":
-                        metrics.rows.labels("stream").inc(len(data))
-                        yield {"event": "results", "id": subscription.cursor, "data": orjson.dumps(data).decode()}
+                        text, n_rows = data
+                        metrics.rows.labels("stream").inc(n_rows)
+                        yield {"event": "results", "id": subscription.cursor, "data": text}
                     else:
                         if data["error"] == SLOW_CONSUMER:
                             metrics.slow_consumers.inc()

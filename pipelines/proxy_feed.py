@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from anyio import CapacityLimiter, to_thread
 
 # The store's own row predicate, projection and cursor decoding, so that rows selected here are exactly the rows
@@ -30,10 +31,14 @@ SLOW_CONSUMER = "slow consumer"
 
 @dataclass(frozen=True)
 class Chunk:
-    """Full result rows in commit order and the cursor just after the last of them."""
+    """Full result rows in commit order and the cursor just after the last of them.
+
+    `encoded` memoises, per selection, the JSON of the rows it keeps from the whole chunk: subscribers with the
+    same selection (the common case: none) share one encoding of each chunk the task's reader publishes."""
 
     rows: list[dict[str, Any]]
     cursor: str
+    encoded: dict[str, tuple[str, int]] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -159,14 +164,15 @@ class Subscription:
     position: tuple[int, int] | None = None  # (batch_id, row) of the last row read, kept or dropped
 
     def __post_init__(self) -> None:
+        self.selection = repr((list(self.conditions), self.fields))  # equal for equal selections
         if self.cursor is not None:
             batch, row = _decode_cursor(self.cursor, "f", self.task, 2)
             self.position = (batch, row)
 
     async def events(self, first: Chunk) -> AsyncIterator[tuple[str, Any]]:
-        """("results", rows) for each chunk with rows the selection keeps (`self.cursor` is then the cursor after
-        them); a last ("end", {"error", "cursor"}) when the subscriber was too slow or the feed failed. Runs until
-        the client goes away otherwise."""
+        """("results", (JSON array text, number of rows)) for each chunk with rows the selection keeps
+        (`self.cursor` is then the cursor after them); a last ("end", {"error", "cursor"}) when the subscriber was
+        too slow or the feed failed. Runs until the client goes away otherwise."""
         feed = self.hub.feed(self.task)
         subscriber = Subscriber(asyncio.Queue(maxsize=self.hub.config.queue_size))
         try:
@@ -211,14 +217,25 @@ class Subscription:
             raise FeedLost(_reason(err)) from err
         return Chunk(rows, cursor) if rows else None
 
-    def _take(self, chunk: Chunk) -> list[dict[str, Any]]:
-        """The chunk's rows after this subscription's position that the selection keeps, projected; moves the
-        position and the cursor past the chunk when it held any new row."""
+    def _take(self, chunk: Chunk) -> tuple[str, int] | None:
+        """The JSON array of the chunk's rows after this subscription's position that the selection keeps
+        (projected) and their number, or None when it keeps none; moves the position and the cursor past the
+        chunk when it held any new row."""
         rows = chunk.rows
-        if self.position is not None:
-            rows = [r for r in rows if (r["batch_id"], r["row"]) > self.position]
         if not rows:
-            return []
+            return None
+        whole = self.position is None or (rows[0]["batch_id"], rows[0]["row"]) > self.position
+        if not whole:
+            rows = [r for r in rows if (r["batch_id"], r["row"]) > self.position]
+            if not rows:
+                return None
         self.position = (rows[-1]["batch_id"], rows[-1]["row"])
         self.cursor = chunk.cursor
-        return [_project(r, self.fields) for r in rows if all(_matches(r, c) for c in self.conditions)]
+        if whole and self.selection in chunk.encoded:
+            found = chunk.encoded[self.selection]
+        else:
+            kept = [_project(r, self.fields) for r in rows if all(_matches(r, c) for c in self.conditions)]
+            found = (orjson.dumps(kept).decode(), len(kept))
+            if whole:
+                chunk.encoded[self.selection] = found
+        return found if found[1] else None
