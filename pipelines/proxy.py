@@ -195,9 +195,10 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
             **ERRORS,
             410: {"model": Problem, "description": "The cursor is older than the feed keeps."},
             200: {
-                "description": 'Server-sent events: "results" (data: JSON array of rows in commit order; id: the '
-                'cursor after them) and a last "end" (data: {"error": ..., "cursor": ...}) when the client was too '
-                "slow or the feed failed; reconnect with that cursor.",
+                "description": 'Server-sent events: "ready" first (data: {"cursor": ...}; id: the start cursor) unless '
+                'the first results come at once, then "results" (data: JSON array of rows in commit order; id: the '
+                'cursor after them), and a last "end" (data: {"error": ..., "cursor": ...}) when the client was too '
+                "slow or the feed failed. Reconnect with the last id (Last-Event-ID) or the end's cursor.",
                 "content": {"text/event-stream": {"schema": {"type": "string"}}},
             },
         },
@@ -247,6 +248,8 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
                         text, n_rows = data
                         metrics.rows.labels("stream").inc(n_rows)
                         yield {"event": "results", "id": subscription.cursor, "data": text}
+                    elif kind == "ready":
+                        yield {"event": "ready", "id": data["cursor"], "data": orjson.dumps(data).decode()}
                     else:
                         if data["error"] == SLOW_CONSUMER:
                             metrics.slow_consumers.inc()

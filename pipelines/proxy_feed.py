@@ -170,9 +170,10 @@ class Subscription:
             self.position = (batch, row)
 
     async def events(self, first: Chunk) -> AsyncIterator[tuple[str, Any]]:
-        """("results", (JSON array text, number of rows)) for each chunk with rows the selection keeps
-        (`self.cursor` is then the cursor after them); a last ("end", {"error", "cursor"}) when the subscriber was
-        too slow or the feed failed. Runs until the client goes away otherwise."""
+        """Events of this stream: ("ready", {"cursor"}) first when the start is a known position; then
+        ("results", (JSON array text, number of rows)) for each chunk with rows the selection keeps (`self.cursor`
+        is then the cursor after them); a last ("end", {"error", "cursor"}) when the subscriber was too slow or the
+        feed failed. Runs until the client goes away otherwise."""
         feed = self.hub.feed(self.task)
         subscriber = Subscriber(asyncio.Queue(maxsize=self.hub.config.queue_size))
         try:
@@ -184,6 +185,8 @@ class Subscription:
             feed.unregister(subscriber)
 
     async def _events(self, feed: TaskFeed, subscriber: Subscriber, first: Chunk) -> AsyncIterator[tuple[str, Any]]:
+        if self.cursor is not None:  # the start is a position: say so, so a client resumes there before any row
+            yield "ready", {"cursor": self.cursor}
         chunk: Chunk | None = first
         while chunk is not None:  # catch up alone, before registering
             if rows := self._take(chunk):

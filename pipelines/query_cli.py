@@ -210,7 +210,9 @@ class FollowStream:
                             _json_or_fail(response)
                         failures = 0
                         for event, event_id, data in sse_events(response.iter_lines()):
-                            if event == "results":
+                            if event == "ready":
+                                self.cursor = event_id or self.cursor
+                            elif event == "results":
                                 self.cursor = event_id or self.cursor
                                 yield orjson.loads(data)
                             elif event == "end":

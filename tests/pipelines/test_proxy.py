@@ -251,6 +251,7 @@ class Reader(threading.Thread):
         self.url, self.params, self.want, self.headers, self.stall = url, params, want, headers or {}, stall
         self.events: list[tuple[str, list[dict[str, Any]]]] = []
         self.end: dict[str, Any] | None = None
+        self.ready: str | None = None  # id of the "ready" event (the start cursor)
         self.error: BaseException | None = None
 
     @property
@@ -273,6 +274,11 @@ class Reader(threading.Thread):
                     if event == "end":
                         self.end = orjson.loads(data)
                         return
+                    if event == "ready":
+                        self.ready = event_id
+                        if self.want == 0:
+                            return
+                        continue
                     rows = orjson.loads(data)
                     self.events.append((event_id, rows))
                     count += len(rows)
@@ -432,3 +438,19 @@ def test_many_subscribers_of_a_task_share_one_feed_reader(live: Results) -> None
         live.commit(batch)
         for reader in readers:
             assert reader.finish().rows == batch.rows["a"]
+
+
+def test_a_client_that_leaves_before_any_result_resumes_from_the_ready_event(live: Results) -> None:
+    """A stream from now says where "now" is (event "ready", id = cursor): a browser reconnecting with that id as
+    Last-Event-ID gets every result committed while it was away."""
+    live.write(ROWS, t0=0)
+    with Server(create_app(live.store(), FeedConfig(block_ms=200))) as server:
+        first = Reader(stream_url(server, "a"), {}, want=0)
+        first.start()
+        assert first.finish().ready is not None and first.rows == []
+        start = live.next_batch
+        live.write(ROWS, t0=100)
+        live.write(ROWS, t0=200)
+        again = Reader(stream_url(server, "a"), {}, want=2 * ROWS, headers={"Last-Event-ID": first.ready})
+        again.start()
+        assert again.finish().rows == live.since("a", start)
