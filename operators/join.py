@@ -64,7 +64,12 @@ class _TaskRuntime:
 class WindowJoin:
     """Runs all tasks of a spec; feed it chunks in arrival order with `process`."""
 
+    n_way = False  # tasks of more than two streams need MJoin (operators/mjoin.py)
+
     def __init__(self, spec: JoinSpec, use_indexes: bool = True) -> None:
+        wide = [t.name for t in spec.tasks if len(t.join) != 2]
+        if wide and not self.n_way:
+            raise ValueError(f"task(s) {wide} join more than two streams; WindowJoin joins pairs (use MJoin)")
         self.spec = spec
         self.use_indexes = use_indexes
         self.tasks = [_TaskRuntime(t) for t in spec.tasks]

@@ -96,6 +96,8 @@ class MJoin(WindowJoin):
     stream); tasks not named there are ordered per chunk by expected fan-out (see probe_order.py).
     """
 
+    n_way = True
+
     def __init__(
         self, spec: JoinSpec, probe_order: Mapping[str, Sequence[str]] | None = None, use_indexes: bool = True
     ) -> None:

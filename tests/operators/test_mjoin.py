@@ -12,6 +12,7 @@ from tests.operators.run import run_join
 from tests.operators.run_mjoin import build_spec, run_mjoin
 from tests.oracle import oracle_join
 from tests.oracle_mjoin import as_multiset, oracle_mjoin
+from windjoin.operators.join import WindowJoin
 from windjoin.operators.mjoin import MJoin
 
 FIELDS = {"k": "int", "x": "int", "y": "int", "v": "float", "s": "string"}
@@ -283,3 +284,8 @@ def test_windows_stay_bounded_on_a_long_run():
 def test_bad_probe_orders_are_refused(orders, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         MJoin(build_spec(CHAIN), orders)
+
+
+def test_window_join_refuses_tasks_of_more_than_two_streams():
+    with pytest.raises(ValueError, match=r"\['chain'\] join more than two streams.*use MJoin"):
+        WindowJoin(build_spec(CHAIN))
