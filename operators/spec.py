@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from windjoin.operators.task_graph import components
+
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
 FieldType = Literal["int", "float", "string", "bool"]
 NUMERIC_TYPES = ("int", "float")
@@ -88,7 +90,7 @@ class PredicateSpec(_Strict):
 
 class TaskSpec(_Strict):
     name: Annotated[str, Field(pattern=IDENTIFIER)]
-    join: Annotated[list[Annotated[str, Field(pattern=IDENTIFIER)]], Field(min_length=2, max_length=2)]
+    join: Annotated[list[Annotated[str, Field(pattern=IDENTIFIER)]], Field(min_length=2)]  # 3+: MJoin
     on: list[PredicateSpec] = []
 
 
@@ -180,11 +182,16 @@ class JoinSpec(_Strict):
             if unknown:
                 problems.append(f"{where}.join: unknown stream(s) {unknown}; declared streams: {list(self.streams)}")
                 continue
-            if task.join[0] == task.join[1]:
-                problems.append(f"{where}.join: {task.join} joins a stream with itself; name two different streams")
+            repeated = sorted({s for s in task.join if task.join.count(s) > 1})
+            if repeated:
+                problems.append(f"{where}.join: {task.join} joins a stream with itself ({repeated}); name each once")
                 continue
-            for j, pred in enumerate(task.on):
-                problems.extend(self._predicate_problems(f"{where}.on[{j}]", task, pred))
+            pred_problems = [
+                p for j, pred in enumerate(task.on) for p in self._predicate_problems(f"{where}.on[{j}]", task, pred)
+            ]
+            problems.extend(pred_problems)
+            if not pred_problems:
+                problems.extend(self._connection_problems(where, task))
             problems.extend(self._partitioning_problems(where, task))
         return problems
 
@@ -219,20 +226,39 @@ class JoinSpec(_Strict):
             ]
         return []
 
-    def _partitioning_problems(self, where: str, task: TaskSpec) -> list[str]:
-        """Streams split by key must meet on it: a task needs `eq` between the two keys, or neither keyed."""
-        a, b = (self.streams[s] for s in task.join)
-        if a.key is None and b.key is None:
+    def _connection_problems(self, where: str, task: TaskSpec) -> list[str]:
+        """A task of 3+ streams needs predicates linking them all (2 streams may be a plain cross product)."""
+        if len(task.join) <= 2:
             return []
-        if a.key is None or b.key is None:
-            keyed = task.join[0] if a.key is not None else task.join[1]
-            return [f"{where}.join: only {keyed!r} has a key; give both streams a key (joined by eq) or neither"]
-        wanted = {(f"{task.join[0]}.{a.key}", f"{task.join[1]}.{b.key}")}
-        wanted.add(tuple(reversed(next(iter(wanted)))))
-        if not any(p.op == "eq" and (p.left, p.right) in wanted for p in task.on):
-            pair = " = ".join(next(iter(sorted(wanted))))
-            return [f"{where}.on: the streams are partitioned by key; the task needs the predicate eq {pair}"]
-        return []
+        groups = components(task.join, ((p.left_ref[0], p.right_ref[0]) for p in task.on))
+        if len(groups) == 1:
+            return []
+        return [
+            f"{where}.on: the predicates leave the streams in separate groups {groups}; "
+            "a task of three or more streams needs predicates linking every stream to the others"
+        ]
+
+    def _partitioning_problems(self, where: str, task: TaskSpec) -> list[str]:
+        """Streams split by key must meet on it: `eq` between the keys links them all, or none is keyed."""
+        keys = {s: self.streams[s].key for s in task.join}
+        keyed = [s for s in task.join if keys[s] is not None]
+        if not keyed:
+            return []
+        two = len(task.join) == 2
+        if len(keyed) < len(task.join):
+            who = f"only {keyed[0]!r} has" if len(keyed) == 1 else f"only {keyed} have"
+            every, none = ("both streams", "neither") if two else ("every joined stream", "none")
+            return [f"{where}.join: {who} a key; give {every} a key (joined by eq) or {none}"]
+        key_of = {f"{s}.{k}": s for s, k in keys.items()}
+        links = [
+            (key_of[p.left], key_of[p.right]) for p in task.on if p.op == "eq" and {p.left, p.right} <= set(key_of)
+        ]
+        groups = components(task.join, links)
+        if len(groups) == 1:
+            return []
+        pair = " = ".join(sorted(f"{g[0]}.{keys[g[0]]}" for g in groups[:2]))
+        need = "the predicate" if two else "eq predicates between the keys linking all the streams, e.g."
+        return [f"{where}.on: the streams are partitioned by key; the task needs {need} eq {pair}"]
 
     def _predicate_problems(self, where: str, task: TaskSpec, pred: PredicateSpec) -> list[str]:
         problems = []
