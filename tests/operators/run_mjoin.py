@@ -5,20 +5,12 @@ from __future__ import annotations
 from windjoin.operators.arrivals import ChunkBuilder
 from windjoin.operators.mjoin import MJoin
 from windjoin.operators.results import pair_records
-from windjoin.operators.spec import JoinSpec, PredicateSpec, TaskSpec, parse_spec
+from windjoin.operators.spec import JoinSpec, parse_spec
 
 
 def build_spec(spec: dict) -> JoinSpec:
-    """The spec as a JoinSpec: window and streams validated; n-way tasks built field by field."""
-    two_way = {**spec, "tasks": [{"name": t["name"], "join": t["join"][:2]} for t in spec["tasks"]]}
-    base = parse_spec(two_way)
-    tasks = [
-        TaskSpec.model_construct(
-            name=t["name"], join=list(t["join"]), on=[PredicateSpec.model_validate(p) for p in t.get("on", [])]
-        )
-        for t in spec["tasks"]
-    ]
-    return base.model_copy(update={"tasks": tasks})
+    """The spec validated as a user's would be (n-way tasks included)."""
+    return parse_spec(spec)
 
 
 def run_mjoin(spec_dict: dict, events: list[dict], chunk_size: int, probe_order=None):

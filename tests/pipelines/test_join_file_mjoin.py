@@ -5,6 +5,10 @@ from __future__ import annotations
 import io
 import json
 import random
+import subprocess
+import sys
+
+import yaml
 
 from tests.operators.run_mjoin import build_spec
 from tests.oracle import oracle_join
@@ -84,3 +88,19 @@ def test_lines_do_not_depend_on_chunk_size(tmp_path):
     assert one_by_one
     for chunk_size in (7, 10_000):
         assert _join(tmp_path, SPEC, events, chunk_size)[0] == one_by_one
+
+
+def test_cli_runs_a_three_way_spec(tmp_path):
+    """The real command on a YAML spec: the n-way task validates, and each line has one object per stream."""
+    events = _events(400, seed=9)
+    spec_path, events_path, out = tmp_path / "spec.yaml", tmp_path / "events.jsonl", tmp_path / "out.jsonl"
+    spec_path.write_text(yaml.safe_dump(SPEC))
+    events_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    cmd = [sys.executable, "-m", "windjoin.pipelines", "join-file", str(spec_path), str(events_path), "-o", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    expected, _ = oracle_mjoin(SPEC, events)
+    joins = {t["name"]: t["join"] for t in SPEC["tasks"]}
+    assert as_multiset([(r["task"], *(r[s] for s in joins[r["task"]])) for r in lines]) == as_multiset(expected)
+    assert any(set(r) == {"task", "A", "B", "C"} for r in lines)
