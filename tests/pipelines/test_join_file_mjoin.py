@@ -7,12 +7,14 @@ import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 
 from tests.operators.run_mjoin import build_spec
 from tests.oracle import oracle_join
 from tests.oracle_mjoin import as_multiset, oracle_mjoin
+from windjoin.operators.spec import load_spec
 from windjoin.pipelines.join_file import join_file
 
 FIELDS = {"k": "int", "x": "int", "y": "float"}
@@ -104,3 +106,16 @@ def test_cli_runs_a_three_way_spec(tmp_path):
     joins = {t["name"]: t["join"] for t in SPEC["tasks"]}
     assert as_multiset([(r["task"], *(r[s] for s in joins[r["task"]])) for r in lines]) == as_multiset(expected)
     assert any(set(r) == {"task", "A", "B", "C"} for r in lines)
+
+
+def test_three_way_example_in_the_readme(tmp_path):
+    examples = Path(__file__).parents[2] / "examples"
+    events = [json.loads(line) for line in (examples / "three_way_events.jsonl").read_text().splitlines()]
+    spec = load_spec(examples / "three_way.yaml").model_dump(by_alias=True, exclude_none=True)
+    lines, late = _join(tmp_path, spec, events, chunk_size=3)
+    expected, _ = oracle_mjoin(spec, events)
+    assert late == []
+    assert [(r["orders"]["order"], r["shipments"]["weight"]) for r in lines] == [(1, 2.0), (2, 4.0)]
+    assert as_multiset([(r["task"], r["orders"], r["payments"], r["shipments"]) for r in lines]) == as_multiset(
+        expected
+    )
