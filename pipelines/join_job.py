@@ -44,6 +44,12 @@ class JobConfigError(ValueError):
 
 def check_runnable(spec: JoinSpec) -> None:
     problems = [f"streams.{n}.topic: required to run on Kafka" for n, s in spec.streams.items() if not s.topic]
+    problems += [
+        f"tasks[{i}].join: {task.join} joins {len(task.join)} streams; the Spark job runs two-stream tasks "
+        "(n-way tasks run in `windjoin join-file`)"
+        for i, task in enumerate(spec.tasks)
+        if len(task.join) > 2
+    ]
     if not spec.checkpoint:
         problems.append("checkpoint: required to run (a folder for Spark's offsets and state)")
     if problems:
