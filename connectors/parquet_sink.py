@@ -84,8 +84,8 @@ class ParquetSink:
         try:
             file = tmp / PART_FILE
             pq.write_table(table, file)
-            _fsync(file)
-            _fsync(tmp)
+            fsync_path(file)
+            fsync_path(tmp)
             try:
                 os.rename(tmp, final)  # atomic; fails if another writer committed the batch meanwhile
             except OSError:
@@ -96,7 +96,7 @@ class ParquetSink:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-        _fsync(parent)
+        fsync_path(parent)
         self._last[task] = batch_id
         return True
 
@@ -136,8 +136,8 @@ class ParquetSink:
         return table
 
 
-def _fsync(path: Path) -> None:
-    """Flush a file's or a folder's data to disk (folders: the entries, so a rename survives a power loss)."""
+def fsync_path(path: Path) -> None:
+    """Flush a file's or a folder's data to disk (a folder's: its entries, so a rename or unlink survives a crash)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         with contextlib.suppress(OSError):  # some file systems refuse fsync on folders

@@ -30,7 +30,7 @@ import orjson
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from windjoin.connectors.parquet_sink import PART_FILE, ParquetSink
+from windjoin.connectors.parquet_sink import PART_FILE, ParquetSink, fsync_path
 from windjoin.connectors.result_table import stream_timestamps
 
 SNAPSHOTS_DIR = "_snapshots"
@@ -171,7 +171,7 @@ class SnapshotStore:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        _fsync_dir(folder)
+        fsync_path(folder)
         return True
 
     def expire(self, task: str, retain_ms: int) -> list[int]:
@@ -194,14 +194,14 @@ class SnapshotStore:
             os.unlink(self.manifest_path(task, snapshot.id))  # first the manifest: readers stop seeing it
             removed.append(snapshot)
         if removed:
-            _fsync_dir(self.snapshots_dir(task))
+            fsync_path(self.snapshots_dir(task))
         kept = self._ids(task)
         if kept:
             first_kept = self._load(task, kept[0]).first_batch
             for batch in self.parquet.committed_batches(task):  # removed snapshots' folders, and crash leftovers
                 if batch < first_kept:
                     _remove_batch(self.parquet.batch_dir(task, batch))
-            _fsync_dir(self.parquet.task_dir(task))
+            fsync_path(self.parquet.task_dir(task))
         return [s.id for s in removed]
 
 
@@ -221,13 +221,3 @@ def _check_id(snapshot_id: int) -> int:
     if isinstance(snapshot_id, bool) or not isinstance(snapshot_id, int) or not 0 < snapshot_id <= MAX_SNAPSHOT_ID:
         raise ValueError(f"snapshot id {snapshot_id!r} is not an int in 1..{MAX_SNAPSHOT_ID}")
     return snapshot_id
-
-
-def _fsync_dir(path: Path) -> None:
-    """Flush a folder's entries to disk, so a link or an unlink survives a power loss."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        with contextlib.suppress(OSError):  # some file systems refuse fsync on folders
-            os.fsync(fd)
-    finally:
-        os.close(fd)
