@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from windjoin.operators.pmjoin.model import RateModel
-from windjoin.operators.pmjoin.plan import Input, MJoin, Node
+from windjoin.operators.pmjoin.plan import Input, MJoin, Node, union_mask
 
 
 @dataclass(eq=False)
@@ -29,10 +29,7 @@ class Op:
 
     @property
     def mask(self) -> int:
-        out = 0
-        for child in self.original:
-            out |= child.mask
-        return out
+        return union_mask(self.original)
 
 
 def to_ops(node: Node, is_right: bool = False, parent: Op | None = None) -> Op | Input:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from windjoin.operators.pmjoin.model import RateModel
-from windjoin.operators.pmjoin.plan import Input, MJoin, Node, right_first
+from windjoin.operators.pmjoin.plan import Input, MJoin, Node, right_first, union_mask
 
 
 def stream_join_opt(inputs: Sequence[Input | MJoin], model: RateModel) -> Node:
@@ -42,7 +42,7 @@ def _local_joins(units: list[Input | MJoin], model: RateModel) -> list[Input | M
         while j < len(parts):
             k = j + 1
             while k < len(parts):
-                a, b = _mask(parts[j]), _mask(parts[k])
+                a, b = union_mask(parts[j]), union_mask(parts[k])
                 slower = model.traffic(a | b) < min(model.traffic(a), model.traffic(b))
                 if model.joinable(a, b) and slower:
                     parts[j] = parts[j] + parts[k]
@@ -51,13 +51,6 @@ def _local_joins(units: list[Input | MJoin], model: RateModel) -> list[Input | M
                     k += 1
             j += 1
         out.extend(p[0] if len(p) == 1 else MJoin(site, tuple(p)) for p in parts)
-    return out
-
-
-def _mask(nodes: list[Node]) -> int:
-    out = 0
-    for n in nodes:
-        out |= n.mask
     return out
 
 

@@ -12,7 +12,9 @@ rate × tuple size, with result tuples sized as the sum of their inputs. The fin
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -36,10 +38,7 @@ class MJoin:
 
     @property
     def mask(self) -> int:
-        out = 0
-        for child in self.inputs:
-            out |= child.mask
-        return out
+        return union_mask(self.inputs)
 
 
 @dataclass(frozen=True)
@@ -64,10 +63,7 @@ class PMJoin:
 
     @property
     def mask(self) -> int:
-        out = 0
-        for child in self.inputs:
-            out |= child.mask
-        return out
+        return union_mask(self.inputs)
 
     @property
     def site(self) -> None:
@@ -75,6 +71,19 @@ class PMJoin:
 
 
 Node = Input | MJoin | PMJoin
+
+
+class HasMask(Protocol):
+    @property
+    def mask(self) -> int: ...
+
+
+def union_mask(inputs: Iterable[HasMask]) -> int:
+    """The streams (bit mask) covered by any of `inputs`."""
+    out = 0
+    for child in inputs:
+        out |= child.mask
+    return out
 
 
 def plan_cost(node: Node, model: RateModel, dest: str | None = None) -> float:
