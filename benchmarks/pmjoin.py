@@ -159,6 +159,15 @@ def example1() -> dict[str, float]:
     }
 
 
+def _print_methods_table(title: str, x_name: str, xs: list, rows: dict) -> None:
+    """Heuristic, Simple and optimal cost per x value, and heuristic / optimal."""
+    print(f"\n{title}")
+    print(f"{x_name:>8} {'heuristic':>12} {'simple':>12} {'optimal':>12} {'heur/opt':>9}")
+    for i, x in enumerate(xs):
+        h, s, o = rows["heuristic"][i], rows["simple"][i], rows["optimal"][i]
+        print(f"{x:>8} {h:>12.4g} {s:>12.4g} {o:>12.4g} {h / o if o else float('nan'):>9.3f}")
+
+
 def print_tables(result: dict) -> None:
     ex = result["example1"]
     print(
@@ -166,17 +175,9 @@ def print_tables(result: dict) -> None:
         f"PMJoin {ex['pmjoin_substreams_abc']:.4g} B/s"
     )
     for name, rows in result["fig5"].items():
-        print(f"\nFig. 5 {name}: cost (B/s) by data range")
-        print(f"{'range':>8} {'heuristic':>12} {'simple':>12} {'optimal':>12} {'heur/opt':>9}")
-        for i, r in enumerate(rows["ranges"]):
-            h, s, o = rows["heuristic"][i], rows["simple"][i], rows["optimal"][i]
-            print(f"{r:>8} {h:>12.4g} {s:>12.4g} {o:>12.4g} {h / o if o else float('nan'):>9.3f}")
+        _print_methods_table(f"Fig. 5 {name}: cost (B/s) by data range", "range", rows["ranges"], rows)
     for name, rows in result["fig6"].items():
-        print(f"\nFig. 6 ({name}, DD): cost (B/s) by number of streams")
-        print(f"{'streams':>8} {'heuristic':>12} {'simple':>12} {'optimal':>12} {'heur/opt':>9}")
-        for i, n in enumerate(rows["streams"]):
-            h, s, o = rows["heuristic"][i], rows["simple"][i], rows["optimal"][i]
-            print(f"{n:>8} {h:>12.4g} {s:>12.4g} {o:>12.4g} {h / o if o else float('nan'):>9.3f}")
+        _print_methods_table(f"Fig. 6 ({name}, DD): cost (B/s) by number of streams", "streams", rows["streams"], rows)
     for name, rows in result["fig8"].items():
         print(f"\nFig. 8 {name}: PMJoin cost (B/s) by partitions (unpartitioned {rows['unpartitioned']:.4g})")
         print(f"{'D':>6} " + " ".join(f"{m:>10}" for m in METHODS))
