@@ -10,10 +10,17 @@ from windjoin.operators.spec import parse_spec
 
 def run_join(spec_dict: dict, events: list[dict], chunk_size: int) -> tuple[list, list[int], WindowJoin]:
     """(task, left, right) results in emission order, input positions refused as late, and the join."""
-    spec = parse_spec(spec_dict)
-    join = WindowJoin(spec)
+    join = WindowJoin(parse_spec(spec_dict))
+    results, late = feed(join, events, chunk_size)
+    return results, late, join
+
+
+def feed(join: WindowJoin, events: list[dict], chunk_size: int) -> tuple[list[tuple], list[int]]:
+    """Events through `join` in chunks of `chunk_size`: (task, tuple per joined stream...) in emission order, and
+    the input positions refused as late."""
+    spec = join.spec
     builder = ChunkBuilder(spec)
-    results: list = []
+    results: list[tuple] = []
     late: list[int] = []
     positions: dict[str, list[int]] = {s: [] for s in spec.streams}
 
@@ -23,9 +30,9 @@ def run_join(spec_dict: dict, events: list[dict], chunk_size: int) -> tuple[list
             late.extend(positions[stream][r] for r in rows)
         for stream in positions:
             positions[stream].clear()
-        for pairs in result.pairs:
-            left, right = spec.task(pairs.task).join
-            results.extend((rec["task"], rec[left], rec[right]) for rec in pair_records(pairs))
+        for found in result.pairs:
+            streams = spec.task(found.task).join
+            results.extend((rec["task"], *(rec[s] for s in streams)) for rec in pair_records(found))
 
     for pos, event in enumerate(events):
         builder.add(event["stream"], event, 0)
@@ -33,4 +40,4 @@ def run_join(spec_dict: dict, events: list[dict], chunk_size: int) -> tuple[list
         if len(builder) >= chunk_size:
             flush()
     flush()
-    return results, sorted(late), join
+    return results, sorted(late)
