@@ -10,7 +10,7 @@ recent arrivals (count). Time windows refuse tuples older than the running maxim
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +59,15 @@ class _TaskRuntime:
 
     def opposite(self, stream: str) -> str:
         return self.streams[1] if stream == self.streams[0] else self.streams[0]
+
+    def arrived(self, batches: Mapping[str, TupleBatch]) -> Iterator[tuple[str, TupleBatch]]:
+        """Each of the task's streams with tuples in this chunk, and those tuples (counted as the task's input)."""
+        for stream in self.streams:
+            probes = batches.get(stream)
+            if probes is None or len(probes) == 0:
+                continue
+            self.counters.tuples_in[stream] += len(probes)
+            yield stream, probes
 
 
 class WindowJoin:
@@ -170,11 +179,7 @@ class WindowJoin:
 
     def _join_task(self, task: _TaskRuntime, batches: dict[str, TupleBatch], counts_before: dict[str, int]) -> Pairs:
         parts = []
-        for stream in task.streams:
-            probes = batches.get(stream)
-            if probes is None or len(probes) == 0:
-                continue
-            task.counters.tuples_in[stream] += len(probes)
+        for stream, probes in task.arrived(batches):
             other = task.opposite(stream)
             filters = self._filters(probes, other, batches, counts_before)
             probe = Probe(dict(probes.columns), filters, task.preds[stream], self.use_indexes)

@@ -117,11 +117,7 @@ class MJoin(WindowJoin):
         self, task: _TaskRuntime, batches: dict[str, TupleBatch], counts_before: dict[str, int]
     ) -> Combinations:  # type: ignore[override]  # WindowJoin.process collects whatever a task returns
         found = []
-        for stream in task.streams:
-            probes = batches.get(stream)
-            if probes is None or len(probes) == 0:
-                continue
-            task.counters.tuples_in[stream] += len(probes)
+        for stream, probes in task.arrived(batches):
             ts = probes.ts.astype(np.int64)
             partial = _Partial({stream: probes}, probes.seq, ts, ts)
             joined = [stream]
