@@ -21,29 +21,43 @@ OPS = {
 }
 
 
+def ts_field(spec: dict, stream: str) -> str:
+    return spec["streams"][stream].get("timestamp", "ts")
+
+
 def project(spec: dict, stream: str, event: dict) -> dict:
     """The tuple as the join sees it: timestamp and declared fields only."""
-    s = spec["streams"][stream]
-    names = [s.get("timestamp", "ts"), *s["fields"]]
+    names = [ts_field(spec, stream), *spec["streams"][stream]["fields"]]
     return {n: event[n] for n in names}
+
+
+def split_late(spec: dict, events: list[dict]) -> tuple[list[dict], list[int]]:
+    """The events a join accepts, in order, and the positions of those refused as late: with a time window, an
+    event older than the largest timestamp accepted before it by more than allowed_lateness_ms."""
+    lateness = spec.get("allowed_lateness_ms", 0)
+    accepted: list[dict] = []
+    late: list[int] = []
+    max_ts = None
+    for pos, event in enumerate(events):
+        ts = event[ts_field(spec, event["stream"])]
+        if spec["window"]["kind"] == "time":
+            if max_ts is not None and ts < max_ts - lateness:
+                late.append(pos)
+                continue
+            max_ts = ts if max_ts is None else max(max_ts, ts)
+        accepted.append(event)
+    return accepted, late
 
 
 def oracle_join(spec: dict, events: list[dict]) -> tuple[list[tuple[str, dict, dict]], list[int]]:
     """All result pairs as (task, left tuple, right tuple), and the positions of events refused as late."""
     window = spec["window"]
-    lateness = spec.get("allowed_lateness_ms", 0)
+    on_time, late = split_late(spec, events)
     accepted: list[tuple[str, dict]] = []
-    late: list[int] = []
     results = []
-    max_ts = None
-    for pos, event in enumerate(events):
+    for event in on_time:
         stream = event["stream"]
-        ts = event[spec["streams"][stream].get("timestamp", "ts")]
-        if window["kind"] == "time":
-            if max_ts is not None and ts < max_ts - lateness:
-                late.append(pos)
-                continue
-            max_ts = ts if max_ts is None else max(max_ts, ts)
+        ts = event[ts_field(spec, stream)]
         tup = project(spec, stream, event)
         for task in spec["tasks"]:
             left, right = task["join"]
@@ -55,24 +69,26 @@ def oracle_join(spec: dict, events: list[dict]) -> tuple[list[tuple[str, dict, d
                 earlier = earlier[-window["size"] :] if window["size"] else []
             for old in earlier:
                 if window["kind"] == "time":
-                    old_ts = old[spec["streams"][other].get("timestamp", "ts")]
+                    old_ts = old[ts_field(spec, other)]
                     if abs(ts - old_ts) > window["size_ms"]:
                         continue
                 pair = {stream: tup, other: old}
-                if all(_holds(pred, pair) for pred in task.get("on", [])):
+                if all(holds(pred, pair) for pred in task.get("on", [])):
                     results.append((task["name"], pair[left], pair[right]))
         accepted.append((stream, tup))
     return results, late
 
 
-def _holds(pred: dict, pair: dict[str, dict]) -> bool:
+def holds(pred: dict, by_stream: dict[str, dict]) -> bool:
+    """Whether the predicate holds between the tuples of its two streams (`by_stream`: stream → tuple)."""
     ls, lf = pred["left"].split(".")
     rs, rf = pred["right"].split(".")
-    return OPS[pred["op"]](pair[ls][lf], pair[rs][rf], pred.get("width"))
+    return OPS[pred["op"]](by_stream[ls][lf], by_stream[rs][rf], pred.get("width"))
 
 
-def as_multiset(results: list[tuple[str, dict, dict]]) -> Counter:
-    return Counter((task, _frozen(left), _frozen(right)) for task, left, right in results)
+def as_multiset(results: list[tuple]) -> Counter:
+    """(task, tuple, tuple, ...) results, 2-way or n-way, as a multiset that ignores order."""
+    return Counter((task, *(_frozen(t) for t in tuples)) for task, *tuples in results)
 
 
 def _frozen(tup: dict[str, Any]) -> tuple:

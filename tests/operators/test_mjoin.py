@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from tests.operators.run import run_join
 from tests.operators.run_mjoin import build_spec, run_mjoin
-from tests.oracle import oracle_join
-from tests.oracle_mjoin import as_multiset, oracle_mjoin
+from tests.oracle import as_multiset, oracle_join
+from tests.oracle_mjoin import oracle_mjoin
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.mjoin import MJoin
 

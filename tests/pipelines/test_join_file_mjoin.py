@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 from tests.operators.run_mjoin import build_spec
-from tests.oracle import oracle_join
-from tests.oracle_mjoin import as_multiset, oracle_mjoin
+from tests.oracle import as_multiset, oracle_join
+from tests.oracle_mjoin import oracle_mjoin
 from windjoin.operators.spec import load_spec
 from windjoin.pipelines.join_file import join_file
 
