@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+from pathlib import Path
+
 import orjson
 
 from windjoin.connectors.kafka_admin import create_topics
@@ -23,6 +27,52 @@ def produce_events(bootstrap: str, spec: dict, events: list[dict], topic_partiti
             if e["stream"] == name
         ]
         produce(bootstrap, stream["topic"], records)
+
+
+def punctuated_spec(
+    tasks: list[str], unique_topic: Callable[[str], str], folder: Path, redis_url: str, retain_ms: int
+) -> dict:
+    """The spec of `punctuated_events` on Kafka: tasks[0] joins R, S on k, tasks[1] S, R on nothing (time window
+    30 ms); Parquet under `folder` with snapshots closed by R's punctuation (kind "end") only, and Redis keeping
+    `retain_ms` of result time once a snapshot is closed."""
+    return {
+        "window": {"kind": "time", "size_ms": 30},
+        "allowed_lateness_ms": 10_000,
+        "streams": {
+            "R": {"fields": {"k": "int", "kind": "string"}, "topic": unique_topic("r")},
+            "S": {"fields": {"k": "int"}, "topic": unique_topic("s")},
+        },
+        "tasks": [
+            {"name": tasks[0], "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},
+            {"name": tasks[1], "join": ["S", "R"]},
+        ],
+        "partitions": 4,
+        "slots": 2,
+        "max_offsets_per_trigger": 150,
+        "checkpoint": str(folder / "checkpoint"),
+        "sinks": {
+            "parquet": {
+                "path": str(folder / "parquet"),
+                "snapshots": {"every_ms": 3_600_000, "punctuation": {"stream": "R", "field": "kind", "value": "end"}},
+            },
+            "redis": {"url": redis_url, "retain_ms": retain_ms},
+        },
+    }
+
+
+def punctuated_events(n: int, punctuate_at: set[int], seed: int, base_ts: int) -> list[dict]:
+    """R (k, kind "data") and S (k) events 1 ms apart, k in 0..4; at the positions `punctuate_at`, an R punctuation
+    (kind "end") instead."""
+    rng = random.Random(seed)
+    events = []
+    for i in range(n):
+        if i in punctuate_at:
+            events.append({"stream": "R", "ts": base_ts + i, "k": 0, "kind": "end"})
+        elif rng.random() < 0.5:
+            events.append({"stream": "R", "ts": base_ts + i, "k": rng.randrange(5), "kind": "data"})
+        else:
+            events.append({"stream": "S", "ts": base_ts + i, "k": rng.randrange(5)})
+    return events
 
 
 def parquet_pairs(sink, spec: dict) -> list[tuple]:

@@ -5,13 +5,12 @@ every few rows, receives every result once, in commit order."""
 
 from __future__ import annotations
 
-import random
 import uuid
 
 import pytest
 
 from tests.oracle import as_multiset, oracle_join
-from tests.pipelines.pipeline_helpers import produce_events
+from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
 from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore, parse_condition
 from windjoin.connectors.snapshots import SnapshotStore
@@ -24,19 +23,6 @@ N_EVENTS = 900
 PUNCTUATE_AT = 450
 
 
-def _events(seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    events = []
-    for i in range(N_EVENTS):
-        if i == PUNCTUATE_AT:
-            events.append({"stream": "R", "ts": BASE_TS + i, "k": 0, "kind": "end"})
-        elif rng.random() < 0.5:
-            events.append({"stream": "R", "ts": BASE_TS + i, "k": rng.randrange(5), "kind": "data"})
-        else:
-            events.append({"stream": "S", "ts": BASE_TS + i, "k": rng.randrange(5)})
-    return events
-
-
 def _pairs(rows: list[dict], task: str, join: list[str]) -> list[tuple]:
     return [(task, row[join[0]], row[join[1]]) for row in rows]
 
@@ -44,33 +30,11 @@ def _pairs(rows: list[dict], task: str, join: list[str]) -> list[tuple]:
 @pytest.mark.slow
 def test_queries_over_the_pipeline_output_equal_the_oracle(spark, kafka_bootstrap, redis_url, unique_topic, tmp_path):
     names = [f"{name}{uuid.uuid4().hex[:8]}" for name in ("eq", "all")]  # Redis keys of this test only
-    joins = {names[0]: ["R", "S"], names[1]: ["S", "R"]}
-    spec_dict = {
-        "window": {"kind": "time", "size_ms": 30},
-        "allowed_lateness_ms": 10_000,
-        "streams": {
-            "R": {"fields": {"k": "int", "kind": "string"}, "topic": unique_topic("r")},
-            "S": {"fields": {"k": "int"}, "topic": unique_topic("s")},
-        },
-        "tasks": [
-            {"name": names[0], "join": joins[names[0]], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},
-            {"name": names[1], "join": joins[names[1]]},
-        ],
-        "partitions": 4,
-        "slots": 2,
-        "max_offsets_per_trigger": 150,
-        "checkpoint": str(tmp_path / "checkpoint"),
-        "sinks": {
-            "parquet": {
-                "path": str(tmp_path / "parquet"),
-                # one snapshot, closed by the punctuation in the middle; the batches after it stay in Redis only
-                "snapshots": {"every_ms": 3_600_000, "punctuation": {"stream": "R", "field": "kind", "value": "end"}},
-            },
-            # once the snapshot is closed, Redis keeps only its last 100 ms of result time
-            "redis": {"url": redis_url, "retain_ms": 100},
-        },
-    }
-    events = _events(seed=5)
+    # one snapshot, closed by the punctuation in the middle; the batches after it stay in Redis only, which keeps
+    # only the last 100 ms of result time once the snapshot is closed
+    spec_dict = punctuated_spec(names, unique_topic, tmp_path, redis_url, retain_ms=100)
+    joins = {t["name"]: t["join"] for t in spec_dict["tasks"]}
+    events = punctuated_events(N_EVENTS, {PUNCTUATE_AT}, seed=5, base_ts=BASE_TS)
     produce_events(kafka_bootstrap, spec_dict, events, topic_partitions=1)
     spec = parse_spec(spec_dict)
     sinks = build_sinks(spec)

@@ -7,13 +7,18 @@ close a snapshot of every task, in consecutive ranges from batch 0; Redis record
 
 from __future__ import annotations
 
-import random
 import uuid
 
 import pytest
 
 from tests.oracle import as_multiset, oracle_join
-from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
+from tests.pipelines.pipeline_helpers import (
+    parquet_pairs,
+    produce_events,
+    punctuated_events,
+    punctuated_spec,
+    redis_pairs,
+)
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
 from windjoin.connectors.snapshots import SnapshotStore
@@ -24,47 +29,12 @@ from windjoin.pipelines.run_cli import build_sinks
 BASE_TS = 1_700_000_000_000
 
 
-def _events(n: int, punctuate_at: set[int], seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    events = []
-    for i in range(n):
-        if i in punctuate_at:
-            events.append({"stream": "R", "ts": BASE_TS + i, "k": 0, "kind": "end"})
-        elif rng.random() < 0.5:
-            events.append({"stream": "R", "ts": BASE_TS + i, "k": rng.randrange(5), "kind": "data"})
-        else:
-            events.append({"stream": "S", "ts": BASE_TS + i, "k": rng.randrange(5)})
-    return events
-
-
 @pytest.mark.slow
 def test_punctuation_closes_snapshots_in_the_pipeline(spark, kafka_bootstrap, redis_url, unique_topic, tmp_path):
     tasks = [f"{name}{uuid.uuid4().hex[:8]}" for name in ("eq", "all")]  # Redis keys of this test only
-    spec_dict = {
-        "window": {"kind": "time", "size_ms": 30},
-        "allowed_lateness_ms": 10_000,
-        "streams": {
-            "R": {"fields": {"k": "int", "kind": "string"}, "topic": unique_topic("r")},
-            "S": {"fields": {"k": "int"}, "topic": unique_topic("s")},
-        },
-        "tasks": [
-            {"name": tasks[0], "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},
-            {"name": tasks[1], "join": ["S", "R"]},
-        ],
-        "partitions": 4,
-        "slots": 2,
-        "max_offsets_per_trigger": 150,
-        "checkpoint": str(tmp_path / "checkpoint"),
-        "sinks": {
-            "parquet": {
-                "path": str(tmp_path / "parquet"),
-                "snapshots": {"every_ms": 3_600_000, "punctuation": {"stream": "R", "field": "kind", "value": "end"}},
-            },
-            "redis": {"url": redis_url, "retain_ms": 10**12},
-        },
-    }
+    spec_dict = punctuated_spec(tasks, unique_topic, tmp_path, redis_url, retain_ms=10**12)
     punctuate_at = {250, 520}
-    events = _events(700, punctuate_at, seed=4)
+    events = punctuated_events(700, punctuate_at, seed=4, base_ts=BASE_TS)
     produce_events(kafka_bootstrap, spec_dict, events, topic_partitions=1)
     spec = parse_spec(spec_dict)
     sinks = build_sinks(spec)
