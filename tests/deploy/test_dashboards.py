@@ -121,24 +121,12 @@ def test_no_dashboard_queries_an_unknown_component():
 def test_a_real_pipeline_run_updates_every_job_metric_a_dashboard_queries(
     spark, kafka_bootstrap, unique_topic, tmp_path
 ):
-    from tests.pipelines.pipeline_helpers import produce_events
+    from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
     from windjoin.connectors.parquet_sink import ParquetSink
     from windjoin.operators.spec import parse_spec
     from windjoin.pipelines.join_job import start_job
 
-    spec_dict = {
-        "window": {"kind": "time", "size_ms": 50},
-        "streams": {
-            "R": {"fields": {"k": "int", "x": "int"}, "key": "k", "topic": unique_topic("r")},
-            "S": {"fields": {"k": "int", "a": "int"}, "key": "k", "topic": unique_topic("s")},
-        },
-        "tasks": [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
-        "partitions": 4,
-        "slots": 2,
-        "checkpoint": str(tmp_path / "checkpoint"),
-        "max_offsets_per_trigger": 300,
-        "allowed_lateness_ms": 5000,
-    }
+    spec_dict = {**keyed_eq_spec(unique_topic, tmp_path), "max_offsets_per_trigger": 300}
     t0 = 1_700_000_000_000
     events = [{"stream": "RS"[i % 2], "ts": t0 + i, "k": i % 7, "x" if i % 2 == 0 else "a": i} for i in range(1000)]
     events.append({"stream": "R", "ts": t0 + 500, "k": 1, "x": "seven"})  # refused: wrong_type

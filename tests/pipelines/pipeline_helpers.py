@@ -29,6 +29,23 @@ def produce_events(bootstrap: str, spec: dict, events: list[dict], topic_partiti
         produce(bootstrap, stream["topic"], records)
 
 
+def keyed_eq_spec(unique_topic: Callable[[str], str], folder: Path) -> dict:
+    """A spec on Kafka: R (k, x) and S (k, a), both keyed by k, and one task "eq" joining them on k (time window
+    50 ms, lateness 5 s, 4 partitions on 2 slots, checkpoint under `folder`)."""
+    return {
+        "window": {"kind": "time", "size_ms": 50},
+        "streams": {
+            "R": {"fields": {"k": "int", "x": "int"}, "key": "k", "topic": unique_topic("r")},
+            "S": {"fields": {"k": "int", "a": "int"}, "key": "k", "topic": unique_topic("s")},
+        },
+        "tasks": [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+        "partitions": 4,
+        "slots": 2,
+        "checkpoint": str(folder / "checkpoint"),
+        "allowed_lateness_ms": 5000,
+    }
+
+
 def punctuated_spec(
     tasks: list[str], unique_topic: Callable[[str], str], folder: Path, redis_url: str, retain_ms: int
 ) -> dict:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.pipelines.pipeline_helpers import produce_events
+from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
 from windjoin.pipelines.job_metrics import DELAY_BUCKETS, JobMetrics
 from windjoin.pipelines.join_job import BatchOutcome
 
@@ -97,18 +97,7 @@ def _scrape(url: str) -> dict[str, float]:
 @pytest.mark.slow
 def test_windjoin_run_serves_its_metrics_while_it_runs(kafka_bootstrap, unique_topic, tmp_path):
     """The real `windjoin run --metrics-port`, scraped over HTTP while it joins, then stopped (its process group)."""
-    spec = {
-        "window": {"kind": "time", "size_ms": 50},
-        "streams": {
-            "R": {"fields": {"k": "int", "x": "int"}, "key": "k", "topic": unique_topic("r")},
-            "S": {"fields": {"k": "int", "a": "int"}, "key": "k", "topic": unique_topic("s")},
-        },
-        "tasks": [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
-        "partitions": 4,
-        "slots": 2,
-        "checkpoint": str(tmp_path / "checkpoint"),
-        "allowed_lateness_ms": 5000,
-    }
+    spec = keyed_eq_spec(unique_topic, tmp_path)
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(json.dumps(spec))
     t0 = 1_700_000_000_000
