@@ -25,7 +25,7 @@ from benchmarks.machine import machine_facts
 from benchmarks.pmjoin_workload import distributions, query, rates_and_windows
 from windjoin.operators.pmjoin.baselines import best_centralized_plan, simple_plan
 from windjoin.operators.pmjoin.heuristic import stream_join_opt
-from windjoin.operators.pmjoin.model import EqualityClass, Query, RateModel, Stream
+from windjoin.operators.pmjoin.model import Query, RateModel
 from windjoin.operators.pmjoin.optimal import optimal_plan
 from windjoin.operators.pmjoin.plan import plan_cost
 from windjoin.operators.pmjoin.planner import source_inputs
@@ -141,14 +141,10 @@ def fig8(cfg: dict, rng: np.random.Generator) -> dict:
 
 def example1() -> dict[str, float]:
     """Table 1 of the paper: the three figures Example 1 quotes."""
-    table = {"S1": (0.1, 0.1, 100.0), "S2": (0.03, 50.0, 0.04), "S3": (50.0, 0.01, 0.02)}
-    streams, weights = [], []
-    for i, (name, per_value) in enumerate(table.items()):
-        rate = sum(per_value)
-        streams.append(Stream(name, f"n{i + 1}", rate, rate * 0.5))
-        weights.append(np.array(per_value) / rate)
-    cls = EqualityClass("dest", (0, 1, 2), ("dest",) * 3, np.array(["a", "b", "c"]), np.array(weights))
-    q = Query(tuple(streams), ("n1", "n2", "n3"), (cls,))
+    # rates of S1, S2, S3 (on nodes n1, n2, n3) per value a, b, c of the join attribute; windows of 0.5 s
+    table = np.array([(0.1, 0.1, 100.0), (0.03, 50.0, 0.04), (50.0, 0.01, 0.02)])
+    rates = table.sum(axis=1)
+    q = query(rates, np.full(3, 0.5), table / rates[:, None], ["n1", "n2", "n3"])
     model, inputs = RateModel(q), source_inputs(q)
     base = stream_join_opt(inputs, model)
     pm = plan_pmjoin(inputs, 0, model, Partitioning("value"), unpartitioned=base)
