@@ -157,7 +157,8 @@ class BatchSink:
 
 def build_stream(spark: SparkSession, spec: JoinSpec, bootstrap: str) -> DataFrame:
     """The joined stream: one row per (slot, kind, name) per batch, payloads as Arrow IPC."""
-    adapter = Adapter(spec, RoutingTable.round_robin(spec.partitions, spec.slots), slot_labels(spark, spec.slots))
+    labels = slot_labels(spark, spec.slots)
+    adapter = Adapter(spec, RoutingTable.round_robin(spec.partitions, spec.slots), labels)
     options = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest"}
     if spec.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
@@ -165,7 +166,10 @@ def build_stream(spark: SparkSession, spec: JoinSpec, bootstrap: str) -> DataFra
         read_adapted(spark, adapter, options)
         .groupBy("slot")
         .transformWithStateInPandas(
-            statefulProcessor=JoinProcessor(spec), outputStructType=OUTPUT_DDL, outputMode="Append", timeMode="None"
+            statefulProcessor=JoinProcessor(spec, labels),
+            outputStructType=OUTPUT_DDL,
+            outputMode="Append",
+            timeMode="None",
         )
     )
 

@@ -29,6 +29,7 @@ from windjoin.operators.join import Pairs, WindowJoin
 from windjoin.operators.schema import LATE
 from windjoin.operators.spec import CountWindow, JoinSpec
 from windjoin.pipelines.adapter import PUNCTUATION, field_column
+from windjoin.pipelines.slot_load import GroupLoadMeter
 
 OUTPUT_DDL = "slot int, kind string, name string, payload binary"
 PAIRS, DEAD, STATS = "pairs", "dead", "stats"
@@ -56,8 +57,10 @@ def _new_meta() -> dict[str, Any]:
 
 
 class JoinProcessor(StatefulProcessor):
-    def __init__(self, spec: JoinSpec) -> None:
+    def __init__(self, spec: JoinSpec, slot_labels: tuple[int, ...] = ()) -> None:
         self.spec = spec
+        # grouping-key value -> slot index, for the load reports (without labels a slot reports its key)
+        self.slot_index = {label: i for i, label in enumerate(slot_labels)}
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.meta_state = handle.getValueState("meta", "meta binary")
@@ -75,8 +78,12 @@ class JoinProcessor(StatefulProcessor):
         live = frame[frame["reason"].isna()].sort_values(ORDER, kind="stable")
         pairs_by_task: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
         late_parts, kept_parts = [], []
+        meter = GroupLoadMeter()
         for part, rows_p in live.groupby("part", sort=True):
+            part_started = time.perf_counter()
             tables, late, kept = self._join_partition(windows, meta, int(part), rows_p)
+            outputs = sum(len(table) for _, table in tables)
+            meter.record(int(part), len(rows_p), outputs, time.perf_counter() - part_started)
             for task, table in tables:
                 pairs_by_task[task].append(table)
             late_parts.append(late)
@@ -98,14 +105,20 @@ class JoinProcessor(StatefulProcessor):
         meta["nonce"] = windows.nonce = uuid.uuid4().hex
         self.meta_state.update((orjson.dumps(meta),))
         _CACHE[slot] = windows
+        seconds = time.perf_counter() - started
+        groups = meter.report(windows.joins, seconds)
         stats = {
+            "slot_index": self.slot_index.get(slot, slot),
             "rows": len(frame),
             "joined": len(live),
             "dead": len(dead_rows),
             "punctuations": punctuations,
             "segments": len(meta["segments"]),
-            "window_tuples": sum(len(s) for j in windows.joins.values() for s in j.stores.values()),
-            "seconds": time.perf_counter() - started,
+            "window_tuples": sum(groups["window_tuples"]),
+            "state_bytes": sum(groups["state_bytes"]),
+            "outputs": sum(groups["outputs"]),
+            "seconds": seconds,
+            "groups": groups,  # per hash partition, columns slot_load.GROUP_FIELDS
         }
         out.append((slot, STATS, "", orjson.dumps(stats)))
         yield pd.DataFrame(out, columns=["slot", "kind", "name", "payload"])
