@@ -57,7 +57,8 @@ class BulkHistogram(Collector):
 
 class JobMetrics:
     """Input rows per slot, pairs per task, dead letters by reason, production delay, per-slot batch time and
-    window size, batch id."""
+    window size, batch id; per slot and per hash partition the load the controller reads (tuples in, outputs,
+    seconds, window tuples, state bytes)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -88,6 +89,44 @@ class JobMetrics:
         self.window_segments = Gauge(
             "windjoin_job_window_segments", "Window segments stored in a slot's state.", ["slot"], registry=r
         )
+        self.state_bytes = Gauge(
+            "windjoin_job_state_bytes",
+            "Approximate bytes of the stored window columns of a slot after its last batch.",
+            ["slot"],
+            registry=r,
+        )
+        self.slot_outputs = Counter(
+            "windjoin_job_slot_outputs", "Result pairs a slot produced, by slot.", ["slot"], registry=r
+        )
+        # Per hash partition (the unit the controller moves), labelled by partition only, so a move between
+        # slots continues the same series; windjoin_job_partition_slot says where it ran last.
+        self.part_tuples = Counter(
+            "windjoin_job_partition_tuples_in",
+            "Tuples that entered the join, by hash partition.",
+            ["partition"],
+            registry=r,
+        )
+        self.part_outputs = Counter(
+            "windjoin_job_partition_outputs", "Result pairs produced, by hash partition.", ["partition"], registry=r
+        )
+        self.part_seconds = Counter(
+            "windjoin_job_partition_seconds",
+            "Slot processing seconds attributed to a hash partition (measured join time plus a share of the rest).",
+            ["partition"],
+            registry=r,
+        )
+        self.part_window_tuples = Gauge(
+            "windjoin_job_partition_window_tuples", "Tuples held in a partition's windows.", ["partition"], registry=r
+        )
+        self.part_state_bytes = Gauge(
+            "windjoin_job_partition_state_bytes",
+            "Approximate bytes of a partition's stored window columns.",
+            ["partition"],
+            registry=r,
+        )
+        self.part_slot = Gauge(
+            "windjoin_job_partition_slot", "Slot index that last reported the partition.", ["partition"], registry=r
+        )
         self.delay = BulkHistogram(
             "windjoin_job_production_delay_seconds",
             "Production delay of result pairs: emission minus the later tuple's event time.",
@@ -104,6 +143,9 @@ class JobMetrics:
             self.slot_seconds.labels(slot).observe(stat.get("seconds", 0.0))
             self.window_tuples.labels(slot).set(stat.get("window_tuples", 0))
             self.window_segments.labels(slot).set(stat.get("segments", 0))
+            self.state_bytes.labels(slot).set(stat.get("state_bytes", 0))
+            self.slot_outputs.labels(slot).inc(stat.get("outputs", 0))
+            self._observe_groups(int(stat.get("slot_index", stat["slot"])), stat.get("groups"))
         for task, n in outcome.pairs.items():
             self.pairs.labels(task).inc(n)
         for reason, n in outcome.dead_by_reason.items():
@@ -112,6 +154,28 @@ class JobMetrics:
         self.batches.inc()
         self.batch_id.set(outcome.batch_id)
         self.last_batch.set(outcome.finished_at)
+
+    def _observe_groups(self, slot_index: int, groups: dict[str, list] | None) -> None:
+        """One slot's per-partition columns (pipelines.slot_load): a few label lookups per partition."""
+        if not groups:
+            return
+        columns = zip(
+            groups["part"],
+            groups["tuples_in"],
+            groups["outputs"],
+            groups["seconds"],
+            groups["window_tuples"],
+            groups["state_bytes"],
+            strict=True,
+        )
+        for part, tuples_in, outputs, seconds, window_tuples, state_bytes in columns:
+            label = str(part)
+            self.part_tuples.labels(label).inc(tuples_in)
+            self.part_outputs.labels(label).inc(outputs)
+            self.part_seconds.labels(label).inc(seconds)
+            self.part_window_tuples.labels(label).set(window_tuples)
+            self.part_state_bytes.labels(label).set(state_bytes)
+            self.part_slot.labels(label).set(slot_index)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
         """Serve /metrics on `port` from a background thread; returns (server, thread)."""

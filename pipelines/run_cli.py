@@ -134,10 +134,20 @@ def run(
         metrics.serve(metrics_port)
         click.echo(f"windjoin: metrics on :{metrics_port}/metrics", err=True)
 
+    load_publisher = None
+    if spec.sinks.redis is not None:  # per-slot and per-partition load for `windjoin controller`
+        from windjoin.connectors.load_reports import LoadReports
+        from windjoin.pipelines.load_publisher import LoadPublisher
+
+        trigger_s = 0.0 if available_now else spec.trigger_ms / 1000
+        load_publisher = LoadPublisher(LoadReports(spec.sinks.redis.url), trigger_s)
+
     def on_batch(outcome: BatchOutcome) -> None:
         click.echo(progress.line(outcome), err=True)
         if metrics is not None:
             metrics.observe(outcome)
+        if load_publisher is not None:
+            load_publisher(outcome)
 
     query = start_job(spark, spec, bootstrap, sinks, available_now, on_batch=on_batch)
     click.echo(f"windjoin: joining {', '.join(s.topic for s in spec.streams.values())} from {bootstrap}", err=True)

@@ -1,0 +1,128 @@
+"""The join job's per-batch load reports in Redis: written by the job's driver, read by the controller.
+
+Layout (`ns` is the namespace, default "windjoin", as for the result keys; `{control}` is a Redis Cluster hash
+tag shared by the control keys):
+
+- `ns:{control}:load` - stream, one entry per committed batch (auto id, so its time part is the publish time),
+  fields `batch_id`, `finished_at` (driver wall clock, s), `interval_s` (the batch's wall-clock span, for busy
+  occupancy) and `slots`: a JSON array of slot reports `{"slot": index, "label", "rows", "joined", "dead",
+  "outputs", "window_tuples", "state_bytes", "seconds", "groups": {"part": [...], "tuples_in": [...], ...}}`
+  (groups as columns, see `pipelines.slot_load`). Capped with `MAXLEN ~ maxlen`.
+
+A batch replayed after a failure is reported again; readers keep the latest report of each (batch, slot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+from windjoin.connectors.redis_sink import NAMESPACE
+from windjoin.operators.control.load import Load, SlotBatch
+from windjoin.operators.partitioning import Group
+
+DEFAULT_MAXLEN = 10_000  # batches kept: hours at a 1 s trigger, far more than one control epoch needs
+
+
+def load_key(namespace: str = "windjoin") -> str:
+    """The stream of load reports (see the module docstring)."""
+    return f"{check_namespace(namespace)}:{{control}}:load"
+
+
+def check_namespace(namespace: str) -> str:
+    """The namespace, if it is one the result keys accept; else ValueError naming what is accepted."""
+    if not isinstance(namespace, str) or not NAMESPACE.match(namespace):
+        raise ValueError(f"namespace {namespace!r} is not accepted (accepted: {NAMESPACE.pattern})")
+    return namespace
+
+
+@dataclass(frozen=True)
+class LoadEntry:
+    """One batch's load report as read back from the stream."""
+
+    entry_id: str
+    batch_id: int
+    finished_at: float
+    interval_s: float
+    slots: list[dict[str, Any]]
+
+
+class LoadReports:
+    """Publish and read the load stream of one namespace."""
+
+    def __init__(
+        self, url: str, namespace: str = "windjoin", maxlen: int = DEFAULT_MAXLEN, socket_timeout: float = 10.0
+    ) -> None:
+        if maxlen < 1:
+            raise ValueError(f"maxlen must be >= 1, got {maxlen}")
+        self.key = load_key(namespace)
+        self.maxlen = maxlen
+        self.client = redis.Redis.from_url(url, socket_timeout=socket_timeout)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def publish(self, batch_id: int, finished_at: float, interval_s: float, slots: Sequence[dict[str, Any]]) -> str:
+        """Append one batch's slot reports; returns the entry id."""
+        fields = {
+            "batch_id": int(batch_id),
+            "finished_at": repr(float(finished_at)),
+            "interval_s": repr(float(interval_s)),
+            "slots": orjson.dumps(list(slots)),
+        }
+        return self.client.xadd(self.key, fields, maxlen=self.maxlen, approximate=True).decode()
+
+    def read(self, after: str = "0-0", count: int | None = None) -> list[LoadEntry]:
+        """Entries published after entry id `after` (exclusive), oldest first."""
+        raw = self.client.xrange(self.key, min=f"({after}" if after != "0-0" else "-", max="+", count=count)
+        return [_entry(entry_id, fields) for entry_id, fields in raw]
+
+    def last_id(self) -> str:
+        """The newest entry's id ("0-0" for an empty stream): a cursor that skips everything published so far."""
+        newest = self.client.xrevrange(self.key, count=1)
+        return newest[0][0].decode() if newest else "0-0"
+
+
+def _entry(entry_id: bytes, fields: dict[bytes, bytes]) -> LoadEntry:
+    return LoadEntry(
+        entry_id.decode(),
+        int(fields[b"batch_id"]),
+        float(fields[b"finished_at"]),
+        float(fields[b"interval_s"]),
+        orjson.loads(fields[b"slots"]),
+    )
+
+
+def slot_batches(entries: Iterable[LoadEntry]) -> list[SlotBatch]:
+    """The controller's view of load entries: one SlotBatch per (batch, slot), the latest report winning (a
+    replayed batch is reported twice), groups as whole partitions."""
+    latest: dict[tuple[int, int], SlotBatch] = {}
+    for entry in entries:
+        for report in entry.slots:
+            groups = report.get("groups") or {}
+            columns = zip(
+                groups.get("part", []),
+                groups.get("tuples_in", []),
+                groups.get("seconds", []),
+                groups.get("state_bytes", []),
+                groups.get("outputs", []),
+                strict=True,
+            )
+            batch = SlotBatch(
+                entry.batch_id,
+                int(report["slot"]),
+                entry.interval_s,
+                Load(
+                    tuples_in=int(report.get("joined", 0)),
+                    processing_s=float(report.get("seconds", 0.0)),
+                    state_bytes=int(report.get("state_bytes", 0)),
+                    outputs=int(report.get("outputs", 0)),
+                ),
+                {Group(int(p)): Load(int(n), float(s), 0, int(b), int(o)) for p, n, s, b, o in columns},
+            )
+            latest[(entry.batch_id, batch.slot)] = batch
+    return [latest[k] for k in sorted(latest)]

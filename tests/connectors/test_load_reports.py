@@ -1,0 +1,108 @@
+"""Load reports through real Redis: published per batch by the driver's publisher, read back by the controller."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from windjoin.connectors.load_reports import LoadReports, load_key, slot_batches
+from windjoin.operators.control.load import Load
+from windjoin.operators.partitioning import Group
+from windjoin.pipelines.join_job import BatchOutcome
+from windjoin.pipelines.load_publisher import LoadPublisher
+
+
+def _stat(label: int, index: int, parts: list[int], tuples: list[int], seconds: float) -> dict:
+    share = [seconds * n / sum(tuples) for n in tuples]
+    return {
+        "slot": label,
+        "slot_index": index,
+        "rows": sum(tuples) + 1,
+        "joined": sum(tuples),
+        "dead": 1,
+        "outputs": 2 * sum(tuples),
+        "window_tuples": 10 * sum(tuples),
+        "state_bytes": 80 * sum(tuples),
+        "seconds": seconds,
+        "segments": 3,
+        "groups": {
+            "part": parts,
+            "tuples_in": tuples,
+            "outputs": [2 * n for n in tuples],
+            "window_tuples": [10 * n for n in tuples],
+            "state_bytes": [80 * n for n in tuples],
+            "seconds": share,
+        },
+    }
+
+
+def _outcome(batch_id: int, finished_at: float) -> BatchOutcome:
+    return BatchOutcome(
+        batch_id,
+        stats=[_stat(13, 1, [1, 3], [5, 15], 0.4), _stat(6, 0, [0, 2], [30, 10], 0.8)],
+        delays_ms=np.zeros(0, dtype=np.int64),
+        finished_at=finished_at,
+    )
+
+
+@pytest.fixture
+def reports(redis_url):
+    reports = LoadReports(redis_url, namespace=f"t{uuid.uuid4().hex[:8]}", maxlen=50)
+    yield reports
+    reports.client.delete(reports.key)
+    reports.close()
+
+
+def test_published_batches_read_back_as_slot_batches_by_slot_index(reports):
+    publish = LoadPublisher(reports, trigger_s=1.0)
+    publish(_outcome(0, 1000.0))
+    publish(_outcome(1, 1003.5))  # 3.5 s after the first: the batch's interval
+    publish(_outcome(2, 1004.0))  # sooner than the trigger interval: counted as the trigger interval
+    entries = reports.read()
+    assert [e.batch_id for e in entries] == [0, 1, 2]
+    assert [e.interval_s for e in entries] == [1.0, 3.5, 1.0]
+    assert [r["slot"] for r in entries[0].slots] == [0, 1] and entries[0].slots[1]["label"] == 13
+    batches = slot_batches(entries)
+    assert [(b.batch_id, b.slot) for b in batches] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    slot1 = batches[1]
+    assert slot1.total == Load(tuples_in=20, processing_s=0.4, state_bytes=1600, outputs=40)
+    assert slot1.groups[Group(3)] == Load(15, pytest.approx(0.3), 0, 1200, 30)
+    assert set(slot1.groups) == {Group(1), Group(3)}
+
+
+def test_reading_after_a_cursor_returns_only_newer_entries_and_replays_keep_the_latest(reports):
+    publish = LoadPublisher(reports, trigger_s=0.0)
+    publish(_outcome(0, 10.0))
+    cursor = reports.last_id()
+    assert reports.read(after=cursor) == []
+    publish(_outcome(1, 11.0))
+    replay = _outcome(1, 12.0)
+    replay.stats[0]["seconds"] = 9.0
+    publish(replay)  # batch 1 again after a failure: reported twice
+    newer = reports.read(after=cursor)
+    assert [e.batch_id for e in newer] == [1, 1]
+    batches = slot_batches(newer)
+    assert [(b.batch_id, b.slot) for b in batches] == [(1, 0), (1, 1)]
+    assert batches[1].total.processing_s == 9.0
+
+
+def test_the_stream_is_capped(reports):
+    publish = LoadPublisher(reports, trigger_s=0.0)
+    for i in range(500):
+        publish(_outcome(i, float(i)))
+    length = reports.client.xlen(reports.key)
+    assert 50 <= length < 500  # MAXLEN ~ trims whole macro nodes: about maxlen, never everything
+    assert reports.read()[-1].batch_id == 499
+
+
+def test_a_redis_outage_does_not_stop_the_batch():
+    reports = LoadReports("redis://127.0.0.1:1/0", socket_timeout=0.5)
+    assert LoadPublisher(reports, 1.0)(_outcome(0, 1.0)) is None
+
+
+def test_namespace_is_checked():
+    assert load_key("windjoin") == "windjoin:{control}:load"
+    with pytest.raises(ValueError, match="namespace 'a b'"):
+        load_key("a b")
