@@ -1,0 +1,193 @@
+"""Executor scaling in the join job's driver: follow a desired executor count with Spark's own API.
+
+The decision (bounds, hysteresis) is the pure `next_target`; the Spark calls are thin (`SparkExecutors`), and
+`ExecutorFollower` is a driver thread that reads the desired count (a fixed number, or a Redis key the controller
+writes) and applies it. Dynamic allocation must be off: with it on, Spark's own allocator adds and removes executors
+by its task backlog and fights explicit requests; with it off, `requestTotalExecutors` sets the absolute target and
+`killExecutors` removes chosen executors (lowering the target with them). On a standalone cluster the master then
+launches or stops executors on its workers; on Kubernetes the driver creates or deletes executor pods.
+
+JVM signatures (pyspark 4.3, `javap` on spark-core_2.13-4.3.0.jar, `SparkContext`):
+`requestTotalExecutors(int, int, scala.collection.immutable.Map<String, Object>)`,
+`killExecutors(scala.collection.immutable.Seq<String>)`, `getExecutorIds(): Seq<String>`; Python lists and dicts do
+not convert to Scala collections through py4j, hence `PythonUtils.toSeq` / `PythonUtils.toScalaMap`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REDIS_KEY = "windjoin:executors:desired"
+
+
+@dataclass(frozen=True)
+class ScalingPolicy:
+    """Bounds and hysteresis for the executor target.
+
+    Growing happens at the first decision above the target; shrinking only once every decision for
+    `shrink_after_s` asked for fewer (a brief lull does not give executors back). After any change, no other
+    change for `cooldown_s` (new executors take ~10 s to register; their effect on load shows later still).
+    """
+
+    min_executors: int = 1
+    max_executors: int = 64
+    shrink_after_s: float = 30.0
+    cooldown_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_executors <= self.max_executors:
+            raise ValueError(
+                f"executor bounds: need 0 <= min <= max, got min {self.min_executors}, max {self.max_executors}"
+            )
+        if self.shrink_after_s < 0 or self.cooldown_s < 0:
+            raise ValueError(
+                f"shrink_after_s and cooldown_s must be >= 0, got {self.shrink_after_s}, {self.cooldown_s}"
+            )
+
+
+@dataclass(frozen=True)
+class ScalingState:
+    """The target in force, when it last changed, and since when decisions have asked for fewer (None: not)."""
+
+    target: int
+    changed_at: float = -math.inf
+    below_since: float | None = None
+
+
+def clamp(desired: int, policy: ScalingPolicy) -> int:
+    return min(max(desired, policy.min_executors), policy.max_executors)
+
+
+def next_target(state: ScalingState, desired: int | None, now: float, policy: ScalingPolicy) -> ScalingState:
+    """The state after one decision `desired` (None: no decision available, keep everything) at time `now`."""
+    if desired is None:
+        return state
+    want = clamp(desired, policy)
+    below_since = (state.below_since if state.below_since is not None else now) if want < state.target else None
+    state = replace(state, below_since=below_since)
+    if want == state.target or now - state.changed_at < policy.cooldown_s:
+        return state
+    if want < state.target and now - below_since < policy.shrink_after_s:
+        return state
+    return ScalingState(target=want, changed_at=now, below_since=None)
+
+
+def to_remove(executor_ids: list[str], target: int) -> list[str]:
+    """Which executors to kill to come down to `target`: the newest first (highest numeric id), so the longest-lived
+    executors, whose Python workers and state caches are warm, stay."""
+    excess = len(executor_ids) - target
+    if excess <= 0:
+        return []
+    ordered = sorted(executor_ids, key=lambda e: (not e.isdigit(), int(e) if e.isdigit() else 0, e))
+    return ordered[-excess:]
+
+
+class SparkExecutors:
+    """The running SparkContext's executors, through the JVM SparkContext (`sc._jsc.sc()`)."""
+
+    def __init__(self, sc: Any) -> None:
+        if sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+            raise ValueError(
+                "spark.dynamicAllocation.enabled=true: Spark's allocator would fight explicit executor requests; "
+                "turn it off to let windjoin set the executor count"
+            )
+        self._sc = sc
+        self._jvm_sc = sc._jsc.sc()
+
+    def live(self) -> list[str]:
+        """Ids of the executors registered with the driver now (the driver itself is not among them)."""
+        ids = self._jvm_sc.getExecutorIds()  # a Scala Seq: py4j cannot iterate it, so index it
+        return [str(ids.apply(i)) for i in range(ids.size())]
+
+    def apply(self, target: int) -> list[str]:
+        """Make `target` the executor total: kill the excess (newest first), then request the absolute total.
+        Returns the ids killed."""
+        killed = to_remove(self.live(), target)
+        if killed:
+            self._jvm_sc.killExecutors(self._sc._jvm.PythonUtils.toSeq(killed))
+        self._jvm_sc.requestTotalExecutors(target, 0, self._sc._jvm.PythonUtils.toScalaMap({}))
+        return killed
+
+
+def redis_desired(url: str, key: str = DEFAULT_REDIS_KEY) -> Callable[[], int | None]:
+    """A reader of the desired executor count from a Redis string key (None when absent or not an integer)."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=2.0)
+
+    def read() -> int | None:
+        try:
+            raw = client.get(key)
+            return None if raw is None else int(raw)
+        except (redis.RedisError, ValueError) as err:
+            log.warning("desired executors from %s key %s unreadable: %s", url, key, err)
+            return None
+
+    return read
+
+
+class ExecutorFollower:
+    """A daemon thread in the driver: every `interval_s`, read the desired count, step the policy, apply changes.
+
+    `on_change(target, live_ids, killed_ids)` is called after each applied change (for progress lines).
+    """
+
+    def __init__(
+        self,
+        executors: SparkExecutors,
+        desired: Callable[[], int | None],
+        policy: ScalingPolicy,
+        interval_s: float = 2.0,
+        on_change: Callable[[int, list[str], list[str]], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.executors, self.desired, self.policy = executors, desired, policy
+        self.interval_s, self.on_change, self.clock = interval_s, on_change, clock
+        self.state: ScalingState | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="windjoin-executors", daemon=True)
+
+    def step(self) -> None:
+        """One round: read the decision, step the policy, apply a changed target; and, once the target has held
+        for `cooldown_s`, kill executors beyond it (the cluster may have launched more than asked before the
+        first request arrived, e.g. a standalone master gives a new application every free core)."""
+        desired, now = self.desired(), self.clock()
+        if self.state is None:
+            if desired is None:
+                return
+            self.state = ScalingState(target=clamp(desired, self.policy), changed_at=now)
+            changed = True
+        else:
+            previous = self.state.target
+            self.state = next_target(self.state, desired, now, self.policy)
+            changed = self.state.target != previous
+        live = self.executors.live()
+        settled = now - self.state.changed_at >= self.policy.cooldown_s
+        if changed or (settled and len(live) > self.state.target):
+            killed = self.executors.apply(self.state.target)
+            if self.on_change is not None:
+                self.on_change(self.state.target, self.executors.live(), killed)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception:  # a py4j hiccup must not end scaling for the rest of the run
+                log.exception("executor scaling step failed")
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> ExecutorFollower:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10.0)
