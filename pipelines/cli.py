@@ -12,6 +12,7 @@ import yaml
 from windjoin.operators.spec import load_spec
 from windjoin.pipelines.band_workload import BAND_SPEC, band_events
 from windjoin.pipelines.cli_options import SPEC_ARGUMENT, load_spec_or_fail
+from windjoin.pipelines.controller_cli import controller
 from windjoin.pipelines.join_file import DEFAULT_CHUNK, JoinFileReport, Refusal, join_file
 from windjoin.pipelines.plan_cli import plan
 from windjoin.pipelines.producer_cli import generate, produce
@@ -29,6 +30,7 @@ def cli() -> None:
 for command in (services, produce, generate, run, proxy, query):
     cli.add_command(command)
 cli.add_command(plan)
+cli.add_command(controller)
 
 
 @cli.command("join-file")

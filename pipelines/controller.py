@@ -1,0 +1,142 @@
+"""The control loop's epoch: the load reports since the last epoch in, one recorded decision out.
+
+Each epoch reads the join job's load reports published after the previous epoch's cursor, averages them into
+the epoch's load (`control.load.aggregate_epoch`), runs one control step (`control.epoch.control_step`:
+shed ratio, slot count, reorganisation moves) and records the decision (hash + stream in Redis, see
+`connectors.control_decisions`) together with the new cursor, so a restarted controller resumes from the
+recorded state and never counts a report twice. An epoch with no reports decides nothing. Applying a decision
+in the join job (the routing version with its state transfer, the slot count, the shed ratio) is not done here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+
+from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.load_reports import LoadReports, slot_batches
+from windjoin.operators.control.config import ControlConfig
+from windjoin.operators.control.declustering import UtilisationState
+from windjoin.operators.control.epoch import ControlState, Decision, control_step
+from windjoin.operators.control.load import aggregate_epoch
+from windjoin.operators.control.reorganise import Classes, classify
+from windjoin.operators.partitioning import Group, RoutingTable
+
+
+@dataclass(frozen=True)
+class EpochOutcome:
+    """One decided epoch: the decision, the load it came from, and the cursor after the reports it used."""
+
+    decision: Decision
+    batches: int
+    occupancy: dict[int, float]
+    classes: Classes
+    cursor: str
+
+    def line(self) -> str:
+        """One line for the console."""
+        d, state = self.decision, self.decision.state
+        occupancy = " ".join(f"{s}:{f:.2f}" for s, f in sorted(self.occupancy.items()))
+        moves = ", ".join(f"{_group_name(m.group)} {m.source}->{m.target}" for m in d.moves) or "none"
+        hot = f", hot {list(d.hot)}" if d.hot else ""
+        return (
+            f"epoch {state.epoch}: {self.batches} batches, tau {d.tau:.3f}, occupancy {occupancy}, "
+            f"suppliers {list(self.classes.suppliers)} consumers {list(self.classes.consumers)}, moves {moves}{hot}, "
+            f"routing v{state.routing.version}, slots {state.slots}, shed ratio {state.shed_ratio:.3f}"
+        )
+
+
+class Controller:
+    """Runs epochs over one job's load reports; resumes from the latest recorded decision when there is one."""
+
+    def __init__(
+        self,
+        reports: LoadReports,
+        decisions: DecisionStore,
+        config: ControlConfig,
+        partitions: int,
+        slots: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.reports, self.decisions, self.config, self.clock = reports, decisions, config, clock
+        recorded = decisions.latest()
+        if recorded is None:
+            self.state, self.cursor = ControlState.initial(partitions, slots), "0-0"
+        else:
+            self.state, self.cursor = state_from_fields(recorded)
+            if self.state.routing.partitions != partitions:
+                raise ValueError(
+                    f"the recorded decision routes {self.state.routing.partitions} partitions but the spec has "
+                    f"{partitions}: use another namespace for this job"
+                )
+
+    def step(self) -> EpochOutcome | None:
+        """One epoch over the reports published since the last; None (nothing recorded) when there were none."""
+        entries = self.reports.read(after=self.cursor)
+        if not entries:
+            return None
+        r = self.config.reorganisation
+        load = aggregate_epoch(
+            slot_batches(entries), range(self.state.slots), kind=r.occupancy, backlog_capacity=r.backlog_capacity
+        )
+        occupancy = {s: load.occupancy.get(s, 0.0) for s in range(self.state.slots)}
+        classes = classify(occupancy, r.th_sup, r.th_con)
+        decision = control_step(self.state, load, self.config)
+        outcome = EpochOutcome(decision, load.batches, occupancy, classes, entries[-1].entry_id)
+        self.decisions.record(decision_fields(outcome, self.clock()))
+        self.state, self.cursor = decision.state, outcome.cursor
+        return outcome
+
+
+def decision_fields(outcome: EpochOutcome, decided_at: float) -> dict[str, str | int | float]:
+    """The recorded form of a decision (Redis hash / stream fields); `state_from_fields` reads it back."""
+    d, state = outcome.decision, outcome.decision.state
+    return {
+        "epoch": state.epoch,
+        "routing_version": state.routing.version,
+        "routing": orjson.dumps(
+            {"slot_of": state.routing.slot_of, "split": [[*_group(g), s] for g, s in state.routing.split]}
+        ).decode(),
+        "slots": state.slots,
+        "shed_ratio": repr(state.shed_ratio),
+        "tau": repr(d.tau),
+        "sustained_above": state.sustained.above,
+        "sustained_below": state.sustained.below,
+        "moves": orjson.dumps([[*_group(m.group), m.source, m.target] for m in d.moves]).decode(),
+        "hot": orjson.dumps(list(d.hot)).decode(),
+        "occupancy": orjson.dumps({str(s): f for s, f in outcome.occupancy.items()}).decode(),
+        "suppliers": orjson.dumps(list(outcome.classes.suppliers)).decode(),
+        "consumers": orjson.dumps(list(outcome.classes.consumers)).decode(),
+        "batches": outcome.batches,
+        "load_cursor": outcome.cursor,
+        "decided_at": repr(decided_at),
+    }
+
+
+def state_from_fields(fields: dict[str, str]) -> tuple[ControlState, str]:
+    """The control state and load cursor of a recorded decision."""
+    routing = orjson.loads(fields["routing"])
+    table = RoutingTable(
+        int(fields["routing_version"]),
+        tuple(routing["slot_of"]),
+        tuple((Group(p, depth, pattern), slot) for p, depth, pattern, slot in routing["split"]),
+    )
+    sustained = UtilisationState(int(fields["sustained_above"]), int(fields["sustained_below"]))
+    state = ControlState(int(fields["epoch"]), table, int(fields["slots"]), float(fields["shed_ratio"]), sustained)
+    return state, fields["load_cursor"]
+
+
+def recorded_moves(fields: dict[str, str]) -> list[tuple[Group, int, int]]:
+    """(group, source slot, target slot) of a recorded decision's moves."""
+    return [(Group(p, depth, pattern), src, dst) for p, depth, pattern, src, dst in orjson.loads(fields["moves"])]
+
+
+def _group(g: Group) -> tuple[int, int, int]:
+    return g.partition, g.depth, g.pattern
+
+
+def _group_name(g: Group) -> str:
+    return f"p{g.partition}" if g.depth == 0 else f"p{g.partition}/{g.pattern:0{g.depth}b}"

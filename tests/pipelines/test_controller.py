@@ -1,0 +1,219 @@
+"""The controller on real Redis: load reports of a skewed assignment, published through the driver's publisher,
+become a recorded decision (classes, a move from the hottest slot, shed ratio), in process and via the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.load_reports import LoadReports
+from windjoin.operators.control.config import parse_control_config
+from windjoin.operators.partitioning import Group
+from windjoin.pipelines.controller import Controller, recorded_moves, state_from_fields
+from windjoin.pipelines.controller_metrics import ControllerMetrics
+from windjoin.pipelines.join_job import BatchOutcome
+from windjoin.pipelines.load_publisher import LoadPublisher
+
+PARTITIONS, SLOTS = 16, 4
+# Busy seconds per 1 s batch: slot 0 a supplier, 1 and 3 consumers (1 the idlest), 2 neutral.
+BUSY = {0: 0.95, 1: 0.10, 2: 0.60, 3: 0.30}
+TUPLES = {0: 400, 1: 40, 2: 248, 3: 112}  # per slot and batch: 800 in all, tau = 800 / 4 / capacity
+CONFIG = {
+    "scaling": "declustering",  # N_sup = 1 is not > beta * N_con = 0.5 * 2: the slot count stays
+    "reorganisation": {"th_sup": 0.8, "th_con": 0.5, "seed": 7},
+    "utilisation": {"capacity": 220.0, "tau1": 0.8, "tau2": 0.9},  # tau = 200 / 220 = 0.909...
+    "shedding": {"base": 0.1},
+}
+
+
+def _outcome(batch_id: int) -> BatchOutcome:
+    """One batch of a round-robin assignment (partition p on slot p mod 4), the load skewed by BUSY/TUPLES."""
+    stats = []
+    for slot in range(SLOTS):
+        parts = list(range(slot, PARTITIONS, SLOTS))
+        tuples = [TUPLES[slot] // len(parts)] * len(parts)
+        stats.append(
+            {
+                "slot": 100 + slot,  # Spark's grouping key: not the index
+                "slot_index": slot,
+                "rows": sum(tuples),
+                "joined": sum(tuples),
+                "outputs": 0,
+                "seconds": BUSY[slot],
+                "window_tuples": 10 * sum(tuples),
+                "state_bytes": 160 * sum(tuples),
+                "groups": {
+                    "part": parts,
+                    "tuples_in": tuples,
+                    "outputs": [0] * len(parts),
+                    "seconds": [BUSY[slot] / len(parts)] * len(parts),
+                    "window_tuples": [10 * n for n in tuples],
+                    "state_bytes": [160 * n for n in tuples],
+                },
+            }
+        )
+    return BatchOutcome(batch_id, stats=stats, delays_ms=np.zeros(0, dtype=np.int64), finished_at=1000.0 + batch_id)
+
+
+@pytest.fixture
+def namespace(redis_url):
+    ns = f"t{uuid.uuid4().hex[:8]}"
+    yield ns
+    reports = LoadReports(redis_url, ns)
+    reports.client.delete(reports.key, f"{ns}:{{control}}:decision", f"{ns}:{{control}}:decisions")
+    reports.close()
+
+
+def _publish(redis_url: str, namespace: str, batch_ids: range) -> None:
+    reports = LoadReports(redis_url, namespace)
+    publisher = LoadPublisher(reports, trigger_s=1.0)
+    for b in batch_ids:
+        assert publisher(_outcome(b)) is not None
+    reports.close()
+
+
+def test_skewed_epoch_classifies_slots_moves_a_group_off_the_hottest_and_records_it(redis_url, namespace):
+    _publish(redis_url, namespace, range(5))
+    decisions = DecisionStore(redis_url, namespace)
+    control = Controller(LoadReports(redis_url, namespace), decisions, parse_control_config(CONFIG), PARTITIONS, SLOTS)
+    outcome = control.step()
+    assert outcome is not None and outcome.batches == 5
+    assert outcome.occupancy == pytest.approx(BUSY)
+    assert outcome.classes.suppliers == (0,) and outcome.classes.consumers == (1, 3)
+    [move] = outcome.decision.moves
+    assert move.source == 0 and move.target == 1  # hottest slot to the idlest consumer
+    assert move.group.partition % SLOTS == 0  # one of the groups slot 0 held
+    state = outcome.decision.state
+    assert state.routing.version == 1 and state.routing.slot_of_group(move.group) == 1
+    assert state.slots == SLOTS
+    tau = 800 / 4 / 220.0
+    assert outcome.decision.tau == pytest.approx(tau)
+    assert state.shed_ratio == pytest.approx(0.1 + 0.9 * (tau - 0.8) / 0.2)
+
+    recorded = decisions.latest()
+    assert recorded is not None and recorded["epoch"] == "1" and recorded["routing_version"] == "1"
+    assert recorded_moves(recorded) == [(move.group, 0, 1)]
+    assert json.loads(recorded["suppliers"]) == [0] and json.loads(recorded["consumers"]) == [1, 3]
+    assert float(recorded["shed_ratio"]) == pytest.approx(state.shed_ratio)
+    assert [fields["epoch"] for _, fields in decisions.history()] == ["1"]
+    assert state_from_fields(recorded) == (state, outcome.cursor)
+
+    metrics = ControllerMetrics()
+    metrics.observe(outcome)
+    value = metrics.registry.get_sample_value
+    assert value("windjoin_controller_routing_version") == 1
+    assert value("windjoin_controller_moves_total") == 1
+    assert value("windjoin_controller_slot_class", {"slot": "0"}) == 1
+    assert value("windjoin_controller_slot_class", {"slot": "1"}) == -1
+    assert value("windjoin_controller_slot_occupancy", {"slot": "2"}) == pytest.approx(0.6)
+    assert value("windjoin_controller_shed_ratio") == pytest.approx(state.shed_ratio)
+
+    # The next epoch sees only what was published since: nothing yet, so nothing is decided.
+    assert control.step() is None
+    # A restarted controller resumes from the recorded decision and reads only the new reports.
+    _publish(redis_url, namespace, range(5, 8))
+    again = Controller(LoadReports(redis_url, namespace), decisions, parse_control_config(CONFIG), PARTITIONS, SLOTS)
+    assert again.state == state
+    second = again.step()
+    assert second is not None and second.batches == 3 and second.decision.state.epoch == 2
+    # the job did not apply the first move (out of scope), so slot 0 still reports its load: another move
+    [move2] = second.decision.moves
+    assert move2.source == 0 and move2.group != move.group and second.decision.state.routing.version == 2
+    assert [fields["epoch"] for _, fields in decisions.history()] == ["1", "2"]
+
+
+def test_a_recorded_decision_for_another_partition_count_is_refused(redis_url, namespace):
+    _publish(redis_url, namespace, range(2))
+    decisions = DecisionStore(redis_url, namespace)
+    Controller(LoadReports(redis_url, namespace), decisions, parse_control_config(CONFIG), PARTITIONS, SLOTS).step()
+    with pytest.raises(ValueError, match="routes 16 partitions but the spec has 32"):
+        Controller(LoadReports(redis_url, namespace), decisions, parse_control_config(CONFIG), 32, SLOTS)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    script = Path(sys.executable).with_name("windjoin")
+    cli = [str(script)] if script.exists() else [sys.executable, "-m", "windjoin.pipelines"]
+    return subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120)
+
+
+def _spec_file(tmp_path: Path, redis_url: str) -> Path:
+    spec = {
+        "window": {"kind": "time", "size_ms": 1000},
+        "streams": {"R": {"fields": {"k": "int"}, "key": "k"}, "S": {"fields": {"k": "int"}, "key": "k"}},
+        "tasks": [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+        "partitions": PARTITIONS,
+        "slots": SLOTS,
+        "sinks": {"redis": {"url": redis_url}},
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_cli_once_decides_one_epoch_and_records_it(redis_url, namespace, tmp_path):
+    _publish(redis_url, namespace, range(4))
+    config = tmp_path / "control.yaml"
+    config.write_text(json.dumps(CONFIG))
+    spec = _spec_file(tmp_path, redis_url)
+    done = _cli("controller", str(spec), "--once", "--config", str(config), "--namespace", namespace)
+    assert done.returncode == 0, done.stderr
+    [line] = done.stdout.splitlines()
+    assert line.startswith("epoch 1: 4 batches, tau 0.909")
+    assert "suppliers [0] consumers [1, 3], moves p" in line and " 0->1, routing v1, slots 4" in line
+    recorded = DecisionStore(redis_url, namespace).latest()
+    assert recorded is not None and recorded["epoch"] == "1"
+    assert orjson.loads(recorded["moves"])[0][3:] == [0, 1]
+    # run again: no reports since, nothing decided, the recorded epoch stays
+    again = _cli("controller", str(spec), "--once", "--config", str(config), "--namespace", namespace)
+    assert again.returncode == 0 and "no load reports since the last epoch" in again.stdout
+    assert DecisionStore(redis_url, namespace).latest()["epoch"] == "1"
+
+
+def test_cli_names_bad_config_keys(redis_url, tmp_path):
+    config = tmp_path / "control.yaml"
+    config.write_text("reorganisation: {th_sup: 0.8, th_con: 0.5, thsup: 0.9}\nutilisaton: {tau1: 0.7}\n")
+    done = _cli("controller", str(_spec_file(tmp_path, redis_url)), "--once", "--config", str(config))
+    assert done.returncode != 0
+    assert "reorganisation.thsup" in done.stderr and "utilisaton" in done.stderr
+    assert "accepted keys" in done.stderr
+    config.write_text("utilisation: {tau0: 0.5, tau_star: 0.4}\n")
+    done = _cli("controller", str(_spec_file(tmp_path, redis_url)), "--once", "--config", str(config))
+    assert done.returncode != 0 and "utilisation.tau0" in done.stderr and "tau0=0.5" in done.stderr
+
+
+def test_cli_needs_a_redis_url_without_a_redis_sink(tmp_path):
+    spec = json.loads(_spec_file(tmp_path, "redis://127.0.0.1:1/0").read_text())
+    del spec["sinks"]
+    path = tmp_path / "bare.yaml"
+    path.write_text(json.dumps(spec))
+    done = _cli("controller", str(path), "--once")
+    assert done.returncode != 0 and "--redis-url" in done.stderr
+
+
+def test_recorded_state_round_trips_split_groups():
+    from windjoin.operators.control.epoch import ControlState
+    from windjoin.operators.partitioning import RoutingTable
+
+    table = RoutingTable.round_robin(4, 2).with_units(
+        {Group(0): 0, Group(1, 1, 0): 1, Group(1, 1, 1): 0, Group(2): 0, Group(3): 1}
+    )
+    state = ControlState(3, table, 2, 0.25)
+    fields = {
+        "epoch": "3",
+        "routing_version": str(table.version),
+        "routing": orjson.dumps({"slot_of": table.slot_of, "split": [[1, 1, 0, 1], [1, 1, 1, 0]]}).decode(),
+        "slots": "2",
+        "shed_ratio": "0.25",
+        "sustained_above": "0",
+        "sustained_below": "0",
+        "load_cursor": "5-0",
+    }
+    assert state_from_fields(fields) == (state, "5-0")
