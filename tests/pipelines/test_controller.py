@@ -4,14 +4,18 @@ become a recorded decision (classes, a move from the hottest slot, shed ratio), 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 import uuid
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadReports
@@ -217,3 +221,63 @@ def test_recorded_state_round_trips_split_groups():
         "load_cursor": "5-0",
     }
     assert state_from_fields(fields) == (state, "5-0")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _metric(port: int, name: str) -> float | None:
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return sample.value
+    return None
+
+
+def test_cli_loop_decides_an_epoch_per_period_and_serves_metrics(redis_url, namespace, tmp_path):
+    """The real process in its loop: an epoch for the reports present, none while nothing new arrives, the next
+    one after new reports; stopped by its PID."""
+    _publish(redis_url, namespace, range(3))
+    config = tmp_path / "control.yaml"
+    config.write_text(json.dumps(CONFIG))
+    port = _free_port()
+    script = Path(sys.executable).with_name("windjoin")
+    cli = [str(script)] if script.exists() else [sys.executable, "-m", "windjoin.pipelines"]
+    args = ["controller", str(_spec_file(tmp_path, redis_url)), "--config", str(config), "--namespace", namespace]
+    out = tmp_path / "controller.out"
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(
+            [*cli, *args, "--epoch-s", "0.5", "--metrics-port", str(port)], stdout=sink, stderr=subprocess.STDOUT
+        )
+    try:
+
+        def wait_for_epoch(epoch: int) -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                assert proc.poll() is None, out.read_text()
+                if _metric(port, "windjoin_controller_epoch") == epoch:
+                    return
+                time.sleep(0.2)
+            raise AssertionError(f"no epoch {epoch}: {out.read_text()}")
+
+        wait_for_epoch(1)
+        assert _metric(port, "windjoin_controller_routing_version") == 1
+        time.sleep(1.5)  # three periods without reports: no decision
+        assert _metric(port, "windjoin_controller_epoch") == 1
+        _publish(redis_url, namespace, range(3, 6))
+        wait_for_epoch(2)
+        assert _metric(port, "windjoin_controller_moves_total") == 2
+        assert _metric(port, "windjoin_controller_epoch_batches") == 3
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    lines = out.read_text().splitlines()
+    assert [line.split(":")[0] for line in lines if " batches, tau " in line] == ["epoch 1", "epoch 2"]
+    assert DecisionStore(redis_url, namespace).latest()["epoch"] == "2"
