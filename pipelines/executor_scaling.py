@@ -101,11 +101,15 @@ class SparkExecutors:
             )
         self._sc = sc
         self._jvm_sc = sc._jsc.sc()
+        self._killed: set[str] = set()  # asked to stop, still registered
 
     def live(self) -> list[str]:
-        """Ids of the executors registered with the driver now (the driver itself is not among them)."""
+        """Ids of the executors registered with the driver now and not being removed by us (the driver itself is
+        not among them). Removal takes seconds; counting a killed executor as live would kill again."""
         ids = self._jvm_sc.getExecutorIds()  # a Scala Seq: py4j cannot iterate it, so index it
-        return [str(ids.apply(i)) for i in range(ids.size())]
+        registered = [str(ids.apply(i)) for i in range(ids.size())]
+        self._killed &= set(registered)
+        return [e for e in registered if e not in self._killed]
 
     def apply(self, target: int) -> list[str]:
         """Make `target` the executor total: kill the excess (newest first), then request the absolute total.
@@ -113,6 +117,7 @@ class SparkExecutors:
         killed = to_remove(self.live(), target)
         if killed:
             self._jvm_sc.killExecutors(self._sc._jvm.PythonUtils.toSeq(killed))
+            self._killed |= set(killed)
         self._jvm_sc.requestTotalExecutors(target, 0, self._sc._jvm.PythonUtils.toScalaMap({}))
         return killed
 
@@ -191,3 +196,23 @@ class ExecutorFollower:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10.0)
+
+
+def start_following(
+    sc: Any,
+    fixed: int | None,
+    redis_url: str | None,
+    key: str = DEFAULT_REDIS_KEY,
+    hold_s: float = 30.0,
+    on_change: Callable[[int, list[str], list[str]], None] | None = None,
+) -> ExecutorFollower | None:
+    """Start following a fixed executor count or a Redis key (the controller's decision); None when neither is given.
+
+    `hold_s` is the hysteresis: fewer executors only after `hold_s` of decisions asking for fewer, and no two
+    changes within min(hold_s, 15) s.
+    """
+    if fixed is None and redis_url is None:
+        return None
+    desired = (lambda: fixed) if redis_url is None else redis_desired(redis_url, key)
+    policy = ScalingPolicy(shrink_after_s=hold_s, cooldown_s=min(hold_s, 15.0))
+    return ExecutorFollower(SparkExecutors(sc), desired, policy, on_change=on_change).start()

@@ -12,6 +12,7 @@ import numpy as np
 
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec
 from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
+from windjoin.pipelines.executor_scaling import DEFAULT_REDIS_KEY, start_following
 from windjoin.pipelines.join_job import STATE_CONF, BatchOutcome, JobConfigError, check_runnable, start_job
 
 
@@ -101,6 +102,20 @@ def _snapshot_note(outcome: BatchOutcome) -> str:
     metavar="KEY=VALUE",
     help="A Spark setting overriding windjoin's local defaults (repeatable), e.g. spark.driver.host=HOST.",
 )
+@click.option("--executors", type=click.IntRange(1), help="Keep this many executors (a cluster master, not local).")
+@click.option(
+    "--executors-from-redis",
+    metavar="URL",
+    help="Follow the desired executor count that the controller writes to Redis at URL (key --executors-key).",
+)
+@click.option("--executors-key", default=DEFAULT_REDIS_KEY, show_default=True, help="Redis key of the desired count.")
+@click.option(
+    "--executors-hold",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="Seconds the decisions must ask for fewer executors before any is released (hysteresis).",
+)
 def run(
     spec_path: Path,
     available_now: bool,
@@ -109,6 +124,10 @@ def run(
     metrics_port: int | None,
     spark_master: str,
     spark_conf: tuple[str, ...],
+    executors: int | None,
+    executors_from_redis: str | None,
+    executors_key: str,
+    executors_hold: float,
 ) -> None:
     """Join the spec's streams from Kafka with Spark, writing results to its sinks exactly once."""
     bad = [c for c in spark_conf if "=" not in c]
@@ -124,6 +143,16 @@ def run(
 
     extra_conf = dict(c.split("=", 1) for c in spark_conf)
     spark = build_local_spark(app_name="windjoin-join", master=spark_master, conf={**STATE_CONF, **extra_conf})
+    follower = start_following(
+        spark.sparkContext,
+        executors,
+        executors_from_redis,
+        executors_key,
+        executors_hold,
+        on_change=lambda target, live, killed: click.echo(
+            f"executors: target {target}, live {len(live)} {live}" + (f", killing {killed}" if killed else ""), err=True
+        ),
+    )
     sinks = build_sinks(spec)
     progress = Progress()
     metrics = None
@@ -156,3 +185,6 @@ def run(
     except KeyboardInterrupt:
         click.echo("stopping (the checkpoint keeps the progress)", err=True)
         query.stop()
+    finally:
+        if follower is not None:
+            follower.stop()

@@ -13,8 +13,9 @@ from windjoin.connectors.kafka_producer import produce
 
 
 def produce_events(bootstrap: str, spec: dict, events: list[dict], topic_partitions: int = 2) -> None:
-    """Create the spec's topics and produce each event (JSON) to its stream's topic, keyed like the spec."""
-    create_topics(bootstrap, [s["topic"] for s in spec["streams"].values()], topic_partitions)
+    """Create the spec's topics (if missing) and produce each event (JSON) to its stream's topic, keyed like the spec;
+    call again to produce another wave to the same topics."""
+    create_topics(bootstrap, [s["topic"] for s in spec["streams"].values()], topic_partitions, exist_ok=True)
     for name, stream in spec["streams"].items():
         key_field = stream.get("key")
         records = [

@@ -1,0 +1,152 @@
+"""Executor scaling on a real Spark standalone cluster (a Master and two Workers on loopback, from pyspark's
+`bin/spark-class`): `windjoin run` follows the desired executor count written to Redis, executors come and go as
+the master sees them, while events arrive in waves; the Parquet results equal the oracle (no lost, no duplicated
+pair). The driver runs in its own process (`python -m windjoin.pipelines run`), so that this test does not touch
+the session's local SparkSession.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.oracle import as_multiset, oracle_join
+from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
+from windjoin.connectors import processes
+from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.spark_cluster import ClusterConfig, ClusterStartError, StandaloneCluster, start_cluster
+
+BASE_TS = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    try:
+        started = start_cluster(ClusterConfig(state_dir=tmp_path_factory.mktemp("spark-cluster")))
+    except ClusterStartError as err:
+        pytest.skip(f"the Spark standalone cluster did not start: {err}")
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _events(start: int, n: int, rng: random.Random) -> list[dict]:
+    """R (k, x) and S (k, a) events 1 ms apart from position `start`, 8 keys."""
+    out = []
+    for i in range(start, start + n):
+        stream = "R" if rng.random() < 0.5 else "S"
+        value = {"x": i} if stream == "R" else {"a": i}
+        out.append({"stream": stream, "ts": BASE_TS + i, "k": rng.randrange(8), **value})
+    return out
+
+
+def _wait(what: str, ok: Callable[[], bool], timeout_s: float, log: Path) -> float:
+    """Poll `ok` until true; return the seconds it took, or fail naming `what` with the driver log's tail."""
+    start = time.monotonic()
+    while not ok():
+        if time.monotonic() - start > timeout_s:
+            pytest.fail(f"{what}: not within {timeout_s} s; driver log:\n{processes.log_tail(log, 40)}")
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+class ExecutorWatch:
+    """Polls the master's count of running executors in a thread; `changes` is the sequence of distinct counts."""
+
+    def __init__(self, cluster: StandaloneCluster) -> None:
+        self.cluster, self.changes, self.now = cluster, [], 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.now = self.cluster.executors_running()
+            except OSError:
+                pass
+            else:
+                if not self.changes or self.changes[-1] != self.now:
+                    self.changes.append(self.now)
+            self._stop.wait(0.25)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.mark.slow
+def test_executors_follow_the_desired_count_without_losing_pairs(
+    cluster, kafka_bootstrap, redis_url, unique_topic, tmp_path
+):
+    spec = keyed_eq_spec(unique_topic, tmp_path)
+    spec.update(trigger_ms=500, max_offsets_per_trigger=300, sinks={"parquet": {"path": str(tmp_path / "parquet")}})
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(json.dumps(spec))  # JSON is YAML
+    key = f"windjoin:test:executors:{uuid.uuid4().hex[:8]}"
+    desired = redis.Redis.from_url(redis_url)
+    desired.set(key, 1)
+
+    rng, events = random.Random(5), []
+    produce_events(kafka_bootstrap, spec, [])  # the topics exist before the job reads them
+    log = tmp_path / "driver.log"
+    argv = [
+        sys.executable, "-m", "windjoin.pipelines", "run", str(spec_path), "--bootstrap", kafka_bootstrap,
+        "--spark-master", cluster.master_url, "--executors-from-redis", redis_url, "--executors-key", key,
+        "--executors-hold", "0", "--spark-conf", "spark.executor.memory=512m", "--spark-conf", "spark.executor.cores=1",
+    ]  # fmt: skip
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    watch = ExecutorWatch(cluster)
+    driver = processes.spawn(argv, log, cwd=tmp_path, env=env)
+    sink = ParquetSink(tmp_path / "parquet")
+    timings = {}
+
+    def wave(n: int) -> None:
+        new = _events(len(events), n, rng)
+        events.extend(new)
+        produce_events(kafka_bootstrap, spec, new)
+
+    def all_joined() -> bool:
+        expected, _ = oracle_join(spec, events)
+        try:
+            return len(parquet_pairs(sink, spec)) >= len(expected)
+        except FileNotFoundError:  # no batch committed yet
+            return False
+
+    try:
+        timings["start: 1 executor"] = _wait(
+            "the job holding 1 executor", lambda: watch.now == 1 and "executors: target 1" in log.read_text(), 120, log
+        )
+        wave(1500)
+        timings["wave 1 joined"] = _wait("wave 1 joined", all_joined, 90, log)
+        desired.set(key, 2)  # grow while the next wave is processed
+        wave(1500)
+        timings["grown to 2"] = _wait("a second executor", lambda: watch.now == 2, 60, log)
+        timings["wave 2 joined"] = _wait("wave 2 joined", all_joined, 90, log)
+        desired.set(key, 1)  # shrink while the next wave is processed
+        wave(1500)
+        timings["shrunk to 1"] = _wait("back to one executor", lambda: watch.now == 1, 60, log)
+        wave(1500)
+        timings["waves 3-4 joined"] = _wait("waves 3 and 4 joined", all_joined, 120, log)
+    finally:
+        processes.stop(driver, grace_s=10.0)
+        watch.stop()
+    print("seconds:", timings, "executors seen by the master:", watch.changes)
+
+    # The master saw executors come and go: one, then two, then one again (before it: 0, or the two a new
+    # application first gets from a standalone master).
+    assert watch.changes[-3:] == [1, 2, 1], watch.changes
+    expected, late = oracle_join(spec, events)
+    assert not late and len(expected) > 5000
+    assert as_multiset(parquet_pairs(sink, spec)) == as_multiset(expected)
