@@ -3,10 +3,15 @@ what the run did (events in, pairs out), and each partition is reported by the s
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
+import redis
 
 from tests.oracle import oracle_join
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
@@ -76,3 +81,55 @@ def _tuples_per_partition(spec, events: list[dict]) -> dict[int, int]:
     parts = partition_of(np.asarray([e["k"] for e in events], dtype=np.int64), spec.partitions)
     values, counts = np.unique(parts, return_counts=True)
     return {int(v): int(c) for v, c in zip(values, counts, strict=True)}
+
+
+@pytest.mark.slow
+def test_windjoin_run_publishes_and_the_controller_decides_on_it(kafka_bootstrap, redis_url, unique_topic, tmp_path):
+    """The real commands: `windjoin run --available-now` with a Redis sink publishes its batches' load, then
+    `windjoin controller --once` decides one epoch over all of it. Redis database 11 is this test's own."""
+    url = redis_url.rsplit("/", 1)[0] + "/11"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    spec = {
+        **keyed_eq_spec(unique_topic, tmp_path),
+        "partitions": 8,
+        "max_offsets_per_trigger": 100,
+        "sinks": {"redis": {"url": url}},
+    }
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(json.dumps(spec))
+    t0 = 1_700_000_000_000
+    events = [{"stream": "RS"[i % 2], "ts": t0 + i, "k": i % 6, "x" if i % 2 == 0 else "a": i} for i in range(600)]
+    produce_events(kafka_bootstrap, spec, events)
+    script = Path(sys.executable).with_name("windjoin")
+    cli = [str(script)] if script.exists() else [sys.executable, "-m", "windjoin.pipelines"]
+    try:
+        run = subprocess.run(
+            [*cli, "run", str(spec_path), "--available-now", "--bootstrap", kafka_bootstrap],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        reports = LoadReports(url)
+        entries = reports.read()
+        reports.close()
+        batch_ids = sorted({e.batch_id for e in entries})
+        assert len(batch_ids) >= 2
+        assert sum(g.tuples_in for b in slot_batches(entries) for g in b.groups.values()) == len(events)
+        config = tmp_path / "control.yaml"
+        config.write_text(json.dumps({"utilisation": {"capacity": 1000.0}}))
+        done = subprocess.run(
+            [*cli, "controller", str(spec_path), "--once", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"epoch 1: {len(batch_ids)} batches, ")
+        recorded = client.hgetall("windjoin:{control}:decision")
+        assert recorded[b"epoch"] == b"1" and recorded[b"load_cursor"] == entries[-1].entry_id.encode()
+        assert set(json.loads(recorded[b"occupancy"])) == {"0", "1"}
+    finally:
+        client.flushdb()
+        client.close()
