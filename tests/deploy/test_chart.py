@@ -156,6 +156,21 @@ def test_job_args_name_options_that_windjoin_run_has(helm):
             assert arg.split("=")[0] in help_text, arg
 
 
+def test_controller_args_name_options_that_windjoin_controller_has(helm):
+    from click.testing import CliRunner
+
+    from windjoin.pipelines.controller_cli import controller
+
+    help_text = CliRunner().invoke(controller, ["--help"]).output
+    docs = _render(helm, "controller")
+    deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("controller"))
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["windjoin", "controller"]
+    for arg in args:
+        if arg.startswith("--"):
+            assert arg.split("=")[0] in help_text, arg
+
+
 BAD_VALUES = [
     (["--set", "redis.bundled=false"], "/redis/url"),
     (["--set", "redis.bundled=false", "--set", "redis.url=http://cache:6379"], "/redis/url"),
