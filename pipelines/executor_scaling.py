@@ -25,7 +25,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-DEFAULT_REDIS_KEY = "windjoin:executors:desired"
+DEFAULT_REDIS_KEY = "windjoin:{control}:executors"
 
 
 @dataclass(frozen=True)

@@ -51,9 +51,10 @@ def _events(start: int, n: int, rng: random.Random) -> list[dict]:
     return out
 
 
-def _wait(what: str, ok: Callable[[], bool], timeout_s: float, log: Path) -> float:
-    """Poll `ok` until true; return the seconds it took, or fail naming `what` with the driver log's tail."""
-    start = time.monotonic()
+def _wait(what: str, ok: Callable[[], bool], timeout_s: float, log: Path, since: float | None = None) -> float:
+    """Poll `ok` until true; return the seconds since `since` (default: now), or fail naming `what` with the driver
+    log's tail."""
+    start = time.monotonic() if since is None else since
     while not ok():
         if time.monotonic() - start > timeout_s:
             pytest.fail(f"{what}: not within {timeout_s} s; driver log:\n{processes.log_tail(log, 40)}")
@@ -131,12 +132,14 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
         wave(1500)
         timings["wave 1 joined"] = _wait("wave 1 joined", all_joined, 90, log)
         desired.set(key, 2)  # grow while the next wave is processed
+        asked = time.monotonic()
         wave(1500)
-        timings["grown to 2"] = _wait("a second executor", lambda: watch.now == 2, 60, log)
+        timings["grown to 2"] = _wait("a second executor", lambda: watch.now == 2, 60, log, since=asked)
         timings["wave 2 joined"] = _wait("wave 2 joined", all_joined, 90, log)
         desired.set(key, 1)  # shrink while the next wave is processed
+        asked = time.monotonic()
         wave(1500)
-        timings["shrunk to 1"] = _wait("back to one executor", lambda: watch.now == 1, 60, log)
+        timings["shrunk to 1"] = _wait("back to one executor", lambda: watch.now == 1, 60, log, since=asked)
         wave(1500)
         timings["waves 3-4 joined"] = _wait("waves 3 and 4 joined", all_joined, 120, log)
     finally:
