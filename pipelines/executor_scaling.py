@@ -94,6 +94,8 @@ class SparkExecutors:
     """The running SparkContext's executors, through the JVM SparkContext (`sc._jsc.sc()`)."""
 
     def __init__(self, sc: Any) -> None:
+        if sc.master.startswith("local"):
+            raise ValueError(f"executor scaling needs a cluster master (spark://, k8s://), got {sc.master}")
         if sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
             raise ValueError(
                 "spark.dynamicAllocation.enabled=true: Spark's allocator would fight explicit executor requests; "

@@ -133,6 +133,8 @@ def run(
     bad = [c for c in spark_conf if "=" not in c]
     if bad:
         raise click.BadParameter(f"expected KEY=VALUE, got {bad[0]!r}", param_hint="--spark-conf")
+    if (executors or executors_from_redis) and spark_master.startswith("local"):
+        raise click.UsageError(f"--executors/--executors-from-redis need a cluster --spark-master, got {spark_master}")
     try:
         spec = load_spec(spec_path)
         check_runnable(spec)
@@ -143,16 +145,21 @@ def run(
 
     extra_conf = dict(c.split("=", 1) for c in spark_conf)
     spark = build_local_spark(app_name="windjoin-join", master=spark_master, conf={**STATE_CONF, **extra_conf})
-    follower = start_following(
-        spark.sparkContext,
-        executors,
-        executors_from_redis,
-        executors_key,
-        executors_hold,
-        on_change=lambda target, live, killed: click.echo(
-            f"executors: target {target}, live {len(live)} {live}" + (f", killing {killed}" if killed else ""), err=True
-        ),
-    )
+    try:
+        follower = start_following(
+            spark.sparkContext,
+            executors,
+            executors_from_redis,
+            executors_key,
+            executors_hold,
+            on_change=lambda target, live, killed: click.echo(
+                f"executors: target {target}, live {len(live)} {live}" + (f", killing {killed}" if killed else ""),
+                err=True,
+            ),
+        )
+    except ValueError as err:  # a local master, or dynamic allocation on
+        spark.stop()
+        raise click.ClickException(str(err)) from None
     sinks = build_sinks(spec)
     progress = Progress()
     metrics = None

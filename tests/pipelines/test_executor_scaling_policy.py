@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
+from windjoin.pipelines.cli import cli
 from windjoin.pipelines.executor_scaling import (
     ExecutorFollower,
     ScalingPolicy,
@@ -116,3 +118,11 @@ def test_follower_applies_the_first_decision_then_changes_and_trims_extra_execut
     clock[0] = 12.0
     follower.step()
     assert cluster.live() == ["0", "2"] and changes[-1][2] == ["3"]
+
+
+def test_run_refuses_executor_scaling_on_a_local_master_before_starting_spark(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("{}")
+    result = CliRunner().invoke(cli, ["run", str(spec), "--bootstrap", "127.0.0.1:1", "--executors", "2"])
+    assert result.exit_code == 2
+    assert "need a cluster --spark-master, got local[2]" in result.output
