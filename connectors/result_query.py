@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -55,6 +55,13 @@ MAX_CONDITION_CHARS = 4096
 MAX_IN_VALUES = 1000
 _ATTEMPTS = 5
 _MAX_REDIS_READ = 100_000  # rows per Redis read when a selection keeps few of them
+_VECTOR_ROWS = 32  # below this many rows a selection is evaluated row by row
+# Condition values numpy compares exactly as Python does, per column kind: int64, float64, bool.
+_EXACT: dict[str, Callable[[Any], bool]] = {
+    "i": lambda v: type(v) is int and -(2**63) <= v < 2**63,
+    "f": lambda v: type(v) is float or (type(v) is int and abs(v) <= 2**53),
+    "b": lambda v: type(v) is bool,
+}
 RESULT_TIME = "result_time"
 ROW = "row"
 _SPECIAL_FIELDS = {RESULT_TIME: "int", BATCH_ID: "int", EMITTED_AT: "int"}
@@ -117,6 +124,21 @@ class Page:
     rows: list[dict[str, Any]]
     next_cursor: str | None
     snapshot_id: int | None
+
+
+_Keyed = list[tuple[tuple[int, int, int], dict[str, Any]]]  # rows with their (result_time, batch_id, row) keys
+
+
+class _Scan(NamedTuple):
+    """What one read of a one-time query takes: the task's rows with result time in [lower, upper] meeting every
+    condition, strictly after the position `after` (None: from the start), the first `n` of them."""
+
+    task: str
+    lower: int
+    upper: int
+    conditions: list[Condition]
+    after: tuple[int, ...] | None
+    n: int
 
 
 def parse_condition(text: str, fields: Mapping[str, str]) -> Condition:
@@ -214,12 +236,14 @@ def _unknown_field(param: str, name: str, fields: Mapping[str, str]) -> QueryErr
     return QueryError(400, f"{param}: unknown field {str(name)[:100]!r} (one of {list(fields)})")
 
 
-def _encode_cursor(parts: list[Any]) -> str:
+def encode_cursor(parts: list[Any]) -> str:
+    """An opaque cursor token for `[kind, task, *ints]` (kind "t": one-time, "f": continuous); see `decode_cursor`."""
     return base64.urlsafe_b64encode(orjson.dumps(parts)).rstrip(b"=").decode()
 
 
-def _decode_cursor(token: Any, kind: str, task: str, size: int, param: str = "cursor") -> list[int]:
-    """The integers of a cursor token made by `_encode_cursor([kind, task, *ints])`, or QueryError(400)."""
+def decode_cursor(token: Any, kind: str, task: str, size: int, param: str = "cursor") -> list[int]:
+    """The `size` integers of a cursor token made by `encode_cursor([kind, task, *ints])`, or QueryError(400)
+    naming `param`."""
     query = "one-time" if kind == "t" else "continuous"
     message = f"{param}: not a cursor of a {query} query of task {task!r} (pass back a cursor this service returned)"
     bad = QueryError(400, message)
@@ -237,6 +261,12 @@ def _decode_cursor(token: Any, kind: str, task: str, size: int, param: str = "cu
     ):
         raise bad
     return parts[2:]
+
+
+def feed_cursor(task: str, position: tuple[int, int] | None) -> str:
+    """The continuous-query cursor of a feed position (batch_id, row), the one `ResultStore.follow` returns after
+    that row; None is the start of the feed."""
+    return encode_cursor(["f", task, *(position if position is not None else (-1, -1))])
 
 
 class ResultStore:
@@ -347,7 +377,7 @@ class ResultStore:
         conditions = self._conditions(task, where)
         projection = self._projection(task, fields)
         limit = self._int("limit", limit, 1, MAX_LIMIT)
-        after = None if cursor is None else tuple(_decode_cursor(cursor, "t", task, 3))
+        after = None if cursor is None else tuple(decode_cursor(cursor, "t", task, 3))
         if after is not None and not (
             abs(after[0]) <= MAX_TIME and 0 <= after[1] <= MAX_TIME and 0 <= after[2] <= MAX_TIME
         ):
@@ -359,54 +389,40 @@ class ResultStore:
             return Page([], None, None)
         for attempt in range(_ATTEMPTS):
             try:
-                keyed, snapshot_id = self._one_time_rows(task, lower, upper, conditions, after, limit + 1)
+                keyed, snapshot_id = self._one_time_rows(_Scan(task, lower, upper, conditions, after, limit + 1))
                 break
             except (FileNotFoundError, _Moved):  # a snapshot moved or expired while being read: read again
                 if attempt == _ATTEMPTS - 1:
                     raise QueryError(503, "the tiers kept changing during the query; retry") from None
         more = len(keyed) > limit
         keyed = keyed[:limit]
-        next_cursor = _encode_cursor(["t", task, *keyed[-1][0]]) if more else None
-        return Page([_project(row, projection) for _, row in keyed], next_cursor, snapshot_id)
+        next_cursor = encode_cursor(["t", task, *keyed[-1][0]]) if more else None
+        return Page([project(row, projection) for _, row in keyed], next_cursor, snapshot_id)
 
-    def _one_time_rows(
-        self,
-        task: str,
-        lower: int,
-        upper: int,
-        conditions: list[Condition],
-        after: tuple[int, ...] | None,
-        n: int,
-    ) -> tuple[list[tuple[tuple[int, int, int], dict[str, Any]]], int | None]:
+    def _one_time_rows(self, scan: _Scan) -> tuple[_Keyed, int | None]:
         """The first `n` matching rows of both tiers with their (result_time, batch_id, row) keys, merged."""
+        task, n = scan.task, scan.n
         parts = []
         if self.client is not None:
-            selected, snapshot_id = self._redis_rows(task, lower, upper, conditions, after, n)
+            selected, snapshot_id = self._redis_rows(scan)
             parts.append(selected)
         else:
             assert self.snapshot_store is not None
             latest = self.snapshot_store.latest(task)
             snapshot_id = None if latest is None else latest.id
         if self.snapshot_store is not None and snapshot_id is not None:
-            parts.append(self._parquet_rows(task, snapshot_id, lower, upper, conditions, after, n))
+            parts.append(self._parquet_rows(scan, snapshot_id))
         merged = list(heapq.merge(*parts, key=lambda item: item[0]))[:n]
         return merged, snapshot_id
 
-    def _redis_rows(
-        self,
-        task: str,
-        lower: int,
-        upper: int,
-        conditions: list[Condition],
-        after: tuple[int, ...] | None,
-        n: int,
-    ) -> tuple[list[tuple[tuple[int, int, int], dict[str, Any]]], int | None]:
+    def _redis_rows(self, scan: _Scan) -> tuple[_Keyed, int | None]:
         """The first `n` matching rows Redis serves (batches after its recorded snapshot when Parquet is read too)
         and that snapshot's id. Reads grow geometrically while a selection leaves too few rows; if the recorded
         snapshot moves between reads, raises _Moved (the Parquet part must be read at one snapshot)."""
         assert self.client is not None
+        task, lower, upper, conditions, after, n = scan
         with_parquet = self.snapshot_store is not None
-        selected: list[tuple[tuple[int, int, int], dict[str, Any]]] = []
+        selected: _Keyed = []
         position = after
         want = n
         first: int | None = None
@@ -418,29 +434,20 @@ class ResultStore:
                 first = view.snapshot_id
             elif view.snapshot_id != first:
                 raise _Moved
-            for row in view.rows:
-                if all(_matches(row, c) for c in conditions):
-                    selected.append((_key(row), row))
-                    if len(selected) >= n:
-                        return selected, first if with_parquet else None
+            for row in select(view.rows, conditions):
+                selected.append((_key(row), row))
+                if len(selected) >= n:
+                    return selected, first if with_parquet else None
             if not view.more or not view.rows:
                 return selected, first if with_parquet else None
             position = _key(view.rows[-1])
             want = min(want * 4, _MAX_REDIS_READ)
         raise AssertionError("unreachable")
 
-    def _parquet_rows(
-        self,
-        task: str,
-        snapshot_id: int,
-        lower: int,
-        upper: int,
-        conditions: list[Condition],
-        after: tuple[int, ...] | None,
-        n: int,
-    ) -> list[tuple[tuple[int, int, int], dict[str, Any]]]:
+    def _parquet_rows(self, scan: _Scan, snapshot_id: int) -> _Keyed:
         """The first `n` matching rows of the batches covered by snapshots <= `snapshot_id`, with their keys."""
         assert self.snapshot_store is not None and self._parquet is not None
+        task, lower, upper, conditions, after, n = scan
         snapshots = [
             s
             for s in self.snapshot_store.list(task)
@@ -532,7 +539,7 @@ class ResultStore:
         block_ms = self._int("block_ms", block_ms, 0, MAX_BLOCK_MS)
         position: tuple[int, int] | None
         if after is not None:
-            batch, row = _decode_cursor(after, "f", task, 2)
+            batch, row = decode_cursor(after, "f", task, 2)
             if not (-1 <= batch <= MAX_TIME and -1 <= row <= redis_tier.FEED_END):
                 raise QueryError(400, "cursor: out of range (pass back a cursor this service returned)")
             position = (batch, row)
@@ -561,8 +568,7 @@ class ResultStore:
         rows = redis_tier.read_feed(self.feed_client, task, self.namespace, position, count, block_ms or None)
         if rows:
             position = (rows[-1][BATCH_ID], rows[-1][ROW])
-        matching = [_project(row, projection) for row in rows if all(_matches(row, c) for c in conditions)]
-        return matching, _encode_cursor(["f", task, *(position if position is not None else (-1, -1))])
+        return [project(row, projection) for row in select(rows, conditions)], feed_cursor(task, position)
 
     # -- the rest ---------------------------------------------------------------------------------------------
 
@@ -637,7 +643,8 @@ def _value(row: Mapping[str, Any], field: str) -> Any:
     return row[stream][name] if dot else row[field]
 
 
-def _matches(row: Mapping[str, Any], condition: Condition) -> bool:
+def matches(row: Mapping[str, Any], condition: Condition) -> bool:
+    """Whether a result row meets a condition (Python comparison of the row's value with the condition's)."""
     value = _value(row, condition.field)
     if condition.op == "in":
         return any(value == v for v in condition.value)
@@ -664,7 +671,49 @@ def _arrow_mask(table: pa.Table, times: np.ndarray, condition: Condition) -> np.
     return np.asarray(result.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _project(row: dict[str, Any], names: list[str] | None) -> dict[str, Any]:
+def select(rows: Sequence[dict[str, Any]], conditions: Sequence[Condition]) -> list[dict[str, Any]]:
+    """The rows meeting every condition (exactly those `matches` keeps), in their order.
+
+    A condition on a column of plain ints, floats or bools is evaluated with numpy over the column at once; any
+    other (strings, nulls, values numpy would not compare exactly) row by row with `matches`, and only on the rows
+    the conditions before it kept, as `all(matches(row, c) for c in conditions)` would."""
+    if not conditions:
+        return list(rows)
+    if len(rows) < _VECTOR_ROWS:
+        return [row for row in rows if all(matches(row, c) for c in conditions)]
+    keep = np.ones(len(rows), dtype=bool)
+    for condition in conditions:
+        mask = _vector_mask(rows, condition)
+        if mask is not None:
+            keep &= mask
+            continue
+        for i in np.flatnonzero(keep).tolist():
+            keep[i] = matches(rows[i], condition)
+    return [rows[i] for i in np.flatnonzero(keep).tolist()]
+
+
+def _vector_mask(rows: Sequence[dict[str, Any]], condition: Condition) -> np.ndarray | None:
+    """`matches(row, condition)` for every row with numpy, or None where numpy would not compare exactly as Python
+    does (a column that is not all int64, float64 or bool; a value not of the column's kind or beyond its exact
+    range)."""
+    stream, dot, name = condition.field.partition(".")
+    values = [row[stream][name] for row in rows] if dot else [row[condition.field] for row in rows]
+    column = np.array(values)
+    kind = column.dtype.kind
+    if kind not in _EXACT or column.ndim != 1:
+        return None
+    if kind == "f" and not all(type(v) is float for v in values):  # ints beyond 2**53 would round
+        return None
+    wanted = condition.value if condition.op == "in" else [condition.value]
+    if not all(_EXACT[kind](v) for v in wanted):
+        return None
+    if condition.op == "in":
+        return np.isin(column, np.array(wanted, dtype=column.dtype))
+    return np.asarray(_OPS[condition.op](column, condition.value), dtype=bool)
+
+
+def project(row: dict[str, Any], names: list[str] | None) -> dict[str, Any]:
+    """The row with only the named fields (in `fields` notation, nested by stream), or the row itself for None."""
     if names is None:
         return row
     out: dict[str, Any] = {}

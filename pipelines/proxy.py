@@ -17,7 +17,7 @@ import redis
 from fastapi import FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from windjoin.connectors.result_query import MAX_LIMIT, QueryError, ResultStore, parse_condition
@@ -240,14 +240,15 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
 
         subscription, chunk = await answer(request, "stream", first)
 
-        async def events() -> AsyncIterator[dict[str, str]]:
+        async def events() -> AsyncIterator[dict[str, str] | bytes]:
             metrics.subscribers.inc()
             try:
                 async for kind, data in subscription.events(chunk):
                     if kind == "results":
-                        text, n_rows = data
-                        metrics.rows.labels("stream").inc(n_rows)
-                        yield {"event": "results", "id": subscription.cursor, "data": text}
+                        metrics.rows.labels("stream").inc(data.rows)
+                        if data.frame is None:  # one encoding per chunk for all subscribers of the same selection
+                            data.frame = ServerSentEvent(data.text, event="results", id=data.cursor).encode()
+                        yield data.frame
                     elif kind == "ready":
                         yield {"event": "ready", "id": data["cursor"], "data": orjson.dumps(data).decode()}
                     else:

@@ -20,25 +20,58 @@ from typing import Any
 import orjson
 from anyio import CapacityLimiter, to_thread
 
-# The store's own row predicate, projection and cursor decoding, so that rows selected here are exactly the rows
+# The store's own selection, projection and cursors, so that rows selected here are exactly the rows
 # `ResultStore.follow` would select.
-from windjoin.connectors.result_query import Condition, QueryError, ResultStore, _decode_cursor, _matches, _project
+from windjoin.connectors.result_query import (
+    MAX_LIMIT,
+    Condition,
+    QueryError,
+    ResultStore,
+    decode_cursor,
+    feed_cursor,
+    project,
+    select,
+)
 
 log = logging.getLogger(__name__)
 
 SLOW_CONSUMER = "slow consumer"
 
 
+@dataclass(eq=False)
+class Kept:
+    """What a selection keeps of a chunk: the JSON array of its rows (projected), their number and the cursor after
+    the chunk. `frame` is free for the HTTP layer to memoise its encoding of the event in: subscribers with the
+    same selection share one `Kept` per chunk, hence one encoding."""
+
+    text: str
+    rows: int
+    cursor: str
+    frame: Any = None
+
+
 @dataclass(frozen=True)
 class Chunk:
     """Full result rows in commit order and the cursor just after the last of them.
 
-    `encoded` memoises, per selection, the JSON of the rows it keeps from the whole chunk: subscribers with the
-    same selection (the common case: none) share one encoding of each chunk the task's reader publishes."""
+    `kept` memoises, per selection, what the selection keeps of the whole chunk: subscribers with the same
+    selection (the common case: none) share one selection, projection and JSON encoding of each chunk the task's
+    reader publishes."""
 
     rows: list[dict[str, Any]]
     cursor: str
-    encoded: dict[str, tuple[str, int]] = field(default_factory=dict, compare=False)
+    kept: dict[str, Kept] = field(default_factory=dict, compare=False)
+
+
+def pages(task: str, rows: list[dict[str, Any]], cursor: str, page_rows: int) -> list[Chunk]:
+    """The rows of one store read (`cursor` after them) as chunks of at most `page_rows` rows, each with the cursor
+    after its last row; [] without rows."""
+    chunks = []
+    for start in range(0, len(rows), page_rows):
+        part = rows[start : start + page_rows]
+        last = start + page_rows >= len(rows)
+        chunks.append(Chunk(part, cursor if last else feed_cursor(task, (part[-1]["batch_id"], part[-1]["row"]))))
+    return chunks
 
 
 @dataclass(frozen=True)
@@ -69,11 +102,20 @@ class Subscriber:
 
 @dataclass
 class FeedConfig:
-    """Fan-out settings. A subscriber holds at most queue_size x page_rows rows pending."""
+    """Fan-out settings. A subscriber holds at most queue_size x page_rows rows pending.
+
+    A store read takes whole feed entries (whole batches) from Redis however few rows it keeps, so the reader and
+    catch-ups read `read_rows` at a time and cut them into chunks (events) of `page_rows`."""
 
     queue_size: int = 64  # chunks a subscriber may have pending before it counts as slow
-    page_rows: int = 1000  # rows per store read
+    page_rows: int = 1000  # rows per chunk, i.e. at most per event
     block_ms: int = 1000  # how long the task reader waits in Redis for new rows per read
+    read_rows: int = MAX_LIMIT  # rows per store read (at least page_rows, at most MAX_LIMIT)
+
+    @property
+    def read_count(self) -> int:
+        """Rows per store read: `read_rows` within [page_rows, MAX_LIMIT]."""
+        return min(max(self.read_rows, self.page_rows), MAX_LIMIT)
 
 
 @dataclass
@@ -106,12 +148,12 @@ class TaskFeed:
                     None,
                     [],
                     None,
-                    self.config.page_rows,
+                    self.config.read_count,
                     self.config.block_ms,
                     limiter=self.limiter,
                 )
-                if rows:
-                    self._publish(Chunk(rows, cursor))
+                for chunk in pages(self.task, rows, cursor, self.config.page_rows):
+                    self._publish(chunk)
         except Exception as err:  # the feed is gone for everyone: each subscriber ends and resumes on its own
             log.warning("feed reader of task %r stopped: %s", self.task, err)
             self._publish(End(_reason(err)))
@@ -166,14 +208,14 @@ class Subscription:
     def __post_init__(self) -> None:
         self.selection = repr((list(self.conditions), self.fields))  # equal for equal selections
         if self.cursor is not None:
-            batch, row = _decode_cursor(self.cursor, "f", self.task, 2)
+            batch, row = decode_cursor(self.cursor, "f", self.task, 2)
             self.position = (batch, row)
 
     async def events(self, first: Chunk) -> AsyncIterator[tuple[str, Any]]:
         """Events of this stream: ("ready", {"cursor"}) first when the start is a known position; then
-        ("results", (JSON array text, number of rows)) for each chunk with rows the selection keeps (`self.cursor`
-        is then the cursor after them); a last ("end", {"error", "cursor"}) when the subscriber was too slow or the
-        feed failed. Runs until the client goes away otherwise."""
+        ("results", Kept) for each chunk with rows the selection keeps (`self.cursor` is then the cursor after
+        them, `Kept.cursor`); a last ("end", {"error", "cursor"}) when the subscriber was too slow or the feed
+        failed. Runs until the client goes away otherwise."""
         feed = self.hub.feed(self.task)
         subscriber = Subscriber(asyncio.Queue(maxsize=self.hub.config.queue_size))
         try:
@@ -187,16 +229,18 @@ class Subscription:
     async def _events(self, feed: TaskFeed, subscriber: Subscriber, first: Chunk) -> AsyncIterator[tuple[str, Any]]:
         if self.cursor is not None:  # the start is a position: say so, so a client resumes there before any row
             yield "ready", {"cursor": self.cursor}
-        chunk: Chunk | None = first
-        while chunk is not None:  # catch up alone, before registering
-            if rows := self._take(chunk):
-                yield "results", rows
-            chunk = await self._catch_up() if chunk.rows else None
+        chunks = [first]
+        while chunks:  # catch up alone, before registering
+            for chunk in chunks:
+                if kept := self._take(chunk):
+                    yield "results", kept
+            chunks = await self._catch_up() if chunks[-1].rows else []
         assert self.cursor is not None  # set by the first chunk at the latest
         feed.register(subscriber, self.cursor)
-        while (chunk := await self._catch_up()) is not None:  # rows committed while registering
-            if rows := self._take(chunk):
-                yield "results", rows
+        while chunks := await self._catch_up():  # rows committed while registering
+            for chunk in chunks:
+                if kept := self._take(chunk):
+                    yield "results", kept
         while True:
             if subscriber.slow:
                 yield "end", {"error": SLOW_CONSUMER, "cursor": self.cursor}
@@ -205,25 +249,25 @@ class Subscription:
             if isinstance(message, End):
                 yield "end", {"error": message.error, "cursor": self.cursor}
                 return
-            if rows := self._take(message):
-                yield "results", rows
+            if kept := self._take(message):
+                yield "results", kept
 
-    async def _catch_up(self) -> Chunk | None:
-        """The next page after this subscription's cursor, read now without waiting; None when there is none.
+    async def _catch_up(self) -> list[Chunk]:
+        """The rows after this subscription's cursor, read now without waiting, as chunks; [] when there is none.
 
-        Raises `FeedLost` when the store cannot serve it (the feed was trimmed past the cursor, Redis is down)."""
+        Raises `FeedLost` when the store cannot serve them (the feed was trimmed past the cursor, Redis is down)."""
+        config = self.hub.config
         try:
             rows, cursor = await to_thread.run_sync(
-                self.hub.store.follow, self.task, self.cursor, None, [], None, self.hub.config.page_rows, 0
+                self.hub.store.follow, self.task, self.cursor, None, [], None, config.read_count, 0
             )
         except Exception as err:
             raise FeedLost(_reason(err)) from err
-        return Chunk(rows, cursor) if rows else None
+        return pages(self.task, rows, cursor, config.page_rows)
 
-    def _take(self, chunk: Chunk) -> tuple[str, int] | None:
-        """The JSON array of the chunk's rows after this subscription's position that the selection keeps
-        (projected) and their number, or None when it keeps none; moves the position and the cursor past the
-        chunk when it held any new row."""
+    def _take(self, chunk: Chunk) -> Kept | None:
+        """What the selection keeps of the chunk's rows after this subscription's position, or None when it keeps
+        none; moves the position and the cursor past the chunk when it held any new row."""
         rows = chunk.rows
         if not rows:
             return None
@@ -234,11 +278,11 @@ class Subscription:
                 return None
         self.position = (rows[-1]["batch_id"], rows[-1]["row"])
         self.cursor = chunk.cursor
-        if whole and self.selection in chunk.encoded:
-            found = chunk.encoded[self.selection]
+        if whole and self.selection in chunk.kept:
+            found = chunk.kept[self.selection]
         else:
-            kept = [_project(r, self.fields) for r in rows if all(_matches(r, c) for c in self.conditions)]
-            found = (orjson.dumps(kept).decode(), len(kept))
+            selected = [project(r, self.fields) for r in select(rows, self.conditions)]
+            found = Kept(orjson.dumps(selected).decode(), len(selected), chunk.cursor)
             if whole:
-                chunk.encoded[self.selection] = found
-        return found if found[1] else None
+                chunk.kept[self.selection] = found
+        return found if found.rows else None

@@ -1,0 +1,25 @@
+"""Pure parts of the fan-out: cutting one store read into chunks with their own cursors."""
+
+from __future__ import annotations
+
+from windjoin.connectors.result_query import decode_cursor, feed_cursor
+from windjoin.pipelines.proxy_feed import FeedConfig, pages
+
+
+def test_pages_cut_a_read_into_chunks_whose_cursors_stand_after_their_last_rows() -> None:
+    rows = [{"batch_id": b, "row": r} for b in (4, 5) for r in range(7)]
+    after = feed_cursor("a", (5, 6))
+    chunks = pages("a", rows, after, 5)
+    assert [len(c.rows) for c in chunks] == [5, 5, 4]
+    assert [r for c in chunks for r in c.rows] == rows
+    for chunk in chunks:
+        last = chunk.rows[-1]
+        assert decode_cursor(chunk.cursor, "f", "a", 2) == [last["batch_id"], last["row"]]
+    assert chunks[-1].cursor == after
+    assert pages("a", [], after, 5) == []
+
+
+def test_reads_take_at_least_a_page() -> None:
+    assert FeedConfig(page_rows=7).read_count == 10_000
+    assert FeedConfig(page_rows=20_000).read_count == 10_000  # follow reads at most MAX_LIMIT rows
+    assert FeedConfig(page_rows=500, read_rows=100).read_count == 500
