@@ -1,11 +1,12 @@
 """Executor scaling in the join job's driver: follow a desired executor count with Spark's own API.
 
 The decision (bounds, hysteresis) is the pure `next_target`; the Spark calls are thin (`SparkExecutors`), and
-`ExecutorFollower` is a driver thread that reads the desired count (a fixed number, or a Redis key the controller
-writes) and applies it. Dynamic allocation must be off: with it on, Spark's own allocator adds and removes executors
-by its task backlog and fights explicit requests; with it off, `requestTotalExecutors` sets the absolute target and
-`killExecutors` removes chosen executors (lowering the target with them). On a standalone cluster the master then
-launches or stops executors on its workers; on Kubernetes the driver creates or deletes executor pods.
+`ExecutorFollower` is a driver thread that reads the desired count (a fixed number, or the controller's latest
+decision in Redis: its `slots`, one executor per active slot) and applies it. Dynamic allocation must be off:
+with it on, Spark's own allocator adds and removes executors by its task backlog and fights explicit requests;
+with it off, `requestTotalExecutors` sets the absolute target and `killExecutors` removes chosen executors
+(lowering the target with them). On a standalone cluster the master then launches or stops executors on its
+workers; on Kubernetes the driver creates or deletes executor pods.
 
 JVM signatures (pyspark 4.3, `javap` on spark-core_2.13-4.3.0.jar, `SparkContext`):
 `requestTotalExecutors(int, int, scala.collection.immutable.Map<String, Object>)`,
@@ -23,9 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from windjoin.connectors.control_decisions import decision_key
+
 log = logging.getLogger(__name__)
 
-DEFAULT_REDIS_KEY = "windjoin:{control}:executors"
+DEFAULT_REDIS_KEY = decision_key()  # the controller's latest decision (a hash)
+DECISION_FIELD = "slots"  # its active slot count: one executor per slot
 
 
 @dataclass(frozen=True)
@@ -125,14 +129,18 @@ class SparkExecutors:
 
 
 def redis_desired(url: str, key: str = DEFAULT_REDIS_KEY) -> Callable[[], int | None]:
-    """A reader of the desired executor count from a Redis string key (None when absent or not an integer)."""
+    """A reader of the desired executor count from Redis: field `slots` of a hash (the controller's latest decision,
+    one executor per active slot) or a plain integer string (set by hand). None when absent or unreadable."""
     import redis
 
     client = redis.Redis.from_url(url, socket_timeout=2.0)
 
     def read() -> int | None:
         try:
-            raw = client.get(key)
+            kind = client.type(key)
+            raw = (
+                client.hget(key, DECISION_FIELD) if kind == b"hash" else client.get(key) if kind == b"string" else None
+            )
             return None if raw is None else int(raw)
         except (redis.RedisError, ValueError) as err:
             log.warning("desired executors from %s key %s unreadable: %s", url, key, err)

@@ -1,8 +1,9 @@
 """Executor scaling on a real Spark standalone cluster (a Master and two Workers on loopback, from pyspark's
-`bin/spark-class`): `windjoin run` follows the desired executor count written to Redis, executors come and go as
-the master sees them, while events arrive in waves; the Parquet results equal the oracle (no lost, no duplicated
-pair). The driver runs in its own process (`python -m windjoin.pipelines run`), so that this test does not touch
-the session's local SparkSession.
+`bin/spark-class`): `windjoin run` follows the desired executor count of the controller's latest decision in
+Redis (its `slots`, recorded through the controller's DecisionStore); executors come and go as the master sees
+them while events arrive in waves; the Parquet results equal the oracle (no lost, no duplicated pair). The
+driver runs in its own process (`python -m windjoin.pipelines run`), so that this test does not touch the
+session's local SparkSession.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
 from windjoin.connectors import processes
+from windjoin.connectors.control_decisions import DecisionStore, decision_key
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.spark_cluster import ClusterConfig, ClusterStartError, StandaloneCluster, start_cluster
 
@@ -95,9 +96,14 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
     spec.update(trigger_ms=500, max_offsets_per_trigger=300, sinks={"parquet": {"path": str(tmp_path / "parquet")}})
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(json.dumps(spec))  # JSON is YAML
-    key = f"windjoin:test:executors:{uuid.uuid4().hex[:8]}"
-    desired = redis.Redis.from_url(redis_url)
-    desired.set(key, 1)
+    namespace = f"t{uuid.uuid4().hex[:8]}"
+    key, decisions = decision_key(namespace), DecisionStore(redis_url, namespace)
+    epoch = iter(range(1, 100))
+
+    def decide(slots: int) -> None:  # as the controller records an epoch's decision (only the fields used here)
+        decisions.record({"epoch": next(epoch), "slots": slots})
+
+    decide(1)
 
     rng, events = random.Random(5), []
     produce_events(kafka_bootstrap, spec, [])  # the topics exist before the job reads them
@@ -131,12 +137,12 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
         )
         wave(1500)
         timings["wave 1 joined"] = _wait("wave 1 joined", all_joined, 90, log)
-        desired.set(key, 2)  # grow while the next wave is processed
+        decide(2)  # grow while the next wave is processed
         asked = time.monotonic()
         wave(1500)
         timings["grown to 2"] = _wait("a second executor", lambda: watch.now == 2, 60, log, since=asked)
         timings["wave 2 joined"] = _wait("wave 2 joined", all_joined, 90, log)
-        desired.set(key, 1)  # shrink while the next wave is processed
+        decide(1)  # shrink while the next wave is processed
         asked = time.monotonic()
         wave(1500)
         timings["shrunk to 1"] = _wait("back to one executor", lambda: watch.now == 1, 60, log, since=asked)
@@ -145,6 +151,7 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
     finally:
         processes.stop(driver, grace_s=10.0)
         watch.stop()
+        decisions.close()
     print("seconds:", timings, "executors seen by the master:", watch.changes)
 
     # The master saw executors come and go: one, then two, then one again (before it: 0, or the two a new

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+import redis
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
+from windjoin.connectors.control_decisions import DecisionStore, decision_key
 from windjoin.pipelines.cli import cli
 from windjoin.pipelines.executor_scaling import (
     ExecutorFollower,
     ScalingPolicy,
     ScalingState,
     next_target,
+    redis_desired,
     to_remove,
 )
 
@@ -126,3 +131,19 @@ def test_run_refuses_executor_scaling_on_a_local_master_before_starting_spark(tm
     result = CliRunner().invoke(cli, ["run", str(spec), "--bootstrap", "127.0.0.1:1", "--executors", "2"])
     assert result.exit_code == 2
     assert "need a cluster --spark-master, got local[2]" in result.output
+
+
+def test_desired_count_is_read_from_the_controllers_decision_or_a_plain_key(redis_url):
+    namespace = f"t{uuid.uuid4().hex[:8]}"
+    read = redis_desired(redis_url, decision_key(namespace))
+    assert read() is None  # no decision yet
+    store = DecisionStore(redis_url, namespace)
+    store.record({"epoch": 1, "slots": 3})
+    assert read() == 3
+    store.close()
+    plain = f"{namespace}:executors"
+    client = redis.Redis.from_url(redis_url)
+    client.set(plain, "2")
+    assert redis_desired(redis_url, plain)() == 2
+    client.set(plain, "two")
+    assert redis_desired(redis_url, plain)() is None  # unreadable: keep the current target
