@@ -2,7 +2,8 @@
 
 Run `python dashboards/build.py` after editing; `--check` exits 1 when a committed file differs from what this
 script generates (tests/deploy/test_dashboards.py checks the same). Every query uses the metrics of
-pipelines/job_metrics.py (the join job) and pipelines/proxy_metrics.py (the query proxy).
+pipelines/job_metrics.py (the join job), pipelines/proxy_metrics.py (the query proxy) and
+pipelines/controller_metrics.py (the controller).
 """
 
 from __future__ import annotations
@@ -44,6 +45,27 @@ def stat(title: str, expr: str, unit: str = "short", description: str = "") -> d
         "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
         "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}},
         "targets": [_target(expr)],
+    }
+
+
+def state_timeline(title: str, expr: str, legend: str, states: dict[str, tuple[str, str]]) -> dict:
+    """A state timeline whose values map to named, coloured states (value → (text, colour))."""
+    mapping = {v: {"text": name, "color": color, "index": i} for i, (v, (name, color)) in enumerate(states.items())}
+    return {
+        "type": "state-timeline",
+        "title": title,
+        "description": "",
+        "datasource": DATASOURCE,
+        "fieldConfig": {
+            "defaults": {
+                "mappings": [{"type": "value", "options": mapping}],
+                "color": {"mode": "thresholds"},
+                "thresholds": {"mode": "absolute", "steps": [{"color": "text", "value": None}]},
+            },
+            "overrides": [],
+        },
+        "options": {"showValue": "auto", "mergeValues": True, "legend": {"displayMode": "list", "placement": "bottom"}},
+        "targets": [_target(expr, legend)],
     }
 
 
@@ -249,19 +271,73 @@ def proxy() -> dict:
 
 
 def controller() -> dict:
-    job = "windjoin_job"
-    waiting = (
-        "**Waiting for the controller (issue 5).** The controller does not exist yet: its decisions (routing "
-        "version, partition-group moves, executor count, shed ratio, spill/clean-up progress) will be charted here "
-        "once it exports them. Until then the panels below show the per-slot load it will act on, from the join "
-        "job's own metrics."
-    )
+    c, job, sel = "windjoin_controller", "windjoin_job", 'slot=~"$slot"'
     return dashboard(
         "windjoin-controller",
         "windjoin / controller decisions",
-        "Placeholder: the controller's decisions once it exists; for now the load imbalance it will correct.",
+        "The controller's decision per epoch (routing version, group moves, desired slots, shed ratio) and the "
+        "per-slot occupancy and classes it decided on; the join job's per-slot imbalance alongside.",
         [
-            [text("Controller: waiting for issue 5", waiting)],
+            [
+                stat("Epoch", f"max({c}_epoch)", "none"),
+                stat("Routing version", f"max({c}_routing_version)", "none"),
+                stat("Desired slots", f"max({c}_desired_slots)", "none"),
+                stat("Utilisation (tau)", f"max({c}_utilisation)", "percentunit"),
+                stat("Shed ratio", f"max({c}_shed_ratio)", "percentunit"),
+                stat("Hot slots", f"max({c}_hot_slots)", "none", "Suppliers holding a single group (to spread)."),
+            ],
+            [
+                timeseries(
+                    "Utilisation and shed ratio",
+                    [(f"max({c}_utilisation)", "utilisation (tau)"), (f"max({c}_shed_ratio)", "shed ratio")],
+                    "percentunit",
+                    "Average utilisation over the last epoch and the shed ratio decided for the next "
+                    "(shedding starts above the control config's utilisation.tau1).",
+                ),
+                timeseries(
+                    "Slots: desired and with input",
+                    [
+                        (f"max({c}_desired_slots)", "desired"),
+                        (f"count(sum by (slot) (rate({job}_input_rows_total[5m])) > 0)", "with input (job)"),
+                    ],
+                    "none",
+                ),
+            ],
+            [
+                timeseries(
+                    "Slot occupancy (last epoch)",
+                    [(f"max by (slot) ({c}_slot_occupancy{{{sel}}})", "slot {{slot}}")],
+                    "percentunit",
+                    "A slot's average busy fraction over the last epoch; above reorganisation.th_sup a supplier, "
+                    "below th_con a consumer.",
+                ),
+                state_timeline(
+                    "Slot class",
+                    f"max by (slot) ({c}_slot_class{{{sel}}})",
+                    "slot {{slot}}",
+                    {"1": ("supplier", "red"), "0": ("neutral", "text"), "-1": ("consumer", "green")},
+                ),
+            ],
+            [
+                timeseries(
+                    "Group moves and hot slots",
+                    [
+                        (f"sum(increase({c}_moves_total[5m]))", "moves (5m)"),
+                        (f"max({c}_hot_slots)", "hot slots"),
+                    ],
+                    "none",
+                    "Partition-group moves decided (supplier to consumer); hot slots hold one group and cannot shed "
+                    "load by a move.",
+                ),
+                timeseries(
+                    "Epochs and their batches",
+                    [
+                        (f"sum(changes({c}_epoch[5m]))", "epochs (5m)"),
+                        (f"max({c}_epoch_batches)", "batches in the last epoch"),
+                    ],
+                    "none",
+                ),
+            ],
             [
                 timeseries(
                     "Load share by slot (input rows)",
@@ -275,13 +351,16 @@ def controller() -> dict:
                     "percentunit",
                 ),
                 timeseries(
-                    "Window imbalance (max / mean tuples per slot)",
-                    [(f"max({job}_window_tuples) / avg({job}_window_tuples)", "max/mean")],
+                    "Imbalance (max / mean over slots)",
+                    [
+                        (f"max({job}_window_tuples) / avg({job}_window_tuples)", "window tuples (job)"),
+                        (f"max({c}_slot_occupancy) / avg({c}_slot_occupancy)", "occupancy (controller)"),
+                    ],
                     "none",
                 ),
             ],
         ],
-        [],
+        [_label_variable("slot", f"{c}_slot_occupancy", "slot")],
     )
 
 

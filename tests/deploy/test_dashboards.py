@@ -1,5 +1,6 @@
 """Grafana dashboards: committed JSON equals dashboards/build.py's output, is valid dashboard JSON, and every
-metric a panel queries exists in the join job's or the query proxy's metrics registry."""
+metric a panel queries exists in the join job's, the query proxy's or the controller's metrics registry (that a real
+controller run sets the ones the controller dashboard queries: tests/pipelines/test_controller.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dashboards import build
+from windjoin.pipelines.controller_metrics import ControllerMetrics
 from windjoin.pipelines.job_metrics import JobMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,9 +90,14 @@ def test_uids_are_distinct():
     assert len(uids) == len(set(uids))
 
 
-def test_controller_dashboard_says_it_waits_for_the_controller():
-    dash = build.controller()
-    assert any(p["type"] == "text" and "Waiting for the controller" in p["options"]["content"] for p in dash["panels"])
+def test_controller_dashboard_charts_the_controllers_decisions():
+    dash = json.loads(build.render()["controller.json"])
+    assert not any("waiting for the controller" in json.dumps(p).lower() for p in _panels(dash))
+    used = {m for m, d in _queried_metrics().items() if "controller.json" in d}
+    decisions = ("epoch", "routing_version", "desired_slots", "shed_ratio", "utilisation", "moves_total")
+    per_slot = ("slot_occupancy", "slot_class")
+    assert {f"windjoin_controller_{n}" for n in (*decisions, *per_slot)} <= used
+    assert "windjoin_job_window_tuples" in used  # the job's per-slot imbalance stays alongside
 
 
 def test_every_job_metric_in_a_dashboard_exists_in_the_job_registry():
@@ -112,9 +119,17 @@ def test_every_proxy_metric_in_a_dashboard_exists_in_the_proxy_registry():
     assert not missing, f"dashboards query metrics the query proxy does not define: {missing}"
 
 
+def test_every_controller_metric_in_a_dashboard_exists_in_the_controller_registry():
+    known = _names(ControllerMetrics().registry)
+    used = {m: d for m, d in _queried_metrics().items() if m.startswith("windjoin_controller_")}
+    assert used
+    missing = {m: sorted(d) for m, d in used.items() if m not in known}
+    assert not missing, f"dashboards query metrics the controller does not define: {missing}"
+
+
 def test_no_dashboard_queries_an_unknown_component():
     prefixes = {m.split("_")[1] for m in _queried_metrics()}
-    assert prefixes <= {"job", "proxy"}, prefixes
+    assert prefixes <= {"job", "proxy", "controller"}, prefixes
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ become a recorded decision (classes, a move from the hottest slot, shed ratio), 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dashboards import build as dashboards
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadReports
 from windjoin.operators.control.config import parse_control_config
@@ -241,9 +243,46 @@ def _metric(port: int, name: str) -> float | None:
     return None
 
 
+def _scrape(port: int) -> dict[str, dict[str, float]]:
+    """Sample name → {slot label or "": value} from the controller's /metrics."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    samples: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            samples.setdefault(sample.name, {})[sample.labels.get("slot", "")] = sample.value
+    return samples
+
+
+def _expected_from_decisions(decisions: DecisionStore) -> dict[str, dict[str, float]]:
+    """What the controller's metrics should show after the recorded decisions (the latest for gauges)."""
+    latest = decisions.latest()
+    assert latest is not None
+    occupancy = json.loads(latest["occupancy"])
+    suppliers, consumers = json.loads(latest["suppliers"]), json.loads(latest["consumers"])
+    c = "windjoin_controller_"
+    return {
+        f"{c}epoch": {"": float(latest["epoch"])},
+        f"{c}epoch_batches": {"": float(latest["batches"])},
+        f"{c}routing_version": {"": float(latest["routing_version"])},
+        f"{c}desired_slots": {"": float(latest["slots"])},
+        f"{c}shed_ratio": {"": float(latest["shed_ratio"])},
+        f"{c}utilisation": {"": float(latest["tau"])},
+        f"{c}hot_slots": {"": float(len(json.loads(latest["hot"])))},
+        f"{c}moves_total": {"": float(sum(len(json.loads(f["moves"])) for _, f in decisions.history()))},
+        f"{c}slot_occupancy": {s: pytest.approx(v) for s, v in occupancy.items()},
+        f"{c}slot_class": {s: 1.0 if int(s) in suppliers else -1.0 if int(s) in consumers else 0.0 for s in occupancy},
+    }
+
+
+def _dashboard_controller_metrics() -> set[str]:
+    """Every controller metric a Grafana dashboard queries (dashboards/build.py)."""
+    return {m for text in dashboards.render().values() for m in re.findall(r"\bwindjoin_controller_[a-z0-9_]+", text)}
+
+
 def test_cli_loop_decides_an_epoch_per_period_and_serves_metrics(redis_url, namespace, tmp_path):
     """The real process in its loop: an epoch for the reports present, none while nothing new arrives, the next
-    one after new reports; stopped by its PID."""
+    one after new reports, its /metrics showing the recorded decisions for every metric a dashboard queries;
+    stopped by its PID."""
     _publish(redis_url, namespace, range(3))
     config = tmp_path / "control.yaml"
     config.write_text(json.dumps(CONFIG))
@@ -275,6 +314,20 @@ def test_cli_loop_decides_an_epoch_per_period_and_serves_metrics(redis_url, name
         wait_for_epoch(2)
         assert _metric(port, "windjoin_controller_moves_total") == 2
         assert _metric(port, "windjoin_controller_epoch_batches") == 3
+        # Every controller metric the dashboard queries shows the recorded decisions (observe() sets the epoch
+        # gauge first: retry briefly until the rest of the epoch's values are in).
+        used = _dashboard_controller_metrics()
+        expected = _expected_from_decisions(DecisionStore(redis_url, namespace))
+        assert used and used <= set(expected), f"no expectation for dashboard metrics {used - set(expected)}"
+        deadline = time.monotonic() + 5
+        while True:
+            scraped = _scrape(port)
+            shown = {m: scraped.get(m) for m in used}
+            if all(shown[m] == expected[m] for m in used) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert shown == {m: expected[m] for m in used}
+        assert shown["windjoin_controller_slot_class"] == {"0": 1, "1": -1, "2": 0, "3": -1}
     finally:
         proc.terminate()
         proc.wait(timeout=30)
