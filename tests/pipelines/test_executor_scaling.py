@@ -157,6 +157,13 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
     # The master saw executors come and go: one, then two, then one again (before it: 0, or the two a new
     # application first gets from a standalone master).
     assert watch.changes[-3:] == [1, 2, 1], watch.changes
+    # ... and the job kept committing batches while it ran on two executors, and after one was taken away.
+    lines = log.read_text(errors="replace").replace("\r", "\n").splitlines()
+    steps = [i for i, line in enumerate(lines) if line.startswith("executors: target")]
+    grown = next(i for i in steps if lines[i].startswith("executors: target 2"))
+    shrunk = next(i for i in steps if i > grown and lines[i].startswith("executors: target 1"))
+    assert any(line.startswith("batch ") for line in lines[grown:shrunk]), lines[grown:shrunk]
+    assert any(line.startswith("batch ") for line in lines[shrunk:]), lines[shrunk:]
     expected, late = oracle_join(spec, events)
     assert not late and len(expected) > 5000
     assert as_multiset(parquet_pairs(sink, spec)) == as_multiset(expected)
