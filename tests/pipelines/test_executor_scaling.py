@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
@@ -61,6 +62,26 @@ def _wait(what: str, ok: Callable[[], bool], timeout_s: float, log: Path, since:
             pytest.fail(f"{what}: not within {timeout_s} s; driver log:\n{processes.log_tail(log, 40)}")
         time.sleep(0.5)
     return time.monotonic() - start
+
+
+def _start_run(spec_path: Path, bootstrap: str, cluster: StandaloneCluster, redis_url: str, key: str, log: Path) -> int:
+    """`windjoin run` on the cluster, following the desired executor count at `key` (no hysteresis); its PID."""
+    argv = [
+        sys.executable, "-m", "windjoin.pipelines", "run", str(spec_path), "--bootstrap", bootstrap,
+        "--spark-master", cluster.master_url, "--executors-from-redis", redis_url, "--executors-key", key,
+        "--executors-hold", "0", "--spark-conf", "spark.executor.memory=512m", "--spark-conf", "spark.executor.cores=1",
+    ]  # fmt: skip
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    return processes.spawn(argv, log, cwd=spec_path.parent, env=env)
+
+
+def _joined(sink: ParquetSink, spec: dict, events: list[dict]) -> bool:
+    """True once the Parquet sink holds as many pairs as the oracle finds in `events`."""
+    expected, _ = oracle_join(spec, events)
+    try:
+        return len(parquet_pairs(sink, spec)) >= len(expected)
+    except FileNotFoundError:  # no batch committed yet
+        return False
 
 
 class ExecutorWatch:
@@ -108,14 +129,8 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
     rng, events = random.Random(5), []
     produce_events(kafka_bootstrap, spec, [])  # the topics exist before the job reads them
     log = tmp_path / "driver.log"
-    argv = [
-        sys.executable, "-m", "windjoin.pipelines", "run", str(spec_path), "--bootstrap", kafka_bootstrap,
-        "--spark-master", cluster.master_url, "--executors-from-redis", redis_url, "--executors-key", key,
-        "--executors-hold", "0", "--spark-conf", "spark.executor.memory=512m", "--spark-conf", "spark.executor.cores=1",
-    ]  # fmt: skip
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     watch = ExecutorWatch(cluster)
-    driver = processes.spawn(argv, log, cwd=tmp_path, env=env)
+    driver = _start_run(spec_path, kafka_bootstrap, cluster, redis_url, key, log)
     sink = ParquetSink(tmp_path / "parquet")
     timings = {}
 
@@ -125,11 +140,7 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
         produce_events(kafka_bootstrap, spec, new)
 
     def all_joined() -> bool:
-        expected, _ = oracle_join(spec, events)
-        try:
-            return len(parquet_pairs(sink, spec)) >= len(expected)
-        except FileNotFoundError:  # no batch committed yet
-            return False
+        return _joined(sink, spec, events)
 
     try:
         timings["start: 1 executor"] = _wait(
@@ -164,6 +175,79 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
     shrunk = next(i for i in steps if i > grown and lines[i].startswith("executors: target 1"))
     assert any(line.startswith("batch ") for line in lines[grown:shrunk]), lines[grown:shrunk]
     assert any(line.startswith("batch ") for line in lines[shrunk:]), lines[shrunk:]
+    expected, late = oracle_join(spec, events)
+    assert not late and len(expected) > 5000
+    assert as_multiset(parquet_pairs(sink, spec)) == as_multiset(expected)
+
+
+@pytest.mark.slow
+def test_executors_follow_the_controller_on_load(cluster, kafka_bootstrap, redis_url, unique_topic, tmp_path):
+    """The whole loop: `windjoin run` publishes its batches' load, `windjoin controller` (S2J utilisation scaling,
+    one epoch sustains) turns it into a slot count, the driver follows it: busy waves keep two executors, a trickle
+    releases one, the next wave takes it back. Redis database 12 is this test's own (the load reports and the
+    decisions use the default namespace)."""
+    url = redis_url.rsplit("/", 1)[0] + "/12"
+    redis.Redis.from_url(url).flushdb()
+    spec = keyed_eq_spec(unique_topic, tmp_path)
+    parquet = {"path": str(tmp_path / "parquet")}
+    spec.update(trigger_ms=500, max_offsets_per_trigger=300, sinks={"parquet": parquet, "redis": {"url": url}})
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(json.dumps(spec))
+    control = tmp_path / "control.yaml"  # tau = tuples per batch per slot / 100: a 300-row batch 1.5, a trickle ~0.02
+    control.write_text(
+        json.dumps({"scaling": "utilisation", "utilisation": {"capacity": 100, "sustain_epochs": 1, "max_workers": 2}})
+    )
+    rng, events, lock = random.Random(6), [], threading.Lock()
+    produce_events(kafka_bootstrap, spec, [])
+    log, control_log = tmp_path / "driver.log", tmp_path / "controller.log"
+    watch = ExecutorWatch(cluster)
+    driver = _start_run(spec_path, kafka_bootstrap, cluster, url, decision_key(), log)
+    controller_argv = [sys.executable, "-m", "windjoin.pipelines", "controller", str(spec_path), "--config"]
+    controller = processes.spawn([*controller_argv, str(control), "--epoch-s", "3"], control_log, cwd=tmp_path)
+    sink = ParquetSink(tmp_path / "parquet")
+    trickling = threading.Event()
+    timings = {}
+
+    def produce(n: int) -> None:
+        with lock:
+            new = _events(len(events), n, rng)
+            events.extend(new)
+            produce_events(kafka_bootstrap, spec, new)
+
+    def trickle() -> None:
+        while trickling.is_set():
+            produce(4)
+            time.sleep(0.5)
+
+    def low_load(what: str) -> float:
+        trickling.set()
+        thread = threading.Thread(target=trickle, daemon=True)
+        thread.start()
+        try:
+            return _wait(what, lambda: watch.now == 1, 90, control_log)
+        finally:
+            trickling.clear()
+            thread.join()
+
+    try:
+        timings["start: 2 executors"] = _wait("the job on 2 executors", lambda: watch.now == 2, 120, log)
+        produce(2000)
+        timings["wave 1 joined"] = _wait("wave 1 joined", lambda: _joined(sink, spec, events), 120, log)
+        timings["trickle: down to 1"] = low_load("one executor released under a trickle")
+        produce(2000)
+        timings["wave 2: up to 2"] = _wait("a second executor for wave 2", lambda: watch.now == 2, 90, control_log)
+        timings["wave 2 joined"] = _wait("wave 2 joined", lambda: _joined(sink, spec, events), 120, log)
+        timings["trickle: down to 1 again"] = low_load("one executor released again")
+        timings["all joined"] = _wait("all events joined", lambda: _joined(sink, spec, events), 90, log)
+    finally:
+        trickling.clear()
+        processes.stop(controller, grace_s=5.0)
+        processes.stop(driver, grace_s=10.0)
+        watch.stop()
+    print("seconds:", timings, "executors seen by the master:", watch.changes)
+    print(processes.log_tail(control_log, 30))
+
+    assert watch.changes[-4:] == [2, 1, 2, 1], watch.changes
     expected, late = oracle_join(spec, events)
     assert not late and len(expected) > 5000
     assert as_multiset(parquet_pairs(sink, spec)) == as_multiset(expected)
