@@ -185,3 +185,8 @@ class MJoin(WindowJoin):
             {s: seq[emit] for s, seq in seqs.items()},
             every.last_seq[emit],
         )
+
+
+def join_operator(spec: JoinSpec) -> WindowJoin:
+    """The operator a spec needs: MJoin when a task joins more than two streams, else the (leaner) WindowJoin."""
+    return MJoin(spec) if any(len(t.join) > 2 for t in spec.tasks) else WindowJoin(spec)

@@ -15,8 +15,8 @@ from tqdm import tqdm
 from windjoin.connectors.codec_errors import DecodeError
 from windjoin.connectors.jsonl_file import read_events, write_record
 from windjoin.operators.arrivals import ChunkBuilder
-from windjoin.operators.join import ChunkResult, WindowJoin
-from windjoin.operators.mjoin import MJoin
+from windjoin.operators.join import ChunkResult
+from windjoin.operators.mjoin import join_operator
 from windjoin.operators.results import pair_records
 from windjoin.operators.schema import LATE, RecordError
 from windjoin.operators.spec import JoinSpec
@@ -47,7 +47,7 @@ class _Run:
     """One pass over an events file: chunks in, results and refusals out."""
 
     def __init__(self, spec: JoinSpec, out: IO[bytes], on_refusal: Any, chunk_size: int) -> None:
-        self.join = MJoin(spec) if any(len(t.join) > 2 for t in spec.tasks) else WindowJoin(spec)
+        self.join = join_operator(spec)
         self.builder = ChunkBuilder(spec)
         self.out = out
         self.on_refusal = on_refusal

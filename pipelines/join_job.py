@@ -90,6 +90,9 @@ class BatchOutcome:
     # stamped at arrival (as the generator does) this is the paper's production delay.
     delays_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     finished_at: float = 0.0  # wall clock, seconds
+    routing_version: int = 0  # the routing table version the batch was routed by (control epoch)
+    shed_ratio: float = 0.0  # the shed ratio applied to the batch's records (control epoch)
+    shed: dict[str, int] = field(default_factory=dict)  # records shed by the adapter, per stream
 
     @property
     def records(self) -> int:

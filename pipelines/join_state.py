@@ -26,6 +26,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from windjoin.connectors.result_table import ARROW_TYPES, EMITTED_AT
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import Pairs, WindowJoin
+from windjoin.operators.mjoin import join_operator
 from windjoin.operators.schema import LATE
 from windjoin.operators.spec import CountWindow, JoinSpec
 from windjoin.pipelines.adapter import PUNCTUATION, field_column
@@ -130,7 +131,7 @@ class JoinProcessor(StatefulProcessor):
         self, windows: SlotWindows, meta: dict[str, Any], part: int, rows: pd.DataFrame
     ) -> tuple[list[tuple[str, pa.Table]], pd.DataFrame, pd.DataFrame]:
         """Join one partition's rows (in arrival order): its result tables, its late rows, the rows it kept."""
-        join = windows.joins.setdefault(part, WindowJoin(self.spec))
+        join = windows.joins.setdefault(part, join_operator(self.spec))
         result = join.process(self._chunk(rows))
         streams = rows["stream"].to_numpy()
         late = sorted(
@@ -150,13 +151,13 @@ class JoinProcessor(StatefulProcessor):
             data = self.segments.getValue((segment["id"],))[0]
             table = pa.ipc.open_stream(data).read_all().to_pandas()
             for part, rows_p in table.groupby("part", sort=True):
-                join = windows.joins.setdefault(int(part), WindowJoin(self.spec))
+                join = windows.joins.setdefault(int(part), join_operator(self.spec))
                 for stream, rows_s in rows_p.groupby("stream", sort=True):
                     join.preload(stream, self._columns(rows_s, stream))
         for part, max_ts in meta["max_ts"].items():
-            windows.joins.setdefault(int(part), WindowJoin(self.spec)).advance_event_time(max_ts)
+            windows.joins.setdefault(int(part), join_operator(self.spec)).advance_event_time(max_ts)
         for part, counts in meta["counts"].items():
-            stores = windows.joins.setdefault(int(part), WindowJoin(self.spec)).stores
+            stores = windows.joins.setdefault(int(part), join_operator(self.spec)).stores
             windows.forgotten[int(part)] = {s: n - stores[s].count for s, n in counts.items()}
         return windows
 
