@@ -20,6 +20,7 @@ from windjoin.pipelines.proxy_cli import proxy
 from windjoin.pipelines.query_cli import query
 from windjoin.pipelines.run_cli import run
 from windjoin.pipelines.services_cli import services
+from windjoin.pipelines.sites_cli import sites
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,6 +32,7 @@ for command in (services, produce, generate, run, proxy, query):
     cli.add_command(command)
 cli.add_command(plan)
 cli.add_command(controller)
+cli.add_command(sites)
 
 
 @cli.command("join-file")
