@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.operators.pmjoin_queries import multi_attribute_queries, single_attribute_queries
-from tests.pipelines.sites_oracle import oracle_combinations
-from windjoin.operators.pmjoin.execution import ExecutionPlan, Feed, compile_plan
+from tests.pipelines.sites_oracle import expected_edge_tuples, oracle_for
+from windjoin.operators.pmjoin.execution import ExecutionPlan, compile_plan
 from windjoin.operators.pmjoin.execution_engine import END, SiteEngine, n_rows, rows_to_records, source_rows
-from windjoin.operators.pmjoin.model import Query, RateModel, bits
+from windjoin.operators.pmjoin.model import Query, RateModel
 from windjoin.operators.pmjoin.plan import plan_cost
 from windjoin.operators.pmjoin.planner import PlannerOptions, plan_query
 from windjoin.operators.pmjoin.pmjoin import Partitioning
@@ -71,55 +71,14 @@ def simulate(plan: ExecutionPlan, events: list[StreamEvents], seed: int) -> tupl
     return results, shipped
 
 
-def oracle_for(plan: ExecutionPlan, events: list[StreamEvents], mask: int) -> tuple[Counter, dict]:
-    """Oracle combinations of the streams in `mask` (predicates among them), and each stream's events by id."""
-    names = [plan.streams[b].name for b in bits(mask)]
-    by_name = {e.name: e.records() for e in events}
-    classes = [[(m, a) for m, a in zip(c.members, c.attributes, strict=True) if m in names] for c in plan.classes]
-    return oracle_combinations(names, by_name, classes, plan.window_ms), by_name
-
-
-def restriction(plan: ExecutionPlan, feed: Feed) -> tuple[int, tuple] | None:
-    """(class, values) a feed's rows are restricted to: its own filter, else that of the instance producing it."""
-    if feed.filter_class is not None:
-        return feed.filter_class, feed.values
-    kind, _, name = feed.channel.partition(":")
-    if kind == "src" or not plan.instance(int(name)).group:  # a source, or a join outside any PMJoin group
-        return None
-    found = [restriction(plan, f) for slot in plan.instance(int(name)).slots for f in slot.feeds]
-    return next((r for r in found if r is not None), None)
-
-
-def expected_edge_tuples(plan: ExecutionPlan, events: list[StreamEvents]) -> Counter:
-    """Per edge: the sub-join its channel carries, restricted to its substream group's values."""
-    out: Counter = Counter()
-    for inst in plan.instances:
-        for k, slot in enumerate(inst.slots):
-            for feed in slot.feeds:
-                if feed.site == inst.site:
-                    continue
-                combos, by_name = oracle_for(plan, events, feed.mask)
-                names = [plan.streams[b].name for b in bits(feed.mask)]
-                limit = restriction(plan, feed)
-                if limit is not None:
-                    cls = plan.classes[limit[0]]
-                    member = next(i for i, n in enumerate(names) if n in cls.members)
-                    attr = cls.attributes[cls.members.index(names[member])]
-                    values = set(limit[1])
-                    combos = Counter(
-                        {ids: c for ids, c in combos.items() if by_name[names[member]][ids[member]][attr] in values}
-                    )
-                out[(feed.channel, inst.id, k)] += sum(combos.values())
-    return out
-
-
 def check(plan: ExecutionPlan, events: list[StreamEvents], seed: int) -> tuple[int, Counter]:
     results, shipped = simulate(plan, events, seed)
     full = (1 << len(plan.streams)) - 1
-    want, _ = oracle_for(plan, events, full)
+    records = {e.name: e.records() for e in events}
+    want = oracle_for(plan, records, full)
     got = Counter(tuple(r[s.name]["id"] for s in plan.streams) for r in results)
     assert got == want
-    assert +shipped == +expected_edge_tuples(plan, events)
+    assert +shipped == +expected_edge_tuples(plan, records)
     return sum(got.values()), shipped
 
 
