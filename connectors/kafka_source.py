@@ -192,9 +192,13 @@ def split_key(key: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-def make_offset(positions: Mapping[str, int], epoch: int) -> dict[str, Any]:
-    """The offset dict Spark stores: positions in a canonical (sorted) key order, plus the control epoch."""
-    return {"partitions": {k: int(positions[k]) for k in sorted(positions)}, "epoch": int(epoch)}
+def make_offset(positions: Mapping[str, int], epoch: int, control: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The offset dict Spark stores: positions in a canonical (sorted) key order, plus the control epoch (and,
+    for a reader that plans with one, its control state)."""
+    offset = {"partitions": {k: int(positions[k]) for k in sorted(positions)}, "epoch": int(epoch)}
+    if control is not None:
+        offset["control"] = control
+    return offset
 
 
 def parse_offset(offset: Mapping[str, Any]) -> tuple[dict[str, int], int]:
@@ -572,7 +576,7 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
     def initialOffset(self) -> dict[str, Any]:
         pick = 0 if self.options.starting_offsets == "earliest" else 1
         positions = {key: bound[pick] for key, bound in self._bounds().items()}
-        offset = make_offset(positions, read_control_epoch(self.options.control_path))
+        offset = make_offset(positions, read_control_epoch(self.options.control_path), self.next_control(None))
         self._last_end = offset
         return offset
 
@@ -606,17 +610,23 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
                 )
             if self._last_end is None:
                 end = {key: high for key, (_, high) in bounds.items()}
-                offset = make_offset(end, read_control_epoch(self.options.control_path))
+                offset = make_offset(end, read_control_epoch(self.options.control_path), self.next_control(None))
                 self._last_end = offset
                 return offset
             start, limit = self._last_end, None
         positions, _ = parse_offset(start)
         end = plan_end(positions, bounds, getattr(limit, "max_rows", None))
-        if end == positions:
+        control = self.next_control(start.get("control"))
+        if end == positions and control == start.get("control"):
             return start
-        offset = make_offset(end, read_control_epoch(self.options.control_path))
+        offset = make_offset(end, read_control_epoch(self.options.control_path), control)
         self._last_end = offset
         return offset
+
+    def next_control(self, previous: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The control state of the next batch given the last one's (None before the first batch); a new
+        state makes a batch even without new records. This reader plans none; see pipelines/adapted_source."""
+        return None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         start_positions, _ = parse_offset(start)

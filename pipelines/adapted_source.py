@@ -8,8 +8,9 @@ another Python worker: the stage reads, decodes, checks and routes in one pass a
 from __future__ import annotations
 
 import base64
+import logging
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -17,11 +18,24 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from windjoin.connectors.kafka_source import KafkaDataSource, KafkaSourceOptions, KafkaStreamReader
+from windjoin.connectors.kafka_source import (
+    KafkaDataSource,
+    KafkaInputPartition,
+    KafkaRange,
+    KafkaSourceOptions,
+    KafkaStreamReader,
+    read_range,
+)
 from windjoin.pipelines.adapter import Adapter
+from windjoin.pipelines.control_epoch import ControlEpoch, ControlFeed, ControlTarget, next_epoch
+from windjoin.pipelines.control_feed import DecisionFeed
+
+log = logging.getLogger(__name__)
 
 ADAPTED_SOURCE_NAME = "windjoin_adapted_kafka"
 ADAPTER_OPTION = "windjoin.adapter"  # the Adapter, pickled and base64-encoded (options are strings)
+CONTROL_REDIS_OPTION = "windjoin.control.redis"  # Redis URL of the controller's decisions (none: static)
+CONTROL_NAMESPACE_OPTION = "windjoin.control.namespace"
 
 
 def encode_adapter(adapter: Adapter) -> str:
@@ -35,15 +49,54 @@ def decode_adapter(options: Any) -> Adapter:
     return pickle.loads(base64.b64decode(raw))  # noqa: S301 - written by read_adapted in this job's driver
 
 
-class AdaptedStreamReader(KafkaStreamReader):
-    """The Kafka stream reader, yielding adapted join rows instead of raw records."""
+class ControlledPartition(KafkaInputPartition):
+    """A Kafka range (or, with none, the batch's control rows) with the batch's control epoch (JSON)."""
 
-    def __init__(self, options: KafkaSourceOptions, adapter: Adapter) -> None:
+    def __init__(self, rng: KafkaRange | None, control: dict[str, Any]) -> None:
+        InputPartition.__init__(self, (rng, control))
+        self.range = rng
+        self.control = control
+
+
+class AdaptedStreamReader(KafkaStreamReader):
+    """The Kafka stream reader, yielding adapted join rows instead of raw records.
+
+    Plans each batch's control epoch (pipelines.control_epoch) on the driver from the previous batch's and the
+    controller's latest decision (`feed`; none: the adapter's routing forever, no shedding)."""
+
+    def __init__(self, options: KafkaSourceOptions, adapter: Adapter, feed: ControlFeed | None = None) -> None:
         super().__init__(options)
         self.adapter = adapter
+        self.feed = feed
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "feed": None}  # the feed is read on the driver only
+
+    def next_control(self, previous: dict[str, Any] | None) -> dict[str, Any]:
+        current = ControlEpoch(self.adapter.routing) if previous is None else ControlEpoch.from_json(previous)
+        return next_epoch(current, self._decided()).to_json()
+
+    def _decided(self) -> ControlTarget | None:
+        if self.feed is None:
+            return None
+        try:
+            return self.feed.latest()
+        except Exception as exc:  # noqa: BLE001 - a controller outage must not stop the join: keep the epoch
+            log.warning("cannot read the controller's decision (%s); keeping the current control epoch", exc)
+            return None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        control = end["control"]
+        ranges = [ControlledPartition(p.range, control) for p in super().partitions(start, end)]
+        return [*ranges, ControlledPartition(None, control)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from self.adapter(super().read(partition))
+        assert isinstance(partition, ControlledPartition)
+        epoch = ControlEpoch.from_json(partition.control)
+        if partition.range is None:
+            yield self.adapter.control_rows(epoch)
+        else:
+            yield from self.adapter(read_range(self.options, partition.range), epoch)
 
 
 class AdaptedKafkaSource(KafkaDataSource):
@@ -57,7 +110,9 @@ class AdaptedKafkaSource(KafkaDataSource):
         return from_arrow_schema(decode_adapter(self.options).schema)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return AdaptedStreamReader(KafkaSourceOptions.from_options(self.options), decode_adapter(self.options))
+        feed_url = self.options.get(CONTROL_REDIS_OPTION)
+        feed = DecisionFeed(feed_url, self.options.get(CONTROL_NAMESPACE_OPTION, "windjoin")) if feed_url else None
+        return AdaptedStreamReader(KafkaSourceOptions.from_options(self.options), decode_adapter(self.options), feed)
 
 
 def read_adapted(spark: SparkSession, adapter: Adapter, options: dict[str, str]) -> DataFrame:

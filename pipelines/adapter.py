@@ -14,18 +14,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import orjson
 import pyarrow as pa
 
 from windjoin.connectors.codec import Codec
 from windjoin.connectors.codec_errors import DecodeError
 from windjoin.connectors.result_table import ARROW_TYPES
 from windjoin.connectors.stream_codecs import stream_codecs
+from windjoin.operators.control.shedding import shed_mask
 from windjoin.operators.partitioning import RoutingTable, partition_of
 from windjoin.operators.schema import FUTURE_TIMESTAMP, RecordError, StreamSchema
 from windjoin.operators.spec import JoinSpec
+from windjoin.pipelines.control_epoch import ControlEpoch
 
 UNKNOWN_TOPIC = "unknown_topic"
 PUNCTUATION = "punctuation"  # the reason of a punctuation row: counted, not joined, not a dead letter
+SHED = "shed"  # a summary row per stream and reader batch: `koffset` holds how many records were shed
+CONTROL = "control"  # one row per slot and batch: `detail` holds the batch's control epoch (JSON)
 
 
 def field_column(stream: str, field: str) -> str:
@@ -78,11 +83,27 @@ class Adapter:
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state)
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(
+        self, batches: Iterator[pa.RecordBatch], epoch: ControlEpoch | None = None
+    ) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            yield self.adapt(batch)
+            yield self.adapt(batch, epoch)
 
-    def adapt(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def control_rows(self, epoch: ControlEpoch) -> pa.RecordBatch:
+        """One control row per slot of the epoch, so every slot runs in every batch and learns the epoch."""
+        slots = epoch.slots()
+        detail = orjson.dumps(epoch.to_json()).decode()
+        rows = {name: [None] * slots for name in self.schema.names}
+        rows["slot"] = [self.slot_labels[s] for s in range(slots)]
+        rows["part"] = [-1] * slots
+        rows["reason"] = [CONTROL] * slots
+        rows["detail"] = [detail] * slots
+        return pa.RecordBatch.from_pydict(rows, schema=self.schema)
+
+    def adapt(self, batch: pa.RecordBatch, epoch: ControlEpoch | None = None) -> pa.RecordBatch:
+        """Adapted rows of one Kafka partition's records, routed and shed as `epoch` says (default: the
+        adapter's own routing, no shedding)."""
+        epoch = epoch or ControlEpoch(self.routing)
         if self._codecs is None:
             self._codecs = stream_codecs(self.spec)
         cols = batch.to_pydict()
@@ -112,8 +133,43 @@ class Adapter:
             for name, value in zip(schemas[stream].columns[1:], row[1:], strict=True):
                 out[field_column(stream, name)][i] = value
             accepted[stream].append(i)
-        self._route(out, accepted, cols)
-        return pa.RecordBatch.from_pydict(out, schema=self.schema)
+        shed = self._shed(accepted, cols, epoch.shed_ratio)
+        self._route(out, accepted, cols, epoch)
+        adapted = pa.RecordBatch.from_pydict(out, schema=self.schema)
+        if not shed:
+            return adapted
+        dropped = np.zeros(n, dtype=bool)
+        for rows in shed.values():
+            dropped[rows] = True
+        summary = self._shed_summary({stream: len(rows) for stream, rows in shed.items()}, cols, epoch)
+        return pa.Table.from_batches([adapted.filter(pa.array(~dropped)), summary]).combine_chunks().to_batches()[0]
+
+    def _shed(self, accepted: dict[str, list[int]], cols: dict, ratio: float) -> dict[str, list[int]]:
+        """Take the records to shed out of `accepted`: per stream, their row numbers (a batch is one Kafka
+        partition, so the decision is a pure function of topic, partition and offset: replay-deterministic)."""
+        if ratio <= 0 or not cols["offset"]:
+            return {}
+        mask = shed_mask(ratio, cols["topic"][0], cols["partition"][0], np.asarray(cols["offset"], dtype=np.int64))
+        shed = {}
+        for stream, rows in accepted.items():
+            gone = [i for i in rows if mask[i]]
+            if gone:
+                shed[stream] = gone
+                accepted[stream] = [i for i in rows if not mask[i]]
+        return shed
+
+    def _shed_summary(self, counts: dict[str, int], cols: dict, epoch: ControlEpoch) -> pa.RecordBatch:
+        rows = {name: [None] * len(counts) for name in self.schema.names}
+        rows["slot"] = [self._dead_slot(cols["partition"][0], epoch)] * len(counts)
+        rows["part"] = [-1] * len(counts)
+        rows["stream"] = list(counts)
+        rows["koffset"] = list(counts.values())
+        rows["reason"] = [SHED] * len(counts)
+        return pa.RecordBatch.from_pydict(rows, schema=self.schema)
+
+    def _dead_slot(self, kpartition: int, epoch: ControlEpoch) -> int:
+        """The slot (label) taking rows that join nothing: spread over the epoch's slots by Kafka partition."""
+        return self.slot_labels[kpartition % epoch.slots()]
 
     def _is_punctuation(self, stream: str, row: tuple | list) -> bool:
         punct_stream, position, value = self.punctuation
@@ -131,14 +187,13 @@ class Adapter:
                 f"{record_ms} (max_future_ms={limit})",
             )
 
-    def _route(self, out: dict, accepted: dict[str, list[int]], cols: dict) -> None:
+    def _route(self, out: dict, accepted: dict[str, list[int]], cols: dict, epoch: ControlEpoch) -> None:
         """Partition and slot of each join row; dead rows go to the slot of their Kafka partition."""
         labels = np.asarray(self.slot_labels, dtype=np.int32)
-        slots = len(self.slot_labels)
         for i, reason in enumerate(out["reason"]):
             if reason is not None:
                 out["part"][i] = -1
-                out["slot"][i] = int(labels[cols["partition"][i] % slots])
+                out["slot"][i] = self._dead_slot(cols["partition"][i], epoch)
         for stream, rows in accepted.items():
             if not rows:
                 continue
@@ -148,7 +203,7 @@ class Adapter:
             else:
                 column = out["ts"] if key == self.spec.streams[stream].timestamp else out[field_column(stream, key)]
                 parts = partition_of(np.asarray([column[i] for i in rows]), self.spec.partitions)
-            slot_labels = labels[self.routing.slots(parts)]
+            slot_labels = labels[epoch.routing.slots(parts)]
             for i, p, s in zip(rows, parts.tolist(), slot_labels.tolist(), strict=True):
                 out["part"][i] = p
                 out["slot"][i] = s

@@ -18,11 +18,12 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from windjoin.connectors.move_store import MoveStore
 from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, result_schema, result_times
 from windjoin.connectors.snapshots import Snapshot
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
-from windjoin.pipelines.adapted_source import read_adapted
+from windjoin.pipelines.adapted_source import CONTROL_NAMESPACE_OPTION, CONTROL_REDIS_OPTION, read_adapted
 from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.dead_letters import write_dead_letters
 from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinProcessor
@@ -43,13 +44,14 @@ class JobConfigError(ValueError):
 
 
 def check_runnable(spec: JoinSpec) -> None:
+    """Raise JobConfigError naming every key the job needs and the spec lacks (before Spark starts).
+
+    Tasks of any number of streams run (MJoin per hash partition when one joins three or more). Each partition
+    joins only its own tuples, which is exact because the spec already refuses keyed streams that are not linked
+    by `eq` between their keys (every combination then shares one key value, so one partition); unkeyed
+    streams all go to partition 0.
+    """
     problems = [f"streams.{n}.topic: required to run on Kafka" for n, s in spec.streams.items() if not s.topic]
-    problems += [
-        f"tasks[{i}].join: {task.join} joins {len(task.join)} streams; the Spark job runs two-stream tasks "
-        "(n-way tasks run in `windjoin join-file`)"
-        for i, task in enumerate(spec.tasks)
-        if len(task.join) > 2
-    ]
     if not spec.checkpoint:
         problems.append("checkpoint: required to run (a folder for Spark's offsets and state)")
     if problems:
@@ -59,8 +61,8 @@ def check_runnable(spec: JoinSpec) -> None:
 def slot_labels(spark: SparkSession, slots: int) -> tuple[int, ...]:
     """Grouping-key values for the slots that Spark's hash partitioner sends to distinct partitions.
 
-    Spark places a key by pmod(murmur3(key), shuffle partitions); labels 0..n-1 can collide, so each slot
-    gets the smallest label landing on partition (slot mod shuffle partitions), asked of Spark itself.
+    Spark places a key by pmod(murmur3(key), shuffle partitions); labels 0..n-1 can collide, so slot s gets
+    the (s div n)-th smallest label landing on partition (s mod n), asked of Spark itself.
     """
     n = int(spark.conf.get("spark.sql.shuffle.partitions"))
     rows = (
@@ -68,11 +70,23 @@ def slot_labels(spark: SparkSession, slots: int) -> tuple[int, ...]:
         .select(F.col("id").cast("int").alias("label"))
         .select("label", F.expr(f"pmod(hash(label), {n})").alias("p"))
         .groupBy("p")
-        .agg(F.min("label").alias("label"))
+        .agg(F.sort_array(F.collect_list("label")).alias("labels"))
         .collect()
     )
-    first = {r["p"]: r["label"] for r in rows}
-    return tuple(first[s % n] for s in range(slots))
+    by_partition = {r["p"]: r["labels"] for r in rows}
+    # Slots beyond n share Spark partitions (and run after one another there), never a label.
+    return tuple(by_partition[s % n][s // n] for s in range(slots))
+
+
+@dataclass(frozen=True)
+class ControlSource:
+    """Follow the controller's decisions (routing moves, shed ratio) recorded in Redis at `url`."""
+
+    url: str
+    namespace: str = "windjoin"
+
+    def options(self) -> dict[str, str]:
+        return {CONTROL_REDIS_OPTION: self.url, CONTROL_NAMESPACE_OPTION: self.namespace}
 
 
 @dataclass
@@ -114,6 +128,7 @@ class BatchSink:
     bootstrap: str
     sinks: list[Any]
     on_batch: Callable[[BatchOutcome], None] | None = None
+    move_root: str | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         outcome = BatchOutcome(batch_id)
@@ -127,6 +142,7 @@ class BatchSink:
             elif row["kind"] == STATS:
                 outcome.stats.append({"slot": row["slot"], **orjson.loads(row["payload"])})
         outcome.punctuations = sum(s.get("punctuations", 0) for s in outcome.stats)
+        self._note_control(outcome)
         results, delays = {}, []
         for task, parts in tables.items():
             schema = result_schema(self.spec, task)
@@ -157,19 +173,42 @@ class BatchSink:
         if self.on_batch is not None:
             self.on_batch(outcome)
 
+    def _note_control(self, outcome: BatchOutcome) -> None:
+        """The batch's control epoch as its slots saw it; prune handed-over states no batch can need again."""
+        if not outcome.stats:
+            return
+        outcome.routing_version = max(s.get("routing_version", 0) for s in outcome.stats)
+        outcome.shed_ratio = max(s.get("shed_ratio", 0.0) for s in outcome.stats)
+        for s in outcome.stats:
+            for stream, n in s.get("shed", {}).items():
+                outcome.shed[stream] = outcome.shed.get(stream, 0) + n
+        # States of earlier versions were installed by committed batches (this one runs, so those committed).
+        if self.move_root is not None and outcome.routing_version > 0:
+            MoveStore(self.move_root).prune(below_version=outcome.routing_version)
 
-def build_stream(spark: SparkSession, spec: JoinSpec, bootstrap: str) -> DataFrame:
+
+def move_root(spec: JoinSpec) -> str:
+    """Where moved partitions' state is handed over: beside Spark's checkpoint, shared like it."""
+    return str(Path(spec.checkpoint).resolve() / "moves")
+
+
+def build_stream(
+    spark: SparkSession, spec: JoinSpec, bootstrap: str, control: ControlSource | None = None
+) -> DataFrame:
     """The joined stream: one row per (slot, kind, name) per batch, payloads as Arrow IPC."""
-    labels = slot_labels(spark, spec.slots)
-    adapter = Adapter(spec, RoutingTable.round_robin(spec.partitions, spec.slots), labels)
+    labels = slot_labels(spark, spec.partitions)  # a label for every slot the controller may open
+    routing = RoutingTable.round_robin(spec.partitions, spec.slots)
+    adapter = Adapter(spec, routing, labels)
     options = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest"}
     if spec.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
+    if control is not None:
+        options.update(control.options())
     return (
         read_adapted(spark, adapter, options)
         .groupBy("slot")
         .transformWithStateInPandas(
-            statefulProcessor=JoinProcessor(spec, labels),
+            statefulProcessor=JoinProcessor(spec, labels, routing, move_root(spec)),
             outputStructType=OUTPUT_DDL,
             outputMode="Append",
             timeMode="None",
@@ -184,14 +223,15 @@ def start_job(
     sinks: list[Any],
     available_now: bool = False,
     on_batch: Callable[[BatchOutcome], None] | None = None,
+    control: ControlSource | None = None,
 ) -> Any:
     """Start the streaming query; returns it (await termination or stop it)."""
     check_runnable(spec)
     for key, value in STATE_CONF.items():
         spark.conf.set(key, value)
     writer = (
-        build_stream(spark, spec, bootstrap)
-        .writeStream.foreachBatch(BatchSink(spec, bootstrap, sinks, on_batch))
+        build_stream(spark, spec, bootstrap, control)
+        .writeStream.foreachBatch(BatchSink(spec, bootstrap, sinks, on_batch, move_root(spec)))
         .option("checkpointLocation", str(Path(spec.checkpoint).resolve()))
         .queryName("windjoin")
     )

@@ -23,13 +23,16 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
+from windjoin.connectors.move_store import MovedGroup, MoveStore
 from windjoin.connectors.result_table import ARROW_TYPES, EMITTED_AT
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import Pairs, WindowJoin
 from windjoin.operators.mjoin import join_operator
+from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.schema import LATE
 from windjoin.operators.spec import CountWindow, JoinSpec
-from windjoin.pipelines.adapter import PUNCTUATION, field_column
+from windjoin.pipelines.adapter import CONTROL, PUNCTUATION, SHED, field_column
+from windjoin.pipelines.control_epoch import ControlEpoch
 from windjoin.pipelines.slot_load import GroupLoadMeter
 
 OUTPUT_DDL = "slot int, kind string, name string, payload binary"
@@ -58,10 +61,20 @@ def _new_meta() -> dict[str, Any]:
 
 
 class JoinProcessor(StatefulProcessor):
-    def __init__(self, spec: JoinSpec, slot_labels: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        spec: JoinSpec,
+        slot_labels: tuple[int, ...] = (),
+        initial_routing: RoutingTable | None = None,
+        move_root: str | None = None,
+    ) -> None:
         self.spec = spec
         # grouping-key value -> slot index, for the load reports (without labels a slot reports its key)
         self.slot_index = {label: i for i, label in enumerate(slot_labels)}
+        # Where each slot's partitions start out (the source's first control epoch routes by it), and where
+        # moved partitions' state is handed over (pipelines.control_epoch).
+        self.initial_routing = initial_routing or RoutingTable.round_robin(spec.partitions, spec.slots)
+        self.move_root = move_root
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.meta_state = handle.getValueState("meta", "meta binary")
@@ -69,14 +82,22 @@ class JoinProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         slot = int(key[0])
+        index = self.slot_index.get(slot, slot)
         frame = pd.concat(list(rows), ignore_index=True)
         started = time.perf_counter()
         meta = orjson.loads(self.meta_state.get()[0]) if self.meta_state.exists() else _new_meta()
         windows = self._windows(slot, meta)
         out: list[tuple[int, str, str, bytes]] = []
-        punctuations = int((frame["reason"] == PUNCTUATION).sum())  # only counted: they close snapshots
-        dead = frame[frame["reason"].notna() & (frame["reason"] != PUNCTUATION)]
-        live = frame[frame["reason"].isna()].sort_values(ORDER, kind="stable")
+        reasons = frame["reason"]
+        punctuations = int((reasons == PUNCTUATION).sum())  # only counted: they close snapshots
+        shed_rows = frame[reasons == SHED]
+        shed = {str(k): int(v) for k, v in shed_rows.groupby("stream")["koffset"].sum().items()}
+        control = frame["detail"][reasons == CONTROL]
+        epoch = ControlEpoch.from_json(orjson.loads(control.iloc[0])) if len(control) else None
+        dead = frame[reasons.notna() & ~reasons.isin([PUNCTUATION, SHED, CONTROL])]
+        live = frame[reasons.isna()].sort_values(ORDER, kind="stable")
+        moved_in = self._install(index, meta, windows, epoch) if epoch is not None else []
+        self._check_owned(index, meta, live)
         pairs_by_task: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
         late_parts, kept_parts = [], []
         meter = GroupLoadMeter()
@@ -102,6 +123,7 @@ class JoinProcessor(StatefulProcessor):
             out.append((slot, DEAD, "", _ipc(pa.Table.from_pandas(dead_rows, preserve_index=False))))
         kept = pd.concat([live.iloc[:0], *kept_parts])
         self._store(meta, kept)
+        moved_out = self._hand_over(index, meta, windows, epoch) if epoch is not None else []
         self._expire(meta, windows)
         meta["nonce"] = windows.nonce = uuid.uuid4().hex
         self.meta_state.update((orjson.dumps(meta),))
@@ -109,7 +131,12 @@ class JoinProcessor(StatefulProcessor):
         seconds = time.perf_counter() - started
         groups = meter.report(windows.joins, seconds)
         stats = {
-            "slot_index": self.slot_index.get(slot, slot),
+            "slot_index": index,
+            "routing_version": epoch.routing.version if epoch is not None else 0,
+            "shed_ratio": epoch.shed_ratio if epoch is not None else 0.0,
+            "shed": shed,
+            "moved_in": moved_in,
+            "moved_out": moved_out,
             "rows": len(frame),
             "joined": len(live),
             "dead": len(dead_rows),
@@ -126,6 +153,89 @@ class JoinProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+    # -- partition moves (pipelines.control_epoch): install at the new slot, hand over at the old one ---------
+
+    def _owned(self, index: int, meta: dict[str, Any]) -> set[int]:
+        if "owned" not in meta:  # first batch of this slot: it holds what the first epoch routes to it
+            meta["owned"] = [p for p, s in enumerate(self.initial_routing.slot_of) if s == index]
+        return set(meta["owned"])
+
+    def _install(self, index: int, meta: dict[str, Any], windows: SlotWindows, epoch: ControlEpoch) -> list[int]:
+        """Install the handed-over state of every partition the epoch's routing newly gives this slot."""
+        owned = self._owned(index, meta)
+        arriving = [p for p, s in enumerate(epoch.routing.slot_of) if s == index and p not in owned]
+        store = self._move_store()
+        for part in arriving:
+            moved = store.get(epoch.routing.version, part)
+            key = str(part)
+            if moved.positions["max_ts"] is not None:
+                meta["max_ts"][key] = moved.positions["max_ts"]
+            meta["counts"][key] = moved.positions["counts"]
+            join = join_operator(self.spec)
+            windows.joins[part] = join
+            if moved.rows.num_rows:
+                rows = moved.rows.to_pandas()
+                for stream, rows_s in rows.groupby("stream", sort=True):
+                    join.preload(stream, self._columns(rows_s, stream))
+                self._store(meta, rows)
+            if moved.positions["max_ts"] is not None:
+                join.advance_event_time(moved.positions["max_ts"])
+            windows.forgotten[part] = {s: n - join.stores[s].count for s, n in moved.positions["counts"].items()}
+        meta["owned"] = sorted(owned | set(arriving))
+        return arriving
+
+    def _hand_over(self, index: int, meta: dict[str, Any], windows: SlotWindows, epoch: ControlEpoch) -> list[int]:
+        """After joining this batch: write the state of each partition the announced routing moves away from
+        this slot to the move store and forget it here."""
+        leaving = sorted(g.partition for g, (src, _) in epoch.moves().items() if src == index)
+        if not leaving:
+            return []
+        gone = set(leaving)
+        kept_segments, rows_by_part = [], {p: [] for p in leaving}
+        for segment in meta["segments"]:
+            if not gone & {int(p) for p in segment["max_ts"]}:
+                kept_segments.append(segment)
+                continue
+            table = pa.ipc.open_stream(self.segments.getValue((segment["id"],))[0]).read_all()
+            parts = table.column("part").to_numpy()
+            for p in leaving:
+                rows_by_part[p].append(table.filter(pa.array(parts == p)))
+            rest = table.filter(pa.array(~np.isin(parts, leaving)))
+            if rest.num_rows:
+                self.segments.updateValue((segment["id"],), (_ipc(rest),))
+                for facts in ("max_ts", "ends"):
+                    segment[facts] = {p: v for p, v in segment[facts].items() if int(p) not in gone}
+                kept_segments.append(segment)
+            else:
+                self.segments.removeKey((segment["id"],))
+        meta["segments"] = kept_segments
+        store = self._move_store()
+        schema = _segment_schema(self.spec)
+        for part in leaving:
+            key = str(part)
+            positions = {"max_ts": meta["max_ts"].pop(key, None), "counts": meta["counts"].pop(key, {})}
+            rows = pa.concat_tables(rows_by_part[part]) if rows_by_part[part] else schema.empty_table()
+            store.put(epoch.pending.version, part, MovedGroup(rows, positions))
+            windows.joins.pop(part, None)
+            windows.forgotten.pop(part, None)
+        meta["owned"] = sorted(self._owned(index, meta) - gone)
+        return leaving
+
+    def _check_owned(self, index: int, meta: dict[str, Any], live: pd.DataFrame) -> None:
+        if "owned" not in meta:
+            return
+        stray = set(live["part"].unique().tolist()) - set(meta["owned"])
+        if stray:
+            raise RuntimeError(
+                f"slot {index} got tuples of partitions {sorted(stray)} whose state it does not hold: the routing "
+                "and the handed-over state disagree, joining them would lose pairs"
+            )
+
+    def _move_store(self) -> MoveStore:
+        if self.move_root is None:
+            raise RuntimeError("partition moves need a move store: build JoinProcessor with move_root")
+        return MoveStore(self.move_root)
 
     def _join_partition(
         self, windows: SlotWindows, meta: dict[str, Any], part: int, rows: pd.DataFrame
@@ -202,7 +312,7 @@ class JoinProcessor(StatefulProcessor):
         """Append the batch's accepted tuples as one segment, with what decides its expiry per partition."""
         if kept.empty:
             return
-        columns = ["part", "stream", "ts", *(c for c in kept.columns if "__" in c)]
+        columns = _segment_schema(self.spec).names
         seg_id = meta["next_segment"]
         meta["next_segment"] += 1
         self.segments.updateValue((seg_id,), (_ipc(pa.Table.from_pandas(kept[columns], preserve_index=False)),))
@@ -239,6 +349,14 @@ class JoinProcessor(StatefulProcessor):
 
 
 _LATE_DETAIL = "event time is over allowed_lateness_ms behind the latest event time of its partition"
+
+
+def _segment_schema(spec: JoinSpec) -> pa.Schema:
+    """The columns a state segment (and a moved group) keeps of each tuple."""
+    fields = [("part", pa.int32()), ("stream", pa.string()), ("ts", pa.int64())]
+    for name, s in spec.streams.items():
+        fields += [(field_column(name, f), ARROW_TYPES[t]) for f, t in s.fields.items()]
+    return pa.schema(fields)
 
 
 def _ipc(table: pa.Table) -> bytes:

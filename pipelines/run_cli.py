@@ -13,7 +13,14 @@ import numpy as np
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec
 from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
 from windjoin.pipelines.executor_scaling import DEFAULT_REDIS_KEY, start_following
-from windjoin.pipelines.join_job import STATE_CONF, BatchOutcome, JobConfigError, check_runnable, start_job
+from windjoin.pipelines.join_job import (
+    STATE_CONF,
+    BatchOutcome,
+    ControlSource,
+    JobConfigError,
+    check_runnable,
+    start_job,
+)
 
 
 def build_sinks(spec: JoinSpec, clock: Callable[[], float] = time.time) -> list[Any]:
@@ -116,6 +123,14 @@ def _snapshot_note(outcome: BatchOutcome) -> str:
     show_default=True,
     help="Seconds the decisions must ask for fewer executors before any is released (hysteresis).",
 )
+@click.option(
+    "--control-redis",
+    metavar="URL",
+    envvar="WINDJOIN_CONTROL_REDIS",
+    help="Apply the decisions `windjoin controller` records in Redis at URL: partition moves (with their window "
+    "state) and the shed ratio. Off: the spec's round-robin routing, no shedding.",
+)
+@click.option("--control-namespace", default="windjoin", show_default=True, help="The controller's namespace.")
 def run(
     spec_path: Path,
     available_now: bool,
@@ -128,6 +143,8 @@ def run(
     executors_from_redis: str | None,
     executors_key: str,
     executors_hold: float,
+    control_redis: str | None,
+    control_namespace: str,
 ) -> None:
     """Join the spec's streams from Kafka with Spark, writing results to its sinks exactly once."""
     bad = [c for c in spark_conf if "=" not in c]
@@ -185,7 +202,8 @@ def run(
         if load_publisher is not None:
             load_publisher(outcome)
 
-    query = start_job(spark, spec, bootstrap, sinks, available_now, on_batch=on_batch)
+    control = ControlSource(control_redis, control_namespace) if control_redis else None
+    query = start_job(spark, spec, bootstrap, sinks, available_now, on_batch=on_batch, control=control)
     click.echo(f"windjoin: joining {', '.join(s.topic for s in spec.streams.values())} from {bootstrap}", err=True)
     try:
         query.awaitTermination()
