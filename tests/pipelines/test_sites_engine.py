@@ -151,3 +151,14 @@ def test_any_plan_runs_exactly(query, method, partitions, window_ms, seed):
         for e in events:
             e.columns["ts"] = np.sort(e.columns["ts"] // 50 * 50)
     check(plan, events, seed)
+
+
+def test_pmjoin_feeding_an_mjoin_on_another_attribute_runs_exactly():
+    """4 streams, 2 equality classes: the three groups' results meet S4 at n2 (one slot, three feeds)."""
+    query, options = load_stats(EXAMPLES / "pmjoin_sites_multi.yaml")
+    plan = compile_plan(plan_query(query, options).plan, query, 500)
+    [parent] = [i for i in plan.instances if not i.group]
+    assert parent.final and sorted(len(s.feeds) for s in parent.slots) == [1, 3]
+    assert any(len(e.streams) == 3 for e in plan.edges())  # a group's triples are shipped to the parent
+    results, shipped = check(plan, generate(query, span_s=60, seed=5), seed=5)
+    assert results > 500 and len(+shipped) == len(plan.edges())
