@@ -1,11 +1,15 @@
 """The input adapter (S2J): Kafka records to checked, projected, partitioned and routed join rows.
 
-Runs on the executors over Arrow batches from the Kafka source. Every record yields exactly one row:
+Runs on the executors over Arrow batches from the Kafka source. Every record not shed yields exactly one row:
 either a join row (stream, event time, the stream's declared fields, hash partition, slot) or a dead row
 carrying the reason, so nothing is dropped silently. Rows have one column per (stream, field) so the
 stateful join gets typed columns without decoding again. A punctuation record (the spec's
 `sinks.parquet.snapshots.punctuation`: a valid record of that stream whose field equals the value) gets the
 reason `punctuation`: it is neither joined nor dead-lettered, only counted, and closes a snapshot.
+
+Load shedding (S2J) happens here too, at the batch's control epoch's ratio: valid join records only (dead
+letters and punctuations are never shed), decided by a hash of (topic, partition, offset) so a replayed batch
+sheds the same records. Shed records leave no row each: one summary row per stream counts them.
 """
 
 from __future__ import annotations
@@ -145,11 +149,17 @@ class Adapter:
         return pa.Table.from_batches([adapted.filter(pa.array(~dropped)), summary]).combine_chunks().to_batches()[0]
 
     def _shed(self, accepted: dict[str, list[int]], cols: dict, ratio: float) -> dict[str, list[int]]:
-        """Take the records to shed out of `accepted`: per stream, their row numbers (a batch is one Kafka
-        partition, so the decision is a pure function of topic, partition and offset: replay-deterministic)."""
+        """Take the records to shed out of `accepted`: per stream, their row numbers. The decision is a pure
+        function of (topic, partition, offset) and the epoch's ratio, so a replayed batch sheds the same."""
         if ratio <= 0 or not cols["offset"]:
             return {}
-        mask = shed_mask(ratio, cols["topic"][0], cols["partition"][0], np.asarray(cols["offset"], dtype=np.int64))
+        mask = np.zeros(len(cols["offset"]), dtype=bool)
+        sources = np.asarray([f"{t}\x00{p}" for t, p in zip(cols["topic"], cols["partition"], strict=True)])
+        offsets = np.asarray(cols["offset"], dtype=np.int64)
+        for source in np.unique(sources):  # the reader's batches hold one Kafka partition; tests may mix
+            rows = sources == source
+            topic, partition = source.split("\x00")
+            mask[rows] = shed_mask(ratio, topic, int(partition), offsets[rows])
         shed = {}
         for stream, rows in accepted.items():
             gone = [i for i in rows if mask[i]]

@@ -6,9 +6,10 @@ import orjson
 import pyarrow as pa
 
 from windjoin.connectors.kafka_source import ARROW_SCHEMA
-from windjoin.operators.partitioning import RoutingTable
+from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.adapter import Adapter
+from windjoin.pipelines.adapter import CONTROL, SHED, Adapter
+from windjoin.pipelines.control_epoch import ControlEpoch
 
 SPEC = parse_spec(
     {
@@ -84,3 +85,38 @@ def test_future_bound_can_be_switched_off():
     adapter = Adapter(spec, RoutingTable.round_robin(16, 4), slot_labels=(12, 6, 2, 0))
     out = adapter.adapt(_batch([("s", _json(ts=NOW + 10**9, k=1.0, c="z"), NOW)])).to_pydict()
     assert out["reason"] == [None]
+
+
+def test_shedding_drops_the_ratio_of_join_records_the_same_way_every_time():
+    adapter = Adapter(SPEC, RoutingTable.round_robin(16, 4), slot_labels=(12, 6, 2, 0))
+    n = 20_000
+    records = [("r" if i % 2 else "s", _json(ts=NOW + i, k=i % 97, x=1.0, c="a"), NOW + i) for i in range(n)]
+    records[5] = ("r", b"{broken", NOW)  # dead letters are never shed
+    epoch = ControlEpoch(adapter.routing, shed_ratio=0.3)
+    first = adapter.adapt(_batch(records), epoch).to_pydict()
+    again = adapter.adapt(_batch(records), epoch).to_pydict()
+    assert first == again  # replay-deterministic
+    summary = {s: o for s, o, r in zip(first["stream"], first["koffset"], first["reason"], strict=True) if r == SHED}
+    joined = [r is None for r in first["reason"]].count(True)
+    assert sum(summary.values()) + joined == n - 1
+    for stream in ("R", "S"):
+        kept = sum(1 for s, r in zip(first["stream"], first["reason"], strict=True) if s == stream and r is None)
+        assert abs(summary[stream] / (summary[stream] + kept) - 0.3) < 0.02, (stream, summary, kept)
+    broken = [r for o, r in zip(first["koffset"], first["reason"], strict=True) if o == 5 and r != SHED]
+    assert len(broken) == 1 and broken[0] is not None  # the broken record is dead-lettered, not shed
+    nothing_shed = adapter.adapt(_batch(records), ControlEpoch(adapter.routing)).to_pydict()
+    assert SHED not in nothing_shed["reason"] and len(nothing_shed["reason"]) == n
+    more = adapter.adapt(_batch(records), ControlEpoch(adapter.routing, shed_ratio=0.6)).to_pydict()
+    kept_at = {
+        ratio: {o for o, r in zip(out["koffset"], out["reason"], strict=True) if r is None}
+        for ratio, out in ((0.3, first), (0.6, more))
+    }
+    assert kept_at[0.6] < kept_at[0.3]  # a higher ratio sheds a superset
+
+
+def test_control_rows_reach_every_slot_of_both_routings():
+    adapter = Adapter(SPEC, RoutingTable.round_robin(16, 4), slot_labels=(12, 6, 2, 0, 9))
+    pending = adapter.routing.with_moves({Group(3): 4})
+    rows = adapter.control_rows(ControlEpoch(adapter.routing, 0.1, pending)).to_pydict()
+    assert rows["slot"] == [12, 6, 2, 0, 9] and set(rows["reason"]) == {CONTROL}
+    assert ControlEpoch.from_json(orjson.loads(rows["detail"][0])) == ControlEpoch(adapter.routing, 0.1, pending)
