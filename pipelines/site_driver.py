@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from windjoin.operators.batch import Arrivals
 from windjoin.operators.mjoin import MJoin
 from windjoin.operators.pmjoin.execution import ExecutionError, ExecutionPlan, compile_plan, time_window_ms
 from windjoin.operators.pmjoin.model import RateModel
-from windjoin.operators.pmjoin.planner import plan_query
+from windjoin.operators.pmjoin.planner import PlannerOptions, plan_query
 from windjoin.operators.pmjoin.render import report_text
 from windjoin.operators.pmjoin.stats import StatsError, StatsFile, load_stats
 from windjoin.operators.spec import parse_spec
@@ -51,6 +51,8 @@ class SitesRunConfig:
     prefix: str | None = None  # topic prefix; default: a fresh one per run
     timeout_s: float = 240.0
     reference: bool = True  # compare with a centralized MJoin
+    method: str | None = None  # override planner.partitioning.method (e.g. "none": the unpartitioned plan)
+    partitions: int | None = None  # override planner.partitioning.partitions
 
 
 class SitesRunError(RuntimeError):
@@ -67,9 +69,15 @@ def stats_window_ms(stats_path: Path) -> int:
     return time_window_ms({name: float(s.window.time) for name, s in stats.streams.items() if s.window.time})
 
 
-def prepare(stats_path: Path) -> tuple[ExecutionPlan, str, Any]:
-    """The compiled plan, the plan as text, and the query."""
+def prepare(
+    stats_path: Path, method: str | None = None, partitions: int | None = None
+) -> tuple[ExecutionPlan, str, Any]:
+    """The compiled plan (partitioning method/count overridden if given), the plan as text, and the query."""
     query, options = load_stats(stats_path)
+    if method is not None or partitions is not None:
+        how = options.partitioning
+        how = replace(how, method=method or how.method, partitions=partitions or how.partitions)
+        options = PlannerOptions(how, options.optimal_max_streams)
     window_ms = stats_window_ms(stats_path)
     report = plan_query(query, options)
     return compile_plan(report.plan, query, window_ms), report_text(report, RateModel(query)), query
@@ -93,8 +101,7 @@ def start_sites(plan_path: Path, plan: ExecutionPlan, config: SitesRunConfig, pr
         argv = [
             sys.executable,
             "-m",
-            "windjoin.pipelines",
-            "sites",
+            "windjoin.pipelines.sites_cli",
             "site",
             str(plan_path),
             "--site",
@@ -225,7 +232,7 @@ def run_sites(config: SitesRunConfig) -> dict[str, Any]:
     """The whole run; returns the report (also written to `<out>/run.json`)."""
     started = time.monotonic()
     config.out_dir.mkdir(parents=True, exist_ok=True)
-    plan, text, query = prepare(config.stats_path)
+    plan, text, query = prepare(config.stats_path, config.method, config.partitions)
     plan_path = config.out_dir / "plan.json"
     plan_path.write_bytes(orjson.dumps(plan.to_dict(), option=orjson.OPT_INDENT_2))
     (config.out_dir / "plan.txt").write_text(text + "\n")
@@ -249,6 +256,7 @@ def run_sites(config: SitesRunConfig) -> dict[str, Any]:
         "span_s": config.span_s,
         "seed": config.seed,
         "window_ms": plan.window_ms,
+        "partitioning": {"method": config.method, "partitions": config.partitions},
         "events": {e.name: len(e) for e in events},
         "produced_records": produced,
         "topic_prefix": prefix,

@@ -25,8 +25,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from tests.pipelines.sites_oracle import expected_edge_tuples, oracle_for
 from windjoin.connectors import processes
 from windjoin.operators.pmjoin.execution import ExecutionPlan
-from windjoin.pipelines.cli import cli
 from windjoin.pipelines.site import END_KEY, source_topic
+from windjoin.pipelines.sites_cli import sites
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SPAN_S = 600
@@ -54,9 +54,9 @@ def read_topic(bootstrap: str, topic: str) -> list[dict]:
 
 def test_three_sites_match_the_predicted_cost_and_the_oracle(kafka_bootstrap, tmp_path):
     out = tmp_path / "run"
-    args = ["sites", "run", str(EXAMPLES / "pmjoin_sites.yaml"), "--bootstrap", kafka_bootstrap]
+    args = ["run", str(EXAMPLES / "pmjoin_sites.yaml"), "--bootstrap", kafka_bootstrap]
     args += ["--span", str(SPAN_S), "--seed", "7", "--out", str(out), "--timeout", "90", "--json"]
-    invoked = CliRunner().invoke(cli, args)
+    invoked = CliRunner().invoke(sites, args)
     assert invoked.exit_code == 0, invoked.output
     report = json.loads(invoked.output)
     assert all(not processes.is_alive(pid) for pid in report["pids"].values())
@@ -103,7 +103,7 @@ def test_count_windows_are_refused_before_anything_starts(tmp_path):
     stats = (EXAMPLES / "pmjoin_sites.yaml").read_text().replace("window: {time: 0.5}", "window: {count: 10}", 1)
     path = tmp_path / "count.yaml"
     path.write_text(stats)
-    invoked = CliRunner().invoke(cli, ["sites", "run", str(path), "--bootstrap", "127.0.0.1:1", "--out", str(tmp_path)])
+    invoked = CliRunner().invoke(sites, ["run", str(path), "--bootstrap", "127.0.0.1:1", "--out", str(tmp_path)])
     assert invoked.exit_code != 0
     assert "time windows only" in invoked.output
 
@@ -114,6 +114,6 @@ def test_a_site_not_in_the_plan_is_refused(tmp_path):
     plan, _, _ = prepare(EXAMPLES / "pmjoin_sites.yaml")
     path = tmp_path / "plan.json"
     path.write_bytes(orjson.dumps(plan.to_dict()))
-    args = ["sites", "site", str(path), "--site", "n9", "--bootstrap", "127.0.0.1:1", "--prefix", "p", "--out", "x"]
-    invoked = CliRunner().invoke(cli, args)
+    args = ["site", str(path), "--site", "n9", "--bootstrap", "127.0.0.1:1", "--prefix", "p", "--out", "x"]
+    invoked = CliRunner().invoke(sites, args)
     assert invoked.exit_code == 2 and "'n9' is not a site of the plan" in invoked.output
