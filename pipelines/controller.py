@@ -11,13 +11,13 @@ in the join job (the routing version with its state transfer, the slot count, th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import orjson
 
 from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.load_reports import LoadReports, slot_batches
+from windjoin.connectors.load_reports import LoadEntry, LoadReports, slot_batches
 from windjoin.operators.control.config import ControlConfig
 from windjoin.operators.control.declustering import UtilisationState
 from windjoin.operators.control.epoch import ControlState, Decision, control_step
@@ -35,6 +35,7 @@ class EpochOutcome:
     occupancy: dict[int, float]
     classes: Classes
     cursor: str
+    shed: int = 0  # records the adapter shed in the epoch's batches (offered load = joined + shed)
 
     def line(self) -> str:
         """One line for the console."""
@@ -84,8 +85,9 @@ class Controller:
         )
         occupancy = {s: load.occupancy.get(s, 0.0) for s in range(self.state.slots)}
         classes = classify(occupancy, r.th_sup, r.th_con)
-        decision = control_step(self.state, load, self.config)
-        outcome = EpochOutcome(decision, load.batches, occupancy, classes, entries[-1].entry_id)
+        shed = shed_records(entries)
+        decision = control_step(self.state, load, self.config, shed=shed)
+        outcome = EpochOutcome(decision, load.batches, occupancy, classes, entries[-1].entry_id, shed)
         self.decisions.record(decision_fields(outcome, self.clock()))
         self.state, self.cursor = decision.state, outcome.cursor
         return outcome
@@ -111,9 +113,20 @@ def decision_fields(outcome: EpochOutcome, decided_at: float) -> dict[str, str |
         "suppliers": orjson.dumps(list(outcome.classes.suppliers)).decode(),
         "consumers": orjson.dumps(list(outcome.classes.consumers)).decode(),
         "batches": outcome.batches,
+        "shed": outcome.shed,
         "load_cursor": outcome.cursor,
         "decided_at": repr(decided_at),
     }
+
+
+def shed_records(entries: Iterable[LoadEntry]) -> int:
+    """Records the adapter shed in these batches, over all slots and streams (a replayed batch's latest report
+    counts once, as in `slot_batches`)."""
+    latest: dict[tuple[int, int], int] = {}
+    for entry in entries:
+        for report in entry.slots:
+            latest[(entry.batch_id, int(report["slot"]))] = sum(int(n) for n in (report.get("shed") or {}).values())
+    return sum(latest.values())
 
 
 def state_from_fields(fields: dict[str, str]) -> tuple[ControlState, str]:

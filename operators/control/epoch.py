@@ -1,10 +1,12 @@
 """One control epoch: from the epoch's load to the next control state (routing, slot count, shed ratio).
 
-The order within an epoch: utilisation tau decides the shed ratio and whether the slot count changes (S2J's
-thresholds, or paper 000's supplier/consumer rule); a shrinking epoch drains the released slots (the highest
-numbered) onto the others instead of reorganising; otherwise suppliers yield groups to consumers. New slots
-start empty and become consumers in the next epoch. Groups whose state is still travelling (`in_flight`,
-cleared by the caller as the join job acknowledges installs) never move again before they land.
+The order within an epoch: utilisation tau (over the tuples *offered* to the join: those it joined plus those
+the adapter shed, so an epoch that shed is not mistaken for a light one) decides the shed ratio and whether
+the slot count changes (S2J's thresholds, or paper 000's supplier/consumer rule); a shrinking epoch drains the
+released slots (the highest numbered) onto the others instead of reorganising; otherwise suppliers yield groups
+to consumers. New slots start empty and become consumers in the next epoch. Groups whose state is still
+travelling (`in_flight`, cleared by the caller as the join job acknowledges installs) never move again before
+they land.
 """
 
 from __future__ import annotations
@@ -49,10 +51,20 @@ class Decision:
 
 
 def control_step(
-    state: ControlState, load: EpochLoad, config: ControlConfig, in_flight: Collection[Group] = ()
+    state: ControlState,
+    load: EpochLoad,
+    config: ControlConfig,
+    in_flight: Collection[Group] = (),
+    shed: int = 0,
 ) -> Decision:
-    """The next control state from this epoch's load."""
+    """The next control state from this epoch's load; `shed`: records the adapter shed in the epoch's batches.
+
+    S2J's w is the incoming workload. The load reports count the tuples that reached the join, so the shed
+    ones are added back: otherwise an epoch shedding a ratio SR would measure tau * (1 - SR), switch shedding
+    off while the burst lasts and oscillate between shedding and not."""
     tau = utilisation(load, config.utilisation.capacity, state.slots)
+    if shed and load.batches and state.slots:
+        tau += shed / load.batches / state.slots / config.utilisation.capacity
     ratio = shed_ratio(tau, config.utilisation.tau1, config.shedding.base, config.shedding.model)
     occupancy = {s: load.occupancy.get(s, 0.0) for s in range(state.slots)}
     r = config.reorganisation
