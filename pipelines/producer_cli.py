@@ -41,6 +41,7 @@ from windjoin.pipelines.workload_generator import (
     PAPER_BIAS,
     PAPER_KEYS,
     PAPER_RATE,
+    SKEW_OVER,
     Workload,
     WorkloadConfig,
 )
@@ -222,6 +223,14 @@ def _batches(workload: Workload, encoders: dict[str, StreamEncoder], target: int
 @click.option(
     "--keys", type=click.IntRange(min=1), default=PAPER_KEYS, show_default=True, help="Join-key values 0..KEYS-1."
 )
+@click.option(
+    "--skew-over",
+    type=click.Choice(SKEW_OVER),
+    default="keys",
+    show_default=True,
+    help="What the b-model skews: key values (hashing spreads them evenly over partitions) or the hash "
+    "partitions themselves (hot partitions, keys uniform inside each).",
+)
 @click.option("--pace/--no-pace", default=True, show_default=True, help="Real time, or as fast as possible.")
 @BOOTSTRAP_OPTION
 @STATE_DIR_OPTION
@@ -234,6 +243,7 @@ def generate(
     seed: int,
     skew: float,
     keys: int,
+    skew_over: str,
     pace: bool,
     bootstrap: str | None,
     state_dir: Path,
@@ -256,7 +266,7 @@ def generate(
     # Created first: the idempotent producer's id is fetched in the background while the topics are set up.
     with BatchProducer(bootstrap, PRODUCER_CONFIG) as producer:
         _say_topics(ensure_topics(bootstrap, [e.topic for e in encoders.values()], topic_partitions))  # type: ignore[misc]
-        _generate(producer, spec, encoders, rate, duration, seed, skew, keys, pace, progress)
+        _generate(producer, spec, encoders, rate, duration, seed, skew, keys, skew_over, pace, progress)
 
 
 def _generate(
@@ -268,18 +278,21 @@ def _generate(
     seed: int,
     skew: float,
     keys: int,
+    skew_over: str,
     pace: bool,
     progress: bool | None,
 ) -> None:
     start_ms, started_wall = int(time.time() * 1000), time.perf_counter()  # schedule time 0
     began = started_wall
     try:
-        config = WorkloadConfig(rate=rate, duration_s=duration, seed=seed, bias=skew, n_keys=keys, start_ms=start_ms)
+        config = WorkloadConfig(
+            rate=rate, duration_s=duration, seed=seed, bias=skew, n_keys=keys, start_ms=start_ms, skew_over=skew_over
+        )
         workload = Workload(spec, config)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     skewed = {name: field or "(none)" for name, field in workload.join_attributes.items()}
-    click.echo(f"join keys (b-model b={skew}, {keys} values): {skewed}", err=True)
+    click.echo(f"join keys (b-model b={skew} over {skew_over}, {keys} values): {skewed}", err=True)
 
     counts: Counter[str] = Counter()
     lags: list[float] = []  # per batch: acknowledged this long after its last event was due

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from windjoin.operators.partitioning import partition_of
 from windjoin.operators.spec import JoinSpec, StreamSpec
 
 PAPER_RATE = 1500.0  # tuples/s per stream (Table I)
@@ -38,6 +39,7 @@ PAPER_BIAS = 0.7  # b (Table I)
 PAPER_KEYS = 10_000_001  # join attribute domain [0 .. 10 x 10^6]
 VALUE_LOW, VALUE_HIGH = 1, 10_000  # other numeric fields, as the SplitJoin benchmark
 STRING_LENGTH = 8
+SKEW_OVER = ("keys", "partitions")
 CHUNK_S = 0.05  # events are generated in slices of this much schedule time (fixed: keeps runs reproducible)
 
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -155,8 +157,11 @@ class WorkloadConfig:
     bias: float = PAPER_BIAS
     n_keys: int = PAPER_KEYS
     start_ms: int = 0  # event time of schedule time 0
+    skew_over: str = "keys"  # "keys": the b-model over key values; "partitions": over the spec's hash partitions
 
     def __post_init__(self) -> None:
+        if self.skew_over not in SKEW_OVER:
+            raise ValueError(f"skew_over must be one of {SKEW_OVER} (got {self.skew_over!r})")
         if not self.rate > 0:
             raise ValueError(f"rate must be > 0 events/s (got {self.rate})")
         if not self.duration_s > 0:
@@ -192,7 +197,14 @@ class Slice:
 class _StreamSource:
     """One stream's arrivals and values, each drawn from its own random stream (so reproducible)."""
 
-    def __init__(self, name: str, stream: StreamSpec, skewed: str | None, keys: BModel, config: WorkloadConfig):
+    def __init__(
+        self,
+        name: str,
+        stream: StreamSpec,
+        skewed: str | None,
+        keys: BModel | PartitionSkewedKeys,
+        config: WorkloadConfig,
+    ):
         seeds = np.random.SeedSequence([config.seed, _stable_id(name)]).spawn(2 + len(stream.fields))
         self.name = name
         self.stream = stream
@@ -244,13 +256,46 @@ def uniform_column(ftype: str, n: int, rng: np.random.Generator) -> np.ndarray:
     return letters.view(f"S{STRING_LENGTH}").ravel().astype(str).astype(object)
 
 
+class PartitionSkewedKeys:
+    """Keys whose *hash partitions* follow the b-model (keys uniform inside a partition).
+
+    Hashing scatters a b-model over 10^7 key values evenly over partitions (per-partition loads within ~1%),
+    so it loads slots alike; skew between partitions, the case partition moves exist for, needs the b-model
+    applied to the partition itself. Keys are drawn from the first `CANDIDATES` values of the domain.
+    """
+
+    CANDIDATES = 1 << 20
+
+    def __init__(self, n_keys: int, partitions: int, bias: float, seed: int) -> None:
+        self.partitions = BModel(partitions, bias, seed)
+        candidates = np.arange(min(n_keys, self.CANDIDATES), dtype=np.int64)
+        parts = partition_of(candidates, partitions)
+        self.by_partition = [candidates[parts == p] for p in range(partitions)]
+        empty = [p for p, keys in enumerate(self.by_partition) if not len(keys)]
+        if empty:
+            raise ValueError(f"{n_keys} key values leave partitions {empty[:5]} without a key; use more keys")
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        parts = self.partitions.sample(n, rng)
+        out = np.empty(n, dtype=np.int64)
+        for p in np.unique(parts):
+            rows = parts == p
+            keys = self.by_partition[p]
+            out[rows] = keys[rng.integers(0, len(keys), int(rows.sum()))]
+        return out
+
+
 class Workload:
     """The paper's workload for every stream of a spec, read as slices of ``CHUNK_S`` schedule seconds."""
 
     def __init__(self, spec: JoinSpec, config: WorkloadConfig) -> None:
         self.spec = spec
         self.config = config
-        self.keys = BModel(config.n_keys, config.bias, config.seed)
+        self.keys = (
+            BModel(config.n_keys, config.bias, config.seed)
+            if config.skew_over == "keys"
+            else PartitionSkewedKeys(config.n_keys, spec.partitions, config.bias, config.seed)
+        )
         self.join_attributes = {name: join_attribute(spec, name) for name in spec.streams}
         self._sources = [
             _StreamSource(name, stream, self.join_attributes[name], self.keys, config)

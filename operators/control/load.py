@@ -4,7 +4,9 @@ Per slot and per group (a partition or mini-group) each batch reports tuples in,
 (tuples waiting), state bytes and outputs. Paper 000 measures a slot's load as its average buffer occupancy
 over the epoch: the mean of per-batch samples divided by the buffer's capacity. In a micro-batch engine every
 slot runs once per batch, so "busy" occupancy (processing seconds / batch interval) is the default and
-"backlog" occupancy (backlog / capacity) the paper's own measure.
+"backlog" occupancy (backlog / capacity) the paper's own measure. "share" occupancy (a slot's part of the
+batch's processing seconds over all slots; 1/slots is a fair share) compares slots with one another whatever
+the machine's speed, for slots sharing cores (local mode, oversubscribed executors).
 """
 
 from __future__ import annotations
@@ -57,15 +59,20 @@ class EpochLoad:
     group_slot: dict[Group, int]  # group -> the slot that reported it last
 
 
-def occupancy_sample(report: SlotBatch, kind: str = "busy", backlog_capacity: float | None = None) -> float:
-    """One batch's occupancy of a slot: busy share of the batch interval, or backlog over buffer capacity."""
+def occupancy_sample(
+    report: SlotBatch, kind: str = "busy", backlog_capacity: float | None = None, batch_seconds: float = 0.0
+) -> float:
+    """One batch's occupancy of a slot: busy share of the batch interval, backlog over buffer capacity, or its
+    share of the batch's processing seconds over all slots (`batch_seconds`)."""
+    if kind == "share":
+        return report.total.processing_s / batch_seconds if batch_seconds > 0 else 0.0
     if kind == "busy":
         return report.total.processing_s / report.interval_s if report.interval_s > 0 else 0.0
     if kind == "backlog":
         if not backlog_capacity:
             raise ValueError("backlog occupancy needs backlog_capacity > 0")
         return report.total.backlog / backlog_capacity
-    raise ValueError(f"occupancy kind must be 'busy' or 'backlog', got {kind!r}")
+    raise ValueError(f"occupancy kind must be 'busy', 'backlog' or 'share', got {kind!r}")
 
 
 def aggregate_epoch(
@@ -82,9 +89,14 @@ def aggregate_epoch(
     group_load: dict[Group, Load] = {}
     group_slot: dict[Group, int] = {}
     batch_ids = set()
-    for report in sorted(reports, key=lambda r: (r.batch_id, r.slot)):
+    reports = sorted(reports, key=lambda r: (r.batch_id, r.slot))
+    batch_seconds: dict[int, float] = {}
+    for report in reports:
+        batch_seconds[report.batch_id] = batch_seconds.get(report.batch_id, 0.0) + report.total.processing_s
+    for report in reports:
         batch_ids.add(report.batch_id)
-        samples.setdefault(report.slot, []).append(occupancy_sample(report, kind, backlog_capacity))
+        sample = occupancy_sample(report, kind, backlog_capacity, batch_seconds[report.batch_id])
+        samples.setdefault(report.slot, []).append(sample)
         slot_load[report.slot] = _accumulate(slot_load.get(report.slot, Load()), report.total)
         for group, load in report.groups.items():
             group_load[group] = _accumulate(group_load.get(group, Load()), load)

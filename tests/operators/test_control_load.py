@@ -49,3 +49,14 @@ def test_utilisation_is_tuples_per_batch_per_worker_over_capacity():
     assert utilisation(epoch, capacity=205) == pytest.approx(0.5)
     assert utilisation(epoch, capacity=205, workers=1) == pytest.approx(1.0)
     assert utilisation(aggregate_epoch([], slots=[0]), capacity=1) == 0.0
+
+
+def test_share_occupancy_compares_slots_within_each_batch():
+    reports = [
+        SlotBatch(0, 0, 10.0, Load(processing_s=3.0)),
+        SlotBatch(0, 1, 10.0, Load(processing_s=1.0)),
+        SlotBatch(1, 0, 1.0, Load(processing_s=0.5)),  # a faster batch: the shares, not the seconds, count
+        SlotBatch(1, 1, 1.0, Load(processing_s=0.5)),
+    ]
+    epoch = aggregate_epoch(reports, [0, 1, 2], kind="share")
+    assert epoch.occupancy == pytest.approx({0: (0.75 + 0.5) / 2, 1: (0.25 + 0.5) / 2, 2: 0.0})

@@ -233,3 +233,13 @@ def test_workload_config_refuses_bad_values() -> None:
         WorkloadConfig(rate=0)
     with pytest.raises(ValueError, match="duration"):
         WorkloadConfig(duration_s=-1)
+
+
+def test_partition_skew_puts_the_b_model_on_the_hash_partitions():
+    from windjoin.operators.partitioning import partition_of
+    from windjoin.pipelines.workload_generator import BModel, PartitionSkewedKeys
+
+    keys = PartitionSkewedKeys(10_000_001, 32, 0.7, seed=3).sample(400_000, np.random.default_rng(0))
+    shares = np.bincount(partition_of(keys, 32), minlength=32) / len(keys)
+    assert np.abs(shares - BModel(32, 0.7, seed=3).probabilities()).max() < 0.005
+    assert len(np.unique(keys)) > 100_000  # keys stay spread inside each partition: few partners per tuple
