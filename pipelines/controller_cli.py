@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+import socket
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
@@ -26,6 +30,38 @@ def load_control_config(path: Path | None) -> ControlConfig:
         raise click.ClickException(f"{path}:\n{err}") from None
 
 
+def start_leader_election(
+    name: str, namespace: str, identity: str, duration_s: float, deadline_s: float, retry_s: float
+) -> Any:
+    """A running LeaderLoop on the Lease `namespace/name` (transitions echoed), or a click error."""
+    from windjoin.pipelines import leader_election as le
+
+    try:
+        config = le.LeaseConfig(name, namespace, identity, duration_s, deadline_s, retry_s)
+    except le.LeaseConfigError as err:
+        raise click.UsageError(f"leader election: {err}") from None
+    try:
+        api = le.kube_lease_api()
+    except Exception as err:  # no in-cluster service account and no kubeconfig
+        raise click.ClickException(f"leader election needs the Kubernetes API: {err}") from None
+
+    def on_change(leading: bool) -> None:
+        where = f"lease {namespace}/{name}"
+        click.echo(
+            f"leader election: {identity} leads ({where}): running epochs"
+            if leading
+            else f"leader election: {identity} is standby ({where}): no epochs",
+            err=True,
+        )
+
+    click.echo(f"leader election: {identity} is a candidate for lease {namespace}/{name}", err=True)
+    return le.LeaderLoop(le.LeaderElector(api, config), on_change=on_change).start()
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 @click.command("controller")
 @SPEC_ARGUMENT
 @click.option("--once", is_flag=True, help="Decide one epoch over the reports published so far, then exit.")
@@ -46,6 +82,54 @@ def load_control_config(path: Path | None) -> ControlConfig:
     envvar="WINDJOIN_CONTROLLER_METRICS_PORT",
     help="Serve the controller's Prometheus metrics on this port (/metrics); off by default.",
 )
+@click.option(
+    "--leader-election",
+    is_flag=True,
+    envvar="WINDJOIN_LEADER_ELECTION",
+    help="Run epochs only while holding a Kubernetes Lease (one active controller among replicas).",
+)
+@click.option(
+    "--lease-name",
+    default="windjoin-controller",
+    show_default=True,
+    envvar="WINDJOIN_LEASE_NAME",
+    help="Name of the Lease (coordination.k8s.io/v1).",
+)
+@click.option(
+    "--lease-namespace",
+    default="default",
+    show_default=True,
+    envvar="POD_NAMESPACE",
+    help="Namespace of the Lease [env POD_NAMESPACE].",
+)
+@click.option(
+    "--lease-identity",
+    default=socket.gethostname,
+    show_default="the host name",
+    envvar="POD_NAME",
+    help="This candidate's holderIdentity [env POD_NAME].",
+)
+@click.option(
+    "--lease-duration",
+    type=click.IntRange(1),
+    default=15,
+    show_default=True,
+    help="Seconds without renewal after which a standby takes the Lease over.",
+)
+@click.option(
+    "--lease-renew-deadline",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds the leader keeps leading without a successful renewal before it steps down.",
+)
+@click.option(
+    "--lease-retry-period",
+    type=click.FloatRange(min=0, min_open=True),
+    default=2.0,
+    show_default=True,
+    help="Seconds between attempts to acquire or renew the Lease.",
+)
 def controller(
     spec_path: Path,
     once: bool,
@@ -54,9 +138,18 @@ def controller(
     redis_url: str | None,
     namespace: str,
     metrics_port: int | None,
+    leader_election: bool,
+    lease_name: str,
+    lease_namespace: str,
+    lease_identity: str,
+    lease_duration: int,
+    lease_renew_deadline: float,
+    lease_retry_period: float,
 ) -> None:
     """Each epoch, turn the join job's load reports into a decision (routing moves, slot count, shed ratio),
-    recorded in Redis. The job does not apply decisions yet."""
+    recorded in Redis. With --leader-election, only the replica holding the Lease runs epochs; a standby that
+    becomes leader resumes from the latest recorded decision. With --once, a candidate waits up to two lease
+    durations to lead and fails if it does not."""
     spec = load_spec_or_fail(spec_path)
     config = load_control_config(config_path)
     if redis_url is None:
@@ -70,16 +163,45 @@ def controller(
 
     try:
         reports, decisions = LoadReports(redis_url, namespace), DecisionStore(redis_url, namespace)
-        control = Controller(reports, decisions, config, spec.partitions, spec.slots)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
+
+    def resume() -> Controller:
+        """A controller resuming from the latest recorded decision (at start, and each time we become leader:
+        another replica may have decided epochs meanwhile)."""
+        try:
+            return Controller(reports, decisions, config, spec.partitions, spec.slots)
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
+
+    control = None if leader_election else resume()
     metrics = ControllerMetrics()
     if metrics_port is not None:
         metrics.serve(metrics_port)
         click.echo(f"windjoin controller: metrics on :{metrics_port}/metrics", err=True)
+    election = None
+    if leader_election:
+        election = start_leader_election(
+            lease_name, lease_namespace, lease_identity, lease_duration, lease_renew_deadline, lease_retry_period
+        )
+    metrics.leader.set(0 if leader_election else 1)
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if on_main else None  # a pod stops by SIGTERM: release
+    standby_since = time.monotonic()
     try:
         while True:
             started = time.monotonic()
+            if election is not None and not election.is_leader():
+                control = None
+                metrics.leader.set(0)
+                if once and started - standby_since > 2 * lease_duration:
+                    holder = election.elector.holder or "nobody"
+                    raise click.ClickException(f"not the leader after {2 * lease_duration} s (lease held by {holder})")
+                time.sleep(lease_retry_period if once else min(lease_retry_period, epoch_s))
+                continue
+            if control is None:
+                control = resume()
+                metrics.leader.set(1)
             outcome = control.step()
             if outcome is None:
                 click.echo(f"epoch {control.state.epoch + 1}: no load reports since the last epoch, no decision")
@@ -92,5 +214,10 @@ def controller(
     except KeyboardInterrupt:
         click.echo("controller stopped (the last decision stays recorded)", err=True)
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if election is not None:
+            released = election.stop()
+            click.echo(f"leader election: lease {'released' if released else 'not held'}", err=True)
         reports.close()
         decisions.close()

@@ -13,7 +13,8 @@ SUPPLIER, NEUTRAL, CONSUMER = 1, 0, -1  # windjoin_controller_slot_class values
 
 
 class ControllerMetrics:
-    """Epoch, routing version, desired slots, shed ratio, utilisation; per slot occupancy and class; moves."""
+    """Epoch, routing version, desired slots, shed ratio, utilisation; per slot occupancy and class; moves;
+    whether this replica leads."""
 
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
@@ -42,6 +43,11 @@ class ControllerMetrics:
         self.moves = Counter("windjoin_controller_moves", "Group moves decided.", registry=r)
         self.hot = Gauge(
             "windjoin_controller_hot_slots", "Suppliers holding a single group in the last epoch.", registry=r
+        )
+        self.leader = Gauge(
+            "windjoin_controller_leader",
+            "1 while this replica runs epochs (holds the Lease, or runs without leader election), else 0.",
+            registry=r,
         )
 
     def observe(self, outcome: EpochOutcome) -> None:
