@@ -3,13 +3,13 @@
 Data layout per task (`ns` is the namespace, default "windjoin"; `{task}` is a Redis Cluster hash tag, so a
 task's keys share one slot):
 
-- `ns:{task}:results` - sorted set. Score: the pair's result time (max of its two tuples' timestamps, epoch ms;
-  exact as a double up to 2^53). Member: the pair as compact JSON, an array
-  `[batch_id, row, emitted_at, {"<stream>": {field: value, ...}, "<stream>": {...}}]`, streams in join order,
-  each stream's timestamp first. `(batch_id, row)` makes every member unique, so equal pairs from different rows
-  never collapse. A time-span query is one `ZRANGE key t_from t_to BYSCORE`; among equal scores Redis orders
-  members bytewise, so readers that need (result time, batch id, row) order sort the decoded members (`query`
-  does).
+- `ns:{task}:results` - sorted set. Score: the result's result time (max of its tuples' timestamps, epoch
+  ms; exact as a double up to 2^53). Member: the result as compact JSON, an array
+  `[batch_id, row, emitted_at, {"<stream>": {field: value, ...}, "<stream>": {...}, ...}]`, one object per joined
+  stream (two for a pair, n for an n-way task), streams in join order, each stream's timestamp first.
+  `(batch_id, row)` makes every member unique, so equal results from different rows never collapse. A time-span
+  query is one `ZRANGE key t_from t_to BYSCORE`; among equal scores Redis orders members bytewise, so readers
+  that need (result time, batch id, row) order sort the decoded members (`query` does).
 - `ns:{task}:meta` - hash: `committed` (last committed batch id), `max_time` (largest result time seen); with
   Parquet snapshots also `snapshot` / `snapshot_batch` (written by `redis_tier.advance_snapshot`).
 - `ns:{task}:feed` - stream, the continuous-query feed: one entry per batch that has rows, entry id
@@ -134,17 +134,22 @@ _CONTROL_ESCAPES = {0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\
 
 
 def decode_member(task: str, member: bytes) -> dict[str, Any]:
-    """A stored pair as `{"task", <stream>: {...}, <stream>: {...}, "batch_id", "emitted_at", "result_time"}`."""
+    """A stored result as `{"task", <stream>: {...}, ... (one per joined stream), "batch_id", "emitted_at",
+    "result_time"}`."""
     result_time, batch_id, _row, emitted_at, sides = _decode(member)
     return {"task": task, **sides, "batch_id": batch_id, "emitted_at": emitted_at, "result_time": result_time}
 
 
 def _decode(member: bytes) -> tuple[int, int, int, int, dict[str, dict[str, Any]]]:
-    """(result time, batch id, row, emitted_at, sides); the result time is the latest of the sides' timestamps,
-    which come first in each side."""
+    """(result time, batch id, row, emitted_at, sides); the result time is the latest of the sides' timestamps."""
     batch_id, row, emitted_at, sides = orjson.loads(member)
-    first, second = sides.values()  # a task joins two streams
-    return max(next(iter(first.values())), next(iter(second.values()))), batch_id, row, emitted_at, sides
+    return result_time_of(sides), batch_id, row, emitted_at, sides
+
+
+def result_time_of(sides: Mapping[str, Mapping[str, Any]]) -> int:
+    """The result time of a stored result: the latest of its tuples' timestamps (each side's first value), over
+    however many streams the task joins."""
+    return max(next(iter(side.values())) for side in sides.values())
 
 
 class RedisSink:
@@ -295,7 +300,8 @@ class RedisSink:
     def query(self, task: str, t_from: int, t_to: int) -> list[dict[str, Any]]:
         """The stored pairs with result time in [t_from, t_to], ordered by (result time, batch id, row).
 
-        Each pair: `{"task", <stream>: {...}, <stream>: {...}, "batch_id", "emitted_at", "result_time"}`.
+        Each result: `{"task", <stream>: {...}, ... (one per joined stream), "batch_id", "emitted_at",
+        "result_time"}`.
         """
         members = self.client.zrangebyscore(results_key(task, self.namespace), t_from, t_to)
         decoded = [_decode(member) for member in members]  # scores are not fetched: each member holds its own

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import redis
 
-from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
+from windjoin.connectors.redis_sink import feed_key, meta_key, result_time_of, results_key
 from windjoin.connectors.result_table import check_batch_id
 
 __all__ = [
@@ -225,11 +225,10 @@ def read_span(
 
 
 def decode_row(member: bytes) -> dict[str, Any]:
-    """A stored member as a result row `{<A>: {...}, <B>: {...}, batch_id, row, emitted_at, result_time}`."""
+    """A stored member as a result row `{<A>: {...}, <B>: {...}, ..., batch_id, row, emitted_at, result_time}`,
+    one object per joined stream."""
     batch_id, row, emitted_at, sides = orjson.loads(member)
-    first, second = sides.values()  # a task joins two streams; each side's timestamp comes first
-    result_time = max(next(iter(first.values())), next(iter(second.values())))
-    return {**sides, "batch_id": batch_id, "row": row, "emitted_at": emitted_at, "result_time": result_time}
+    return {**sides, "batch_id": batch_id, "row": row, "emitted_at": emitted_at, "result_time": result_time_of(sides)}
 
 
 @dataclass(frozen=True)

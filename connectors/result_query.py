@@ -1,7 +1,8 @@
 """Answering one-time and continuous queries over a task's results, across the Redis and Parquet tiers.
 
-A result row has one shape everywhere: `{<A>: {ts: int, field: value, ...}, <B>: {...}, "batch_id": int,
-"row": int, "emitted_at": int, "result_time": int}`, A and B the task's streams in join order. Selectable and
+A result row has one shape everywhere: `{<A>: {ts: int, field: value, ...}, <B>: {...}, ..., "batch_id": int,
+"row": int, "emitted_at": int, "result_time": int}`, one object per stream the task joins (two or more), in join
+order; the result time is the latest of their timestamps. Selectable and
 projectable names: `<stream>.<field>` (the stream's timestamp field included), `result_time`, `batch_id`,
 `emitted_at`.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import heapq
 import itertools
 import math
@@ -467,9 +469,9 @@ class ResultStore:
             return []
         schema = self._schemas[task]
         timestamps = [ds.field(stream, ts) for stream, ts in _timestamps(schema)]
-        # result time = max(a, b) in [lower, upper] <=> a <= upper and b <= upper and (a >= lower or b >= lower)
-        span = (
-            (timestamps[0] <= upper) & (timestamps[1] <= upper) & ((timestamps[0] >= lower) | (timestamps[1] >= lower))
+        # result time = max(t1, ..., tn) in [lower, upper] <=> every ti <= upper and some ti >= lower
+        span = functools.reduce(operator.and_, [t <= upper for t in timestamps]) & functools.reduce(
+            operator.or_, [t >= lower for t in timestamps]
         )
         dataset = ds.dataset(files, schema=schema, format="parquet")
         pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]] = []

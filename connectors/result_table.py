@@ -6,8 +6,9 @@ and `emitted_at` (int64, epoch ms). Types: int -> int64, float -> float64, strin
 timestamp -> int64. No value is ever null (sinks refuse nulls), yet fields are declared nullable, Arrow's default,
 so that a table assembled from plain arrays has exactly this schema. The schema carries metadata naming the task
 and each stream's timestamp field, so that sinks, which do not see the spec, can compute the *result time* of a
-pair: the later (max) of its two tuples' timestamps. Build tables with `table_from_columns` (or give
-`pa.Table.from_arrays` the schema of `result_schema`) so the metadata comes along.
+result: the latest (max) of its tuples' timestamps, one per joined stream (two for a pair, n for an n-way task).
+Build tables with `table_from_columns` (or give `pa.Table.from_arrays` the schema of `result_schema`) so the
+metadata comes along.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def table_from_records(
 
 
 def table_records(table: pa.Table) -> list[dict[str, Any]]:
-    """The pairs of a result table as records `{"task": name, <stream>: {...}, <stream>: {...}}`, in row order."""
+    """The results of a result table as records `{"task": name, <stream>: {...}, ...}`, in row order."""
     task = table_task(table)
     streams = list(stream_timestamps(table.schema))
     columns = {name: table.column(name).to_pylist() for name in streams}
@@ -165,7 +166,7 @@ def stream_timestamps(schema: pa.Schema) -> dict[str, str]:
 
 
 def result_times(table: pa.Table) -> np.ndarray:
-    """The result time of every pair (int64 epoch ms): the max of its tuples' timestamps."""
+    """The result time of every result (int64 epoch ms): the max of its tuples' timestamps, over every stream."""
     columns = [pc.struct_field(table.column(s), ts) for s, ts in stream_timestamps(table.schema).items()]
     if table.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
