@@ -60,7 +60,7 @@ class SiteConfig:
     prefix: str
     out_dir: Path
     timeout_s: float = 300.0
-    consume_batch: int = 5000
+    consume_batch: int = 500  # messages per poll: each poll ends in a join step and watermark messages
     poll_timeout_s: float = 0.05
 
 

@@ -29,7 +29,12 @@ def sites() -> None:
 @click.option("--prefix", required=True, help="Topic prefix: <prefix>.src.<stream>, <prefix>.site.<site>.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=300, show_default=True)
-def site_command(plan_path: Path, site_name: str, bootstrap: str | None, prefix: str, out_dir: Path, timeout_s: float):
+@click.option(
+    "--batch", type=click.IntRange(min=1), default=500, show_default=True, help="Messages consumed per join step."
+)
+def site_command(
+    plan_path: Path, site_name: str, bootstrap: str | None, prefix: str, out_dir: Path, timeout_s: float, batch: int
+):
     """One site: consume local source topics and this site's inter-site topic, run its joins, ship the rest.
 
     Writes <out>/<site>.results.jsonl and <out>/<site>.report.json (bytes crossing sites per link and edge).
@@ -43,7 +48,7 @@ def site_command(plan_path: Path, site_name: str, bootstrap: str | None, prefix:
             f"{site_name!r} is not a site of the plan (sites: {list(plan.sites)})", param_hint="--site"
         )
     try:
-        run_site(plan, site_name, SiteConfig(bootstrap, prefix, out_dir, timeout_s))
+        run_site(plan, site_name, SiteConfig(bootstrap, prefix, out_dir, timeout_s, consume_batch=batch))
     except SiteError as err:
         raise click.ClickException(str(err)) from None
 
