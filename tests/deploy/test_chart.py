@@ -183,6 +183,11 @@ BAD_VALUES = [
     (["--set", "join.sparkConf.executor.memory=1g"], "'executor' not allowed"),
     (["--set", "spec.tasks=null"], "/spec"),
     (["--set", "monitoring.serviceMonitor.interval=often"], "/monitoring/serviceMonitor/interval"),
+    (
+        ["--set", "controller.replicas=2", "--set", "controller.leaderElection.enabled=false"],
+        "/controller/leaderElection/enabled",
+    ),
+    (["--set", "controller.leaderElection.leaseDuration=0"], "/controller/leaderElection/leaseDuration"),
 ]
 
 
@@ -192,6 +197,55 @@ def test_bad_values_are_refused_with_a_message_naming_the_key(helm, args, where)
     assert done.returncode != 0
     assert "values don't meet the specifications of the schema" in done.stderr
     assert where in done.stderr, done.stderr
+
+
+def test_controller_replicas_elect_a_leader_through_a_lease(helm):
+    """The controller value set (2 replicas): every replica runs `windjoin controller --leader-election` with the
+    Lease name, its identity and namespace from the downward API in the env variables the CLI reads, and may
+    create Leases and get/update only that one."""
+    from windjoin.pipelines.controller_cli import controller
+
+    docs = _render(helm, "controller")
+    deployment = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-controller"
+    )
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    args = container["args"]
+    assert "--leader-election" in args and "--lease-name=wj-windjoin-controller" in args
+    assert {"--lease-duration=15", "--lease-renew-deadline=10", "--lease-retry-period=2"} <= set(args)
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e}
+    envvars = {p.name: p.envvar for p in controller.params}
+    assert env[envvars["lease_identity"]] == "metadata.name"
+    assert env[envvars["lease_namespace"]] == "metadata.namespace"
+    role = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "wj-windjoin-controller")
+    rules = {tuple(r["verbs"]): r for r in role["rules"]}
+    assert rules[("create",)]["resources"] == ["leases"] and "resourceNames" not in rules[("create",)]
+    assert rules[("get", "update")]["resourceNames"] == ["wj-windjoin-controller"]
+    assert all(r["apiGroups"] == ["coordination.k8s.io"] for r in role["rules"])
+    binding = next(d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "wj-windjoin-controller")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+    single = _render(
+        helm, "controller", "--set", "controller.replicas=1", "--set", "controller.leaderElection.enabled=false"
+    )
+    args = next(d for d in single if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("controller"))[
+        "spec"
+    ]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--lease") or a == "--leader-election" for a in args)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("controller.leaderElection.renewDeadline=14", "controller.leaderElection.renewDeadline: 14 leaves 1 s"),
+        ("controller.leaderElection.retryPeriod=10", "controller.leaderElection.retryPeriod: 10 must be below"),
+    ],
+)
+def test_lease_timings_without_a_margin_are_refused(helm, setting, message):
+    done = _helm(helm, "template", "wj", str(CHART), "--set", "controller.enabled=true", "--set", setting)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
 
 
 def test_k8s_manifests_equal_the_chart_rendered_with_defaults(helm, tmp_path):
