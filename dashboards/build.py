@@ -142,6 +142,12 @@ def overview() -> dict:
                 stat("Delay p99", _quantile(0.99, f"{job}_production_delay_seconds"), "s"),
                 stat("Last batch", f"max({job}_batch_id)", "none"),
                 stat("Since last batch", f"time() - max({job}_last_batch_timestamp_seconds)", "s"),
+                stat(
+                    "Shed records/s",
+                    f"sum(rate({job}_shed_records_total[5m]))",
+                    "rowsps",
+                    "Input records dropped by load shedding (0 while the controller sheds nothing).",
+                ),
             ],
             [
                 timeseries("Input rows/s", [(f"sum(rate({job}_input_rows_total[5m]))", "input")], "rowsps"),
@@ -218,6 +224,30 @@ def join_slots() -> dict:
                 ),
                 timeseries(
                     "Window segments by slot", [(f"sum by (slot) ({job}_window_segments{{{sel}}})", "slot {{slot}}")]
+                ),
+            ],
+            [
+                stat("Routing version applied", f"max({job}_routing_version)", "none"),
+                stat("Shed ratio applied", f"max({job}_shed_ratio)", "percentunit"),
+                stat("Executors", f"max({job}_executors)", "none", "A local master counts as 1."),
+            ],
+            [
+                timeseries(
+                    "Shed records/s by stream",
+                    [(f"sum by (stream) (rate({job}_shed_records_total[5m]))", "{{stream}}")],
+                    "rowsps",
+                    "Records the adapter dropped before the join, decided per record by a hash of its offset.",
+                ),
+                timeseries(
+                    "Control epoch applied and executors",
+                    [
+                        (f"max({job}_routing_version)", "routing version"),
+                        (f"max({job}_shed_ratio)", "shed ratio"),
+                        (f"max({job}_executors)", "executors"),
+                    ],
+                    "none",
+                    "What the job's batches ran with: the routing table version and shed ratio of their control "
+                    "epoch, and the executors the driver had.",
                 ),
             ],
         ],
@@ -357,6 +387,39 @@ def controller() -> dict:
                         (f"max({c}_slot_occupancy) / avg({c}_slot_occupancy)", "occupancy (controller)"),
                     ],
                     "none",
+                ),
+            ],
+            [
+                timeseries(
+                    "Routing version: decided and applied",
+                    [
+                        (f"max({c}_routing_version)", "decided (controller)"),
+                        (f"max({job}_routing_version)", "applied (job)"),
+                    ],
+                    "none",
+                    "The job applies a decision from a later batch on; a lasting gap means decisions are not applied.",
+                ),
+                timeseries(
+                    "Shed ratio: decided and applied",
+                    [(f"max({c}_shed_ratio)", "decided (controller)"), (f"max({job}_shed_ratio)", "applied (job)")],
+                    "percentunit",
+                ),
+                timeseries(
+                    "Executors and desired slots",
+                    [
+                        (f"max({c}_desired_slots)", "desired slots (controller)"),
+                        (f"max({job}_executors)", "executors (job)"),
+                    ],
+                    "none",
+                    "With --executors-from-redis the driver follows the desired slots (one executor each).",
+                ),
+            ],
+            [
+                timeseries(
+                    "Shed records/s (job)",
+                    [(f"sum by (stream) (rate({job}_shed_records_total[5m]))", "{{stream}}")],
+                    "rowsps",
+                    "Records shed per stream; their share of the offered load should follow the decided ratio.",
                 ),
             ],
         ],

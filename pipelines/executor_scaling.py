@@ -94,6 +94,21 @@ def to_remove(executor_ids: list[str], target: int) -> list[str]:
     return ordered[-excess:]
 
 
+def registered_executor_ids(jvm_sc: Any) -> list[str]:
+    """Ids of the executors registered with the driver (`sc._jsc.sc()`), the driver itself not among them."""
+    ids = jvm_sc.getExecutorIds()  # a Scala Seq: py4j cannot iterate it, so index it
+    return [str(ids.apply(i)) for i in range(ids.size())]
+
+
+def executor_count(sc: Any) -> int:
+    """How many executors the driver has now (the job's metrics hook): on a cluster master the registered
+    executors; a local master has no separate executors, its tasks run in the driver's one JVM: counted as 1
+    (not its cores: those are task slots, shown by Spark's own metrics)."""
+    if sc.master.startswith("local"):
+        return 1
+    return len(registered_executor_ids(sc._jsc.sc()))
+
+
 class SparkExecutors:
     """The running SparkContext's executors, through the JVM SparkContext (`sc._jsc.sc()`)."""
 
@@ -112,8 +127,7 @@ class SparkExecutors:
     def live(self) -> list[str]:
         """Ids of the executors registered with the driver now and not being removed by us (the driver itself is
         not among them). Removal takes seconds; counting a killed executor as live would kill again."""
-        ids = self._jvm_sc.getExecutorIds()  # a Scala Seq: py4j cannot iterate it, so index it
-        registered = [str(ids.apply(i)) for i in range(ids.size())]
+        registered = registered_executor_ids(self._jvm_sc)
         self._killed &= set(registered)
         return [e for e in registered if e not in self._killed]
 

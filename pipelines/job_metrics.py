@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,6 +14,8 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from windjoin.pipelines.join_job import BatchOutcome
+
+log = logging.getLogger(__name__)
 
 # Production delay (seconds): from well under a batch interval to minutes behind when the job falls behind.
 DELAY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
@@ -58,11 +61,19 @@ class BulkHistogram(Collector):
 class JobMetrics:
     """Input rows per slot, pairs per task, dead letters by reason, production delay, per-slot batch time and
     window size, batch id; per slot and per hash partition the load the controller reads (tuples in, outputs,
-    seconds, window tuples, state bytes)."""
+    seconds, window tuples, state bytes); the control epoch applied (routing version, shed ratio), records shed
+    per stream, and the executor count.
 
-    def __init__(self) -> None:
+    `streams`: the spec's stream names, whose shed counters are exported at 0 from the start (a labelled counter
+    never incremented exports no sample, and "nothing shed" must be visible as 0, not as no data). `executors`:
+    called once per batch for the driver's executor count (`executor_scaling.executor_count`); None leaves the
+    gauge at 0.
+    """
+
+    def __init__(self, streams: Sequence[str] = (), executors: Callable[[], int] | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self._executors = executors
         self.input_rows = Counter("windjoin_job_input_rows", "Input rows the join read, by slot.", ["slot"], registry=r)
         self.joined_rows = Counter(
             "windjoin_job_joined_rows", "Input rows that entered the join (not refused), by slot.", ["slot"], registry=r
@@ -127,6 +138,27 @@ class JobMetrics:
         self.part_slot = Gauge(
             "windjoin_job_partition_slot", "Slot index that last reported the partition.", ["partition"], registry=r
         )
+        self.shed = Counter(
+            "windjoin_job_shed_records",
+            "Input records the adapter shed (load shedding, replay-deterministic), by stream.",
+            ["stream"],
+            registry=r,
+        )
+        for stream in streams:
+            self.shed.labels(stream)
+        self.shed_ratio = Gauge(
+            "windjoin_job_shed_ratio", "Shed ratio applied to the last batch (from its control epoch).", registry=r
+        )
+        self.routing_version = Gauge(
+            "windjoin_job_routing_version",
+            "Version of the routing table the last batch was routed by (from its control epoch).",
+            registry=r,
+        )
+        self.executors = Gauge(
+            "windjoin_job_executors",
+            "Executors the driver has, as of the last batch (a local master runs tasks in the driver: 1).",
+            registry=r,
+        )
         self.delay = BulkHistogram(
             "windjoin_job_production_delay_seconds",
             "Production delay of result pairs: emission minus the later tuple's event time.",
@@ -150,6 +182,15 @@ class JobMetrics:
             self.pairs.labels(task).inc(n)
         for reason, n in outcome.dead_by_reason.items():
             self.dead_letters.labels(reason).inc(n)
+        for stream, n in outcome.shed.items():
+            self.shed.labels(stream).inc(n)
+        self.shed_ratio.set(outcome.shed_ratio)
+        self.routing_version.set(outcome.routing_version)
+        if self._executors is not None:
+            try:
+                self.executors.set(self._executors())
+            except Exception as err:  # py4j while Spark stops: keep the last value
+                log.warning("executor count unavailable: %s", err)
         self.delay.observe_many(np.asarray(outcome.delays_ms) / 1000.0)
         self.batches.inc()
         self.batch_id.set(outcome.batch_id)

@@ -12,7 +12,7 @@ import numpy as np
 
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec
 from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
-from windjoin.pipelines.executor_scaling import DEFAULT_REDIS_KEY, start_following
+from windjoin.pipelines.executor_scaling import DEFAULT_REDIS_KEY, executor_count, start_following
 from windjoin.pipelines.join_job import (
     STATE_CONF,
     BatchOutcome,
@@ -183,7 +183,8 @@ def run(
     if metrics_port is not None:
         from windjoin.pipelines.job_metrics import JobMetrics
 
-        metrics = JobMetrics()
+        sc = spark.sparkContext
+        metrics = JobMetrics(streams=list(spec.streams), executors=lambda: executor_count(sc))
         metrics.serve(metrics_port)
         click.echo(f"windjoin: metrics on :{metrics_port}/metrics", err=True)
 

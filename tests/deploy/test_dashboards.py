@@ -100,6 +100,13 @@ def test_controller_dashboard_charts_the_controllers_decisions():
     assert "windjoin_job_window_tuples" in used  # the job's per-slot imbalance stays alongside
 
 
+def test_dashboards_chart_shedding_the_applied_control_epoch_and_executors():
+    used = _queried_metrics()
+    control = ("shed_records_total", "shed_ratio", "routing_version", "executors")
+    for name in control:
+        assert {"join-slots.json", "controller.json"} <= used.get(f"windjoin_job_{name}", set()), name
+
+
 def test_every_job_metric_in_a_dashboard_exists_in_the_job_registry():
     known = _names(JobMetrics().registry)
     used = {m: d for m, d in _queried_metrics().items() if m.startswith("windjoin_job_")}
@@ -132,6 +139,10 @@ def test_no_dashboard_queries_an_unknown_component():
     assert prefixes <= {"job", "proxy", "controller"}, prefixes
 
 
+# Job metrics a run without the controller's decisions leaves at 0 (no shedding, the initial routing table).
+ZERO_WITHOUT_CONTROL = {"windjoin_job_shed_records_total", "windjoin_job_shed_ratio", "windjoin_job_routing_version"}
+
+
 @pytest.mark.slow
 def test_a_real_pipeline_run_updates_every_job_metric_a_dashboard_queries(
     spark, kafka_bootstrap, unique_topic, tmp_path
@@ -139,6 +150,7 @@ def test_a_real_pipeline_run_updates_every_job_metric_a_dashboard_queries(
     from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
     from windjoin.connectors.parquet_sink import ParquetSink
     from windjoin.operators.spec import parse_spec
+    from windjoin.pipelines.executor_scaling import executor_count
     from windjoin.pipelines.join_job import start_job
 
     spec_dict = {**keyed_eq_spec(unique_topic, tmp_path), "max_offsets_per_trigger": 300}
@@ -146,22 +158,38 @@ def test_a_real_pipeline_run_updates_every_job_metric_a_dashboard_queries(
     events = [{"stream": "RS"[i % 2], "ts": t0 + i, "k": i % 7, "x" if i % 2 == 0 else "a": i} for i in range(1000)]
     events.append({"stream": "R", "ts": t0 + 500, "k": 1, "x": "seven"})  # refused: wrong_type
     produce_events(kafka_bootstrap, spec_dict, events)
-    metrics = JobMetrics()
     spec = parse_spec(spec_dict)
+    sc = spark.sparkContext
+    metrics = JobMetrics(streams=list(spec.streams), executors=lambda: executor_count(sc))  # as windjoin run does
+    outcomes = []
+
+    def on_batch(outcome):
+        metrics.observe(outcome)
+        outcomes.append(outcome)
+
     query = start_job(
-        spark, spec, kafka_bootstrap, [ParquetSink(tmp_path / "parquet")], available_now=True, on_batch=metrics.observe
+        spark, spec, kafka_bootstrap, [ParquetSink(tmp_path / "parquet")], available_now=True, on_batch=on_batch
     )
     query.awaitTermination(timeout=600)
     assert query.exception() is None
 
+    value = metrics.registry.get_sample_value
     samples: dict[str, list[float]] = {}
     for family in metrics.registry.collect():
         for sample in family.samples:
             samples.setdefault(sample.name, []).append(sample.value)
     used = sorted(m for m in _queried_metrics() if m.startswith("windjoin_job_"))
-    not_updated = [m for m in used if not any(v > 0 for v in samples.get(m, []))]
+    not_updated = [m for m in used if m not in ZERO_WITHOUT_CONTROL and not any(v > 0 for v in samples.get(m, []))]
     assert not not_updated, f"metrics a dashboard queries that the run left at zero or absent: {not_updated}"
-    value = metrics.registry.get_sample_value
+    # Without a controller's decision nothing is shed and the routing is the initial one: these series must
+    # exist and say exactly what the batches reported (0 today), not be absent.
+    assert not [m for m in ZERO_WITHOUT_CONTROL if m in used and m not in samples]
+    for stream in spec.streams:
+        shed = sum(o.shed.get(stream, 0) for o in outcomes)
+        assert value("windjoin_job_shed_records_total", {"stream": stream}) == shed
+    assert value("windjoin_job_shed_ratio") == outcomes[-1].shed_ratio
+    assert value("windjoin_job_routing_version") == outcomes[-1].routing_version
+    assert value("windjoin_job_executors") == 1  # a local master
     assert value("windjoin_job_dead_letters_total", {"reason": "wrong_type"}) == 1
     assert sum(samples["windjoin_job_input_rows_total"]) >= 1000
     assert sum(samples["windjoin_job_pairs_total"]) > 0

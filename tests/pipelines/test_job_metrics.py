@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
+from windjoin.pipelines.executor_scaling import executor_count
 from windjoin.pipelines.job_metrics import DELAY_BUCKETS, JobMetrics
 from windjoin.pipelines.join_job import BatchOutcome
 
@@ -49,6 +50,64 @@ def test_counters_add_up_over_batches_and_gauges_keep_the_last():
     assert value("windjoin_job_window_tuples", {"slot": "0"}) == 400
     assert value("windjoin_job_slot_batch_seconds_count", {"slot": "0"}) == 2
     assert value("windjoin_job_last_batch_timestamp_seconds") == 1_700_000_000.5
+
+
+def test_control_metrics_shed_per_stream_from_zero_and_the_applied_epoch():
+    counts = iter([1, 3])
+    m = JobMetrics(streams=["R", "S"], executors=lambda: next(counts))
+    value = m.registry.get_sample_value
+    # before any batch: a series per stream at 0 (a labelled counter never incremented would export nothing)
+    assert value("windjoin_job_shed_records_total", {"stream": "R"}) == 0
+    assert value("windjoin_job_shed_records_total", {"stream": "S"}) == 0
+    assert b'windjoin_job_shed_records_total{stream="S"} 0.0' in m.exposition()
+    first = _outcome(0, [])
+    first.shed, first.shed_ratio, first.routing_version = {"R": 40, "S": 2}, 0.25, 3
+    m.observe(first)
+    second = _outcome(1, [])
+    second.shed, second.shed_ratio, second.routing_version = {"R": 10}, 0.1, 4
+    m.observe(second)
+    assert value("windjoin_job_shed_records_total", {"stream": "R"}) == 50
+    assert value("windjoin_job_shed_records_total", {"stream": "S"}) == 2
+    assert value("windjoin_job_shed_ratio") == 0.1 and value("windjoin_job_routing_version") == 4
+    assert value("windjoin_job_executors") == 3
+
+
+def test_executor_count_failing_keeps_the_last_value():
+    calls = iter([2])
+
+    def count() -> int:
+        return next(calls)  # StopIteration the second time, like py4j failing while Spark stops
+
+    m = JobMetrics(executors=count)
+    m.observe(_outcome(0, []))
+    m.observe(_outcome(1, []))
+    assert m.registry.get_sample_value("windjoin_job_executors") == 2
+
+
+class _Seq:
+    """A Scala Seq as py4j shows it: size() and apply(i), not iterable."""
+
+    def __init__(self, items: list[str]) -> None:
+        self.items = items
+
+    def size(self) -> int:
+        return len(self.items)
+
+    def apply(self, i: int) -> str:
+        return self.items[i]
+
+
+class _Context:
+    def __init__(self, master: str, ids: list[str]) -> None:
+        self.master = master
+        jvm_sc = type("JvmSc", (), {"getExecutorIds": lambda _self: _Seq(ids)})()
+        self._jsc = type("Jsc", (), {"sc": lambda _self: jvm_sc})()
+
+
+def test_executor_count_is_the_registered_executors_or_1_on_a_local_master():
+    assert executor_count(_Context("spark://127.0.0.1:7077", ["0", "1", "3"])) == 3
+    assert executor_count(_Context("k8s://https://kubernetes.default.svc", [])) == 0
+    assert executor_count(_Context("local[2]", [])) == 1
 
 
 def test_delay_histogram_counts_every_pair_in_its_bucket():
@@ -129,6 +188,10 @@ def test_windjoin_run_serves_its_metrics_while_it_runs(kafka_bootstrap, unique_t
         assert sum(v for k, v in samples.items() if k.startswith("windjoin_job_input_rows_total")) == 400
         assert samples["windjoin_job_batches_total{}"] >= 1
         assert samples["windjoin_job_production_delay_seconds_count{}"] == samples["windjoin_job_pairs_total{task=eq}"]
+        # no shedding configured: a series per stream at 0; the local master counts as one executor
+        assert samples["windjoin_job_shed_records_total{stream=R}"] == 0
+        assert samples["windjoin_job_shed_records_total{stream=S}"] == 0
+        assert samples["windjoin_job_executors{}"] == 1
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
