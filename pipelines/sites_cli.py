@@ -12,9 +12,24 @@ import orjson
 from windjoin.connectors import services as svc
 from windjoin.operators.pmjoin.execution import ExecutionError, ExecutionPlan
 from windjoin.operators.pmjoin.stats import StatsError
-from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION
+from windjoin.pipelines.cli_options import BOOTSTRAP_ENV
 from windjoin.pipelines.site import SiteConfig, SiteError, run_site
 from windjoin.pipelines.site_driver import SitesRunConfig, SitesRunError, run_sites
+
+_BOOTSTRAP = click.option(
+    "--bootstrap",
+    metavar="HOST:PORT",
+    envvar=BOOTSTRAP_ENV,
+    help=f"Kafka bootstrap servers (default: env {BOOTSTRAP_ENV}; `run` starts an embedded broker without either).",
+)
+_TIMEOUT = click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=240,
+    show_default=True,
+    help="Seconds a site may run before it gives up (the run stops every site then).",
+)
 
 
 @click.group("sites")
@@ -25,10 +40,10 @@ def sites() -> None:
 @sites.command("site")
 @click.argument("plan_path", metavar="PLAN.json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--site", "site_name", required=True, help="Which node of the plan this process is.")
-@BOOTSTRAP_OPTION
+@_BOOTSTRAP
 @click.option("--prefix", required=True, help="Topic prefix: <prefix>.src.<stream>, <prefix>.site.<site>.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=300, show_default=True)
+@_TIMEOUT
 @click.option(
     "--batch", type=click.IntRange(min=1), default=500, show_default=True, help="Messages consumed per join step."
 )
@@ -55,7 +70,7 @@ def site_command(
 
 @sites.command("run")
 @click.argument("stats_path", metavar="STATS.yaml", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@BOOTSTRAP_OPTION
+@_BOOTSTRAP
 @click.option(
     "--span", "span_s", type=click.FloatRange(min=1), default=300, show_default=True, help="Event-time seconds."
 )
@@ -63,7 +78,7 @@ def site_command(
 @click.option(
     "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out/sites"), show_default=True
 )
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=240, show_default=True)
+@_TIMEOUT
 @click.option(
     "--method",
     type=click.Choice(["none", "value", "hash", "range", "rate"]),
