@@ -152,12 +152,6 @@ class ExecutionPlan:
             links[key] = links.get(key, 0.0) + e.predicted_units
         return links
 
-    def channel_site(self, channel: str) -> str:
-        kind, _, name = channel.partition(":")
-        if kind == "src":
-            return next(s.site for s in self.streams if s.name == name)
-        return self.instances[int(name)].site
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "sites": list(self.sites),
