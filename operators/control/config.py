@@ -24,8 +24,9 @@ class ReorganisationConfig(_Strict):
 
     th_sup: Fraction = 0.8
     th_con: Fraction = 0.5
-    # processing seconds / batch interval, backlog / capacity, or a slot's share of the batch's processing seconds
-    occupancy: Literal["busy", "backlog", "share"] = "busy"
+    # processing seconds / batch interval, backlog / capacity, or a slot's share of the batch's processing
+    # seconds or input tuples
+    occupancy: Literal["busy", "backlog", "share", "tuples"] = "busy"
     backlog_capacity: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None  # tuples; for "backlog"
     seed: int = 0  # the paper picks the yielded group at random; seeded, so a replayed epoch decides the same
 

@@ -6,7 +6,8 @@ over the epoch: the mean of per-batch samples divided by the buffer's capacity. 
 slot runs once per batch, so "busy" occupancy (processing seconds / batch interval) is the default and
 "backlog" occupancy (backlog / capacity) the paper's own measure. "share" occupancy (a slot's part of the
 batch's processing seconds over all slots; 1/slots is a fair share) compares slots with one another whatever
-the machine's speed, for slots sharing cores (local mode, oversubscribed executors).
+the machine's speed, for slots sharing cores (local mode, oversubscribed executors); "tuples" does the same
+with input tuples (deterministic: the same workload and routing give the same shares).
 """
 
 from __future__ import annotations
@@ -60,19 +61,25 @@ class EpochLoad:
 
 
 def occupancy_sample(
-    report: SlotBatch, kind: str = "busy", backlog_capacity: float | None = None, batch_seconds: float = 0.0
+    report: SlotBatch,
+    kind: str = "busy",
+    backlog_capacity: float | None = None,
+    batch_seconds: float = 0.0,
+    batch_tuples: int = 0,
 ) -> float:
     """One batch's occupancy of a slot: busy share of the batch interval, backlog over buffer capacity, or its
-    share of the batch's processing seconds over all slots (`batch_seconds`)."""
+    share of the batch's processing seconds (`batch_seconds`) or input tuples (`batch_tuples`) over all slots."""
     if kind == "share":
         return report.total.processing_s / batch_seconds if batch_seconds > 0 else 0.0
+    if kind == "tuples":
+        return report.total.tuples_in / batch_tuples if batch_tuples > 0 else 0.0
     if kind == "busy":
         return report.total.processing_s / report.interval_s if report.interval_s > 0 else 0.0
     if kind == "backlog":
         if not backlog_capacity:
             raise ValueError("backlog occupancy needs backlog_capacity > 0")
         return report.total.backlog / backlog_capacity
-    raise ValueError(f"occupancy kind must be 'busy', 'backlog' or 'share', got {kind!r}")
+    raise ValueError(f"occupancy kind must be 'busy', 'backlog', 'share' or 'tuples', got {kind!r}")
 
 
 def aggregate_epoch(
@@ -90,12 +97,13 @@ def aggregate_epoch(
     group_slot: dict[Group, int] = {}
     batch_ids = set()
     reports = sorted(reports, key=lambda r: (r.batch_id, r.slot))
-    batch_seconds: dict[int, float] = {}
+    batch_total: dict[int, Load] = {}
     for report in reports:
-        batch_seconds[report.batch_id] = batch_seconds.get(report.batch_id, 0.0) + report.total.processing_s
+        batch_total[report.batch_id] = batch_total.get(report.batch_id, Load()) + report.total
     for report in reports:
         batch_ids.add(report.batch_id)
-        sample = occupancy_sample(report, kind, backlog_capacity, batch_seconds[report.batch_id])
+        total = batch_total[report.batch_id]
+        sample = occupancy_sample(report, kind, backlog_capacity, total.processing_s, total.tuples_in)
         samples.setdefault(report.slot, []).append(sample)
         slot_load[report.slot] = _accumulate(slot_load.get(report.slot, Load()), report.total)
         for group, load in report.groups.items():

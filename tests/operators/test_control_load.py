@@ -60,3 +60,5 @@ def test_share_occupancy_compares_slots_within_each_batch():
     ]
     epoch = aggregate_epoch(reports, [0, 1, 2], kind="share")
     assert epoch.occupancy == pytest.approx({0: (0.75 + 0.5) / 2, 1: (0.25 + 0.5) / 2, 2: 0.0})
+    by_tuples = [SlotBatch(0, 0, 1.0, Load(tuples_in=30)), SlotBatch(0, 1, 1.0, Load(tuples_in=10))]
+    assert aggregate_epoch(by_tuples, [0, 1], kind="tuples").occupancy == pytest.approx({0: 0.75, 1: 0.25})
