@@ -55,11 +55,16 @@ class TupleBatch:
 
 @dataclass(frozen=True)
 class Arrivals:
-    """One stream's share of an input chunk: its columns and each row's position in the chunk's arrival order."""
+    """One stream's share of an input chunk: its columns and each row's position in the chunk's arrival order.
+
+    `stored` (default: every row) marks the rows this join keeps in its window; the others only probe. A group
+    spread over k joins (SplitJoin) stores each tuple at one of them and probes at all: every pair is then
+    found once, where its earlier tuple is stored."""
 
     columns: Mapping[str, np.ndarray]
     order: np.ndarray
     arrival_ns: np.ndarray | None = None
+    stored: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.order)

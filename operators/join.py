@@ -1,9 +1,9 @@
 """The symmetric sliding-window join of a spec's tasks, chunk by chunk, over windows shared between tasks.
 
-Each chunk is appended to its streams' windows first; then every tuple probes the opposite window for
-partners that arrived before it (so a pair whose two tuples share a chunk is found once, by the later
-one) and that are inside its window: |Δts| <= size_ms (time) or among the opposite stream's `size` most
-recent arrivals (count). Time windows refuse tuples older than the running maximum event time minus
+Each chunk is appended to its streams' windows first (but probe-only rows, see `Arrivals.stored`); then every
+tuple probes the opposite window for partners that arrived before it (so a pair whose two tuples share a chunk
+is found once, by the later one) and that are inside its window: |Δts| <= size_ms (time) or among the opposite
+stream's `size` most recent arrivals (count). Time windows refuse tuples older than the running maximum event time minus
 `allowed_lateness_ms` (reported as late), which is what makes dropping expired blocks exact.
 """
 
@@ -123,7 +123,7 @@ class WindowJoin:
         total = check_arrival_order(chunk)
         now = time.time_ns()
         accepted, late = self._split_late(chunk)
-        batches = {}
+        batches, probe_only = {}, {}
         for stream, rows in accepted.items():
             if stream not in self.stores:
                 continue  # a declared stream no task joins: nothing to store or probe
@@ -132,9 +132,17 @@ class WindowJoin:
             arrival_ns = arrivals.arrival_ns[rows] if arrivals.arrival_ns is not None else np.full(len(rows), now)
             columns = {name: col[rows] for name, col in arrivals.columns.items()}
             batches[stream] = self._stamp(stream, columns, order, arrival_ns)
+            if arrivals.stored is not None:  # in the stamped (arrival) order, as _stamp sorts
+                probe_only[stream] = ~np.asarray(arrivals.stored, dtype=bool)[rows][np.argsort(order, kind="stable")]
+        if probe_only and (isinstance(self.spec.window, CountWindow) or self.n_way):
+            raise ValueError(
+                "probe-only tuples need a two-stream join over a time window: a count window numbers every stored "
+                "arrival, and an n-way combination's earlier tuples may be stored in different joins"
+            )
         counts_before = {s: store.count for s, store in self.stores.items()}
         for stream, tuples in batches.items():
-            self.stores[stream].append(tuples)
+            skip = probe_only.get(stream)
+            self.stores[stream].append(tuples if skip is None else tuples.take(np.flatnonzero(~skip)))
         pairs = [self._join_task(task, batches, counts_before) for task in self.tasks]
         self._next_seq += total
         for store in self.stores.values():

@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from tests.operators.control_sim import SimSlot, equi_spec, take_rows
 from tests.oracle import as_multiset, oracle_join
+from windjoin.operators.batch import Arrivals
 from windjoin.operators.control.hot import Spread, plan_spread, spread_width
+from windjoin.operators.join import WindowJoin
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
 
@@ -97,3 +99,35 @@ def test_width_and_placement():
     assert spread.slots == (2, 1, 3)
     with pytest.raises(ValueError, match="only 4 exist"):
         plan_spread(Group(3), home=2, k=5, occupancy={0: 0.5, 1: 0.1, 2: 0.99, 3: 0.1})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=hot_events(), k=st.integers(1, 4), batch=st.integers(1, 40), window_ms=st.integers(1, 25))
+def test_probe_only_rows_give_the_global_join_without_filtering(events, k, batch, window_ms):
+    """The operator's own probe-only rows (Arrivals.stored): k joins, each storing its share, emit each pair once."""
+    spec_dict = equi_spec(window_ms, 1, 1)
+    spec = parse_spec(spec_dict)
+    joins = [WindowJoin(spec) for _ in range(k)]
+    results = []
+    for start in range(0, len(events), batch):
+        chunk = events[start : start + batch]
+        for s, join in enumerate(joins):
+            arrivals = {}
+            for stream in "RS":
+                rows = [i for i, e in enumerate(chunk) if e["stream"] == stream]
+                if rows:
+                    columns = {f: np.array([chunk[i][f] for i in rows]) for f in ("ts", "k", "id")}
+                    stored = np.array([chunk[i]["id"] % k == s for i in rows])
+                    arrivals[stream] = Arrivals(columns, np.array(rows), stored=stored)
+            for pairs in join.process(arrivals).pairs:
+                sides = [
+                    [dict(zip(("ts", "k", "id"), map(int, t), strict=True)) for t in _tuples(pairs, s)] for s in "RS"
+                ]
+                results += [(pairs.task, r, s_) for r, s_ in zip(*sides, strict=True)]
+    expected, _ = oracle_join(spec_dict, events)
+    assert as_multiset(results) == as_multiset(expected)
+
+
+def _tuples(pairs, stream: str):
+    columns = pairs.sides[stream]
+    return zip(columns["ts"], columns["k"], columns["id"], strict=True)
