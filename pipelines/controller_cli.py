@@ -187,7 +187,7 @@ def controller(
     metrics.leader.set(0 if leader_election else 1)
     on_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if on_main else None  # a pod stops by SIGTERM: release
-    standby_since = time.monotonic()
+    standby_since, term = time.monotonic(), 0
     try:
         while True:
             started = time.monotonic()
@@ -199,6 +199,8 @@ def controller(
                     raise click.ClickException(f"not the leader after {2 * lease_duration} s (lease held by {holder})")
                 time.sleep(lease_retry_period if once else min(lease_retry_period, epoch_s))
                 continue
+            if election is not None and election.elector.term != term:
+                control, term = None, election.elector.term  # led again after a gap (maybe unseen while asleep)
             if control is None:
                 control = resume()
                 metrics.leader.set(1)

@@ -117,6 +117,7 @@ class LeaderElector:
         self._observed_at = -float("inf")  # monotonic time we first saw _observed_version
         self.holder: str | None = None  # holder as last observed (None: absent or released)
         self.transitions = 0  # leaseTransitions as last observed
+        self.term = 0  # how many times we became leader: a changed term means others may have led meanwhile
 
     def is_leader(self) -> bool:
         """True while we hold the Lease and our last successful renewal is within the renew deadline."""
@@ -226,6 +227,7 @@ class LeaderElector:
         self._renewed_at = sent
         if not self._leader:
             self._leader = True
+            self.term += 1
             log.info(
                 "lease %s/%s: %s became leader (transitions %d)",
                 self.config.namespace,

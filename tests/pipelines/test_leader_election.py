@@ -213,6 +213,21 @@ def test_leader_that_cannot_renew_steps_down_before_anyone_can_take_over():
     assert not a.try_acquire_or_renew() and a.holder == "b"  # back online: follows the new leader
 
 
+def test_term_counts_each_time_a_candidate_becomes_leader():
+    world = World()
+    a, b = candidate(world, "a"), candidate(world, "b")
+    a.try_acquire_or_renew()
+    b.try_acquire_or_renew()
+    for _ in range(5):
+        world.advance(1.0)
+        a.try_acquire_or_renew()
+    assert a.term == 1 and b.term == 0  # renewals are one term
+    a.release()
+    b.try_acquire_or_renew()
+    b.release()
+    assert a.try_acquire_or_renew() and a.term == 2 and b.term == 1
+
+
 def test_graceful_release_lets_a_standby_take_over_at_once():
     world = World()
     a, b = candidate(world, "a"), candidate(world, "b")
