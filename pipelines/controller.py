@@ -86,7 +86,8 @@ class Controller:
         occupancy = {s: load.occupancy.get(s, 0.0) for s in range(self.state.slots)}
         classes = classify(occupancy, r.th_sup, r.th_con)
         shed = shed_records(entries)
-        decision = control_step(self.state, load, self.config, shed=shed)
+        seconds = sum({e.batch_id: e.interval_s for e in entries}.values())  # a replayed batch counts once
+        decision = control_step(self.state, load, self.config, shed=shed, seconds=seconds)
         outcome = EpochOutcome(decision, load.batches, occupancy, classes, entries[-1].entry_id, shed)
         self.decisions.record(decision_fields(outcome, self.clock()))
         self.state, self.cursor = decision.state, outcome.cursor

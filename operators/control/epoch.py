@@ -56,15 +56,15 @@ def control_step(
     config: ControlConfig,
     in_flight: Collection[Group] = (),
     shed: int = 0,
+    seconds: float = 0.0,
 ) -> Decision:
-    """The next control state from this epoch's load; `shed`: records the adapter shed in the epoch's batches.
+    """The next control state from this epoch's load; `shed`: records the adapter shed in the epoch's batches,
+    `seconds`: the wall-clock span of those batches (for `utilisation.measure: rate`).
 
     S2J's w is the incoming workload. The load reports count the tuples that reached the join, so the shed
     ones are added back: otherwise an epoch shedding a ratio SR would measure tau * (1 - SR), switch shedding
     off while the burst lasts and oscillate between shedding and not."""
-    tau = utilisation(load, config.utilisation.capacity, state.slots)
-    if shed and load.batches and state.slots:
-        tau += shed / load.batches / state.slots / config.utilisation.capacity
+    tau = offered_utilisation(load, config, state.slots, shed, seconds)
     ratio = shed_ratio(tau, config.utilisation.tau1, config.shedding.base, config.shedding.model)
     occupancy = {s: load.occupancy.get(s, 0.0) for s in range(state.slots)}
     r = config.reorganisation
@@ -92,6 +92,20 @@ def control_step(
         state, epoch=state.epoch + 1, routing=routing, slots=slots, shed_ratio=ratio, sustained=sustained
     )
     return Decision(new_state, tau, moves, hot)
+
+
+def offered_utilisation(
+    load: EpochLoad, config: ControlConfig, workers: int, shed: int = 0, seconds: float = 0.0
+) -> float:
+    """tau = w / W over the offered tuples (joined + shed): per batch and worker, or per second and worker."""
+    u = config.utilisation
+    if u.measure == "rate":
+        offered = sum(x.tuples_in for x in load.slot_load.values()) + shed
+        return offered / seconds / workers / u.capacity if seconds > 0 and workers else 0.0
+    tau = utilisation(load, u.capacity, workers)
+    if shed and load.batches and workers:
+        tau += shed / load.batches / workers / u.capacity
+    return tau
 
 
 def _drain(

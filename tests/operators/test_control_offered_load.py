@@ -33,3 +33,21 @@ def test_shed_records_count_as_offered_load_so_the_ratio_holds_while_the_burst_l
     assert control_step(burst.state, _epoch(225), CONFIG).state.shed_ratio == 0.0
     calm = control_step(held.state, _epoch(300), CONFIG)  # burst over: tau 0.3, nothing shed
     assert calm.state.shed_ratio == 0.0 == shed_ratio(calm.tau, 0.6)
+
+
+def test_the_rate_measure_counts_tuples_per_second_so_slow_batches_do_not_raise_tau():
+    config = parse_control_config(
+        {
+            "utilisation": {"tau0": 0.1, "tau_star": 0.3, "tau1": 0.6, "tau2": 1.0, "capacity": 500, "measure": "rate"},
+            "reorganisation": {"th_sup": 0.99, "th_con": 0.0},
+        }
+    )
+    state = ControlState.initial(partitions=4, slots=2)
+    # 3 batches of 2 x 900 tuples over 6 s: 900 tuples/s per worker over 500 -> tau 0.9, whatever the batch count
+    burst = control_step(state, _epoch(900), config, seconds=6.0)
+    assert burst.tau == pytest.approx(0.9) and burst.state.shed_ratio == pytest.approx(0.75)
+    held = control_step(burst.state, _epoch(225), config, shed=3 * 2 * 675, seconds=6.0)
+    assert held.tau == pytest.approx(0.9)
+    # the same tuples in batches that ran twice as long: half the rate
+    assert control_step(state, _epoch(900), config, seconds=12.0).tau == pytest.approx(0.45)
+    assert control_step(state, _epoch(900), config).tau == 0.0  # no span known: no rate
