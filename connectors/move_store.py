@@ -1,9 +1,9 @@
-"""Where a moved partition group's window state waits between its old slot and its new one.
+"""Where a partition's handed-over window state waits between the slot giving it up and the slot taking it.
 
-One immutable Arrow IPC file per (routing version, partition) under `root` (the job's checkpoint folder, or an
-object-store URL: pyarrow's filesystems), its positions (event-time high mark, arrival counts) in the schema
-metadata. Written whole or not at all (temp file, then rename), rewritten identically when a batch is replayed,
-and pruned by the driver once no batch can need it any more.
+One immutable Arrow IPC file per (routing version, partition, source slot) under `root` (the job's checkpoint
+folder, or an object-store URL: pyarrow's filesystems), its positions (event-time high mark, arrival counts) in
+the schema metadata. Written whole or not at all (temp file, then rename), rewritten identically when a batch is
+replayed, and pruned by the driver once no batch can need it any more.
 """
 
 from __future__ import annotations
@@ -28,26 +28,38 @@ class MoveStore:
     def __init__(self, root: str) -> None:
         self.fs, self.root = pafs.FileSystem.from_uri(root) if "://" in root else (pafs.LocalFileSystem(), root)
 
-    def put(self, version: int, partition: int, group: MovedGroup) -> None:
+    def put(self, version: int, partition: int, source: int, group: MovedGroup) -> None:
+        """Write what slot `source` hands over of `partition` at routing version `version` (whole or not at all)."""
         folder = self._folder(version)
         self.fs.create_dir(folder, recursive=True)
-        path = f"{folder}/p{partition}.arrow"
+        path = f"{folder}/p{partition}-s{source}.arrow"
         table = group.rows.replace_schema_metadata({POSITIONS: orjson.dumps(group.positions)})
         with self.fs.open_output_stream(path + ".tmp") as out, pa.ipc.new_stream(out, table.schema) as writer:
             writer.write_table(table)
         self.fs.move(path + ".tmp", path)
 
-    def get(self, version: int, partition: int) -> MovedGroup:
-        path = f"{self._folder(version)}/p{partition}.arrow"
-        try:
+    def get_all(self, version: int, partition: int) -> list[MovedGroup]:
+        """Everything handed over of `partition` at `version`, by source slot (none: nothing was handed over)."""
+        folder = self._folder(version)
+        prefix = f"p{partition}-s"
+        infos = self.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        paths = sorted(i.path for i in infos if i.base_name.startswith(prefix) and i.base_name.endswith(".arrow"))
+        out = []
+        for path in paths:
             with self.fs.open_input_stream(path) as src:
                 table = pa.ipc.open_stream(src).read_all()
-        except FileNotFoundError as exc:
+            out.append(MovedGroup(table.replace_schema_metadata(None), orjson.loads(table.schema.metadata[POSITIONS])))
+        return out
+
+    def get(self, version: int, partition: int) -> list[MovedGroup]:
+        """Like `get_all`, but a partition's new holder needs at least one hand-over: none is an error."""
+        found = self.get_all(version, partition)
+        if not found:
             raise MissingStateError(
-                f"the state of partition {partition} moved by routing version {version} is not at {path}: "
-                "the move store was cleaned or is not shared by every executor"
-            ) from exc
-        return MovedGroup(table.replace_schema_metadata(None), orjson.loads(table.schema.metadata[POSITIONS]))
+                f"no state of partition {partition} handed over at routing version {version} under "
+                f"{self._folder(version)}: the move store was cleaned or is not shared by every executor"
+            )
+        return found
 
     def prune(self, below_version: int) -> None:
         """Delete the states of routing versions below `below_version` (installed in batches now committed)."""

@@ -82,6 +82,17 @@ class RoutingTable:
     version: int
     slot_of: tuple[int, ...]  # partition -> slot index
     split: tuple[tuple[Group, int], ...] = ()  # (mini-group, slot), sorted
+    # (partition, slots) of hot partitions spread SplitJoin-style: each tuple stored at one slot, probed at all;
+    # slots[0] is the partition's slot in `slot_of`
+    spread: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+    def __post_init__(self) -> None:
+        for part, slots in self.spread:
+            if len(slots) < 2 or len(set(slots)) != len(slots) or slots[0] != self.slot_of[part]:
+                raise ValueError(
+                    f"spread of partition {part} over {slots}: needs 2+ distinct slots, the first being its slot "
+                    f"{self.slot_of[part]}"
+                )
 
     @staticmethod
     def round_robin(partitions: int, slots: int, version: int = 0) -> RoutingTable:
@@ -115,6 +126,22 @@ class RoutingTable:
         out.update(dict(self.split))
         return out
 
+    def holders(self, partition: int) -> tuple[int, ...]:
+        """The slots holding a partition's state: its slot, or every slot of its spread (home first)."""
+        for part, slots in self.spread:
+            if part == partition:
+                return slots
+        return (self.slot_of[partition],)
+
+    def with_spread(self, partition: int, slots: tuple[int, ...]) -> RoutingTable:
+        """The next version with `partition` spread over `slots` (its own slot first), or unspread with one slot."""
+        spread = tuple(sorted((p, s) for p, s in self.spread if p != partition))
+        slot_of = list(self.slot_of)
+        slot_of[partition] = slots[0]
+        if len(slots) > 1:
+            spread = tuple(sorted((*spread, (partition, tuple(slots)))))
+        return RoutingTable(self.version + 1, tuple(slot_of), self.split, spread)
+
     def slot_of_group(self, group: Group) -> int:
         return self.groups()[group]
 
@@ -140,7 +167,9 @@ class RoutingTable:
                 slot_of[group.partition] = slot
             else:
                 split.append((group, slot))
-        table = RoutingTable(version, tuple(slot_of), tuple(split))
+        # A spread partition whose slot moves is no longer spread (it moves whole, with every stored share).
+        spread = tuple((p, slots) for p, slots in self.spread if slot_of[p] == self.slot_of[p])
+        table = RoutingTable(version, tuple(slot_of), tuple(split), spread)
         table.check_tiling(set(units))
         return table
 

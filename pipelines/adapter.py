@@ -25,7 +25,7 @@ from windjoin.connectors.codec import Codec
 from windjoin.connectors.codec_errors import DecodeError
 from windjoin.connectors.result_table import ARROW_TYPES
 from windjoin.connectors.stream_codecs import stream_codecs
-from windjoin.operators.control.shedding import shed_mask
+from windjoin.operators.control.shedding import record_hash, shed_mask_of_hashes
 from windjoin.operators.partitioning import RoutingTable, partition_of
 from windjoin.operators.schema import FUTURE_TIMESTAMP, RecordError, StreamSchema
 from windjoin.operators.spec import JoinSpec
@@ -53,6 +53,7 @@ def adapter_schema(spec: JoinSpec) -> pa.Schema:
         ("koffset", pa.int64()),
         ("reason", pa.string()),
         ("detail", pa.string()),
+        ("stored", pa.bool_()),  # join rows: stored at this slot (False: a spread partition's probe-only copy)
     ]
     for name, s in spec.streams.items():
         fields += [(field_column(name, f), ARROW_TYPES[t]) for f, t in s.fields.items()]
@@ -137,29 +138,65 @@ class Adapter:
             for name, value in zip(schemas[stream].columns[1:], row[1:], strict=True):
                 out[field_column(stream, name)][i] = value
             accepted[stream].append(i)
-        shed = self._shed(accepted, cols, epoch.shed_ratio)
+        hashes = self._record_hashes(cols) if epoch.shed_ratio > 0 or epoch.routing.spread else None
+        shed = self._shed(accepted, hashes, epoch.shed_ratio)
         self._route(out, accepted, cols, epoch)
-        adapted = pa.RecordBatch.from_pydict(out, schema=self.schema)
-        if not shed:
-            return adapted
-        dropped = np.zeros(n, dtype=bool)
-        for rows in shed.values():
-            dropped[rows] = True
-        summary = self._shed_summary({stream: len(rows) for stream, rows in shed.items()}, cols, epoch)
-        return pa.Table.from_batches([adapted.filter(pa.array(~dropped)), summary]).combine_chunks().to_batches()[0]
+        for rows in accepted.values():
+            for i in rows:
+                out["stored"][i] = True
+        adapted = pa.Table.from_batches([pa.RecordBatch.from_pydict(out, schema=self.schema)])
+        parts = [adapted]
+        if shed:
+            dropped = np.zeros(n, dtype=bool)
+            for rows in shed.values():
+                dropped[rows] = True
+            parts = [adapted.filter(pa.array(~dropped))]
+            counts = {stream: len(rows) for stream, rows in shed.items()}
+            parts.append(pa.Table.from_batches([self._shed_summary(counts, cols, epoch)]))
+            hashes = hashes[~dropped]
+        if epoch.routing.spread:
+            parts[0] = self._spread(parts[0], hashes, epoch)
+        table = pa.concat_tables(parts).combine_chunks()
+        return table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=self.schema)
 
-    def _shed(self, accepted: dict[str, list[int]], cols: dict, ratio: float) -> dict[str, list[int]]:
-        """Take the records to shed out of `accepted`: per stream, their row numbers. The decision is a pure
-        function of (topic, partition, offset) and the epoch's ratio, so a replayed batch sheds the same."""
-        if ratio <= 0 or not cols["offset"]:
-            return {}
-        mask = np.zeros(len(cols["offset"]), dtype=bool)
+    def _record_hashes(self, cols: dict) -> np.ndarray:
+        """`record_hash` of every record: the replay-deterministic source of per-record choices."""
+        hashes = np.zeros(len(cols["offset"]), dtype=np.uint64)
         sources = np.asarray([f"{t}\x00{p}" for t, p in zip(cols["topic"], cols["partition"], strict=True)])
         offsets = np.asarray(cols["offset"], dtype=np.int64)
         for source in np.unique(sources):  # the reader's batches hold one Kafka partition; tests may mix
             rows = sources == source
             topic, partition = source.split("\x00")
-            mask[rows] = shed_mask(ratio, topic, int(partition), offsets[rows])
+            hashes[rows] = record_hash(topic, int(partition), offsets[rows])
+        return hashes
+
+    def _spread(self, adapted: pa.Table, hashes: np.ndarray, epoch: ControlEpoch) -> pa.Table:
+        """Rows of a spread partition go to each of its slots: stored at the one chosen by the record's hash,
+        probe-only at the others."""
+        parts = adapted.column("part").to_numpy(zero_copy_only=False)
+        spread = dict(epoch.routing.spread)
+        hot = np.isin(parts, list(spread))
+        if not hot.any():
+            return adapted
+        pieces = [adapted.filter(pa.array(~hot))]
+        for part, slots in spread.items():
+            rows = np.flatnonzero(parts == part)
+            if not len(rows):
+                continue
+            chosen = (hashes[rows] & np.uint64(0xFFFFFFFF)) % np.uint64(len(slots))
+            copy = adapted.take(pa.array(rows))
+            for j, slot in enumerate(slots):
+                copy_j = copy.set_column(0, "slot", pa.array(np.full(len(rows), self.slot_labels[slot]), pa.int32()))
+                stored_at = copy.schema.get_field_index("stored")
+                pieces.append(copy_j.set_column(stored_at, "stored", pa.array(chosen == np.uint64(j))))
+        return pa.concat_tables(pieces)
+
+    def _shed(self, accepted: dict[str, list[int]], hashes: np.ndarray | None, ratio: float) -> dict[str, list[int]]:
+        """Take the records to shed out of `accepted`: per stream, their row numbers. The decision is a pure
+        function of (topic, partition, offset) and the epoch's ratio, so a replayed batch sheds the same."""
+        if ratio <= 0 or hashes is None or not len(hashes):
+            return {}
+        mask = shed_mask_of_hashes(ratio, hashes)
         shed = {}
         for stream, rows in accepted.items():
             gone = [i for i in rows if mask[i]]

@@ -100,9 +100,7 @@ def decision_fields(outcome: EpochOutcome, decided_at: float) -> dict[str, str |
     return {
         "epoch": state.epoch,
         "routing_version": state.routing.version,
-        "routing": orjson.dumps(
-            {"slot_of": state.routing.slot_of, "split": [[*_group(g), s] for g, s in state.routing.split]}
-        ).decode(),
+        "routing": routing_json(state.routing),
         "slots": state.slots,
         "shed_ratio": repr(state.shed_ratio),
         "tau": repr(d.tau),
@@ -130,6 +128,17 @@ def shed_records(entries: Iterable[LoadEntry]) -> int:
     return sum(latest.values())
 
 
+def routing_json(routing: RoutingTable) -> str:
+    """A routing table as recorded in a decision (`state_from_fields` reads it back)."""
+    return orjson.dumps(
+        {
+            "slot_of": routing.slot_of,
+            "split": [[*_group(g), s] for g, s in routing.split],
+            "spread": [[p, list(slots)] for p, slots in routing.spread],
+        }
+    ).decode()
+
+
 def state_from_fields(fields: dict[str, str]) -> tuple[ControlState, str]:
     """The control state and load cursor of a recorded decision."""
     routing = orjson.loads(fields["routing"])
@@ -137,6 +146,7 @@ def state_from_fields(fields: dict[str, str]) -> tuple[ControlState, str]:
         int(fields["routing_version"]),
         tuple(routing["slot_of"]),
         tuple((Group(p, depth, pattern), slot) for p, depth, pattern, slot in routing["split"]),
+        tuple((int(p), tuple(slots)) for p, slots in routing.get("spread", [])),
     )
     sustained = UtilisationState(int(fields["sustained_above"]), int(fields["sustained_below"]))
     state = ControlState(int(fields["epoch"]), table, int(fields["slots"]), float(fields["shed_ratio"]), sustained)

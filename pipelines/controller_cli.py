@@ -13,6 +13,7 @@ import click
 import yaml
 
 from windjoin.operators.control.config import ControlConfig, ControlConfigError, parse_control_config
+from windjoin.operators.spec import CountWindow
 from windjoin.pipelines.cli_options import SPEC_ARGUMENT, load_spec_or_fail
 
 
@@ -152,6 +153,11 @@ def controller(
     durations to lead and fails if it does not."""
     spec = load_spec_or_fail(spec_path)
     config = load_control_config(config_path)
+    if config.hot.spread and (isinstance(spec.window, CountWindow) or any(len(t.join) > 2 for t in spec.tasks)):
+        raise click.UsageError(
+            f"{config_path}: hot.spread: true needs two-stream tasks over a time window ({spec_path} has a count "
+            "window or an n-way task); accepted here: false"
+        )
     if redis_url is None:
         if spec.sinks.redis is None:
             raise click.UsageError("the spec has no Redis sink: pass --redis-url")

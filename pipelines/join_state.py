@@ -97,7 +97,7 @@ class JoinProcessor(StatefulProcessor):
         dead = frame[reasons.notna() & ~reasons.isin([PUNCTUATION, SHED, CONTROL])]
         live = frame[reasons.isna()].sort_values(ORDER, kind="stable")
         moved_in = self._install(index, meta, windows, epoch) if epoch is not None else []
-        self._check_owned(index, meta, live)
+        self._check_held(index, meta, live)
         pairs_by_task: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
         late_parts, kept_parts = [], []
         meter = GroupLoadMeter()
@@ -117,12 +117,19 @@ class JoinProcessor(StatefulProcessor):
                 table = table.append_column(EMITTED_AT, pa.array(np.full(len(table), emitted_at), pa.int64()))
                 out.append((slot, PAIRS, task, _ipc(table)))
         dead_rows = pd.concat(
-            [dead[DEAD_COLUMNS], *(p[DEAD_COLUMNS].assign(reason=LATE, detail=_LATE_DETAIL) for p in late_parts)]
+            [
+                dead[DEAD_COLUMNS],
+                # a late tuple of a spread partition is reported once, by the slot that would have stored it
+                *(
+                    p[p["stored"].astype(bool)][DEAD_COLUMNS].assign(reason=LATE, detail=_LATE_DETAIL)
+                    for p in late_parts
+                ),
+            ]
         )
         if len(dead_rows):
             out.append((slot, DEAD, "", _ipc(pa.Table.from_pandas(dead_rows, preserve_index=False))))
         kept = pd.concat([live.iloc[:0], *kept_parts])
-        self._store(meta, kept)
+        self._store(meta, kept[kept["stored"].astype(bool)])  # a spread partition's probe-only copies: not here
         moved_out = self._hand_over(index, meta, windows, epoch) if epoch is not None else []
         self._expire(meta, windows)
         meta["nonce"] = windows.nonce = uuid.uuid4().hex
@@ -137,7 +144,7 @@ class JoinProcessor(StatefulProcessor):
             "shed": shed,
             "moved_in": moved_in,
             "moved_out": moved_out,
-            "rows": len(frame),
+            "rows": len(frame) - len(control) - len(shed_rows),  # records read (control rows, shed counts: not)
             "joined": len(live),
             "dead": len(dead_rows),
             "punctuations": punctuations,
@@ -154,41 +161,83 @@ class JoinProcessor(StatefulProcessor):
     def close(self) -> None:
         pass
 
-    # -- partition moves (pipelines.control_epoch): install at the new slot, hand over at the old one ---------
+    # -- holder changes (pipelines.control_epoch): install at new holders, hand over at leaving ones ----------
 
-    def _owned(self, index: int, meta: dict[str, Any]) -> set[int]:
-        if "owned" not in meta:  # first batch of this slot: it holds what the first epoch routes to it
-            meta["owned"] = [p for p, s in enumerate(self.initial_routing.slot_of) if s == index]
-        return set(meta["owned"])
+    def _held(self, index: int, meta: dict[str, Any]) -> dict[int, tuple[int, ...]]:
+        """The partitions this slot holds state of, each with the holders the slot last saw for it."""
+        if "held" not in meta:  # first batch of this slot: it holds what the first epoch routes to it
+            first = self.initial_routing
+            meta["held"] = {
+                str(p): list(first.holders(p)) for p in range(first.partitions) if index in first.holders(p)
+            }
+        return {int(p): tuple(h) for p, h in meta["held"].items()}
 
     def _install(self, index: int, meta: dict[str, Any], windows: SlotWindows, epoch: ControlEpoch) -> list[int]:
-        """Install the handed-over state of every partition the epoch's routing newly gives this slot."""
-        owned = self._owned(index, meta)
-        arriving = [p for p, s in enumerate(epoch.routing.slot_of) if s == index and p not in owned]
-        store = self._move_store()
-        for part in arriving:
-            moved = store.get(epoch.routing.version, part)
-            key = str(part)
-            if moved.positions["max_ts"] is not None:
-                meta["max_ts"][key] = moved.positions["max_ts"]
-            meta["counts"][key] = moved.positions["counts"]
-            join = join_operator(self.spec)
-            windows.joins[part] = join
-            if moved.rows.num_rows:
-                rows = moved.rows.to_pandas()
-                for stream, rows_s in rows.groupby("stream", sort=True):
-                    join.preload(stream, self._columns(rows_s, stream))
-                self._store(meta, rows)
-            if moved.positions["max_ts"] is not None:
-                join.advance_event_time(moved.positions["max_ts"])
-            windows.forgotten[part] = {s: n - join.stores[s].count for s, n in moved.positions["counts"].items()}
-        meta["owned"] = sorted(owned | set(arriving))
-        return arriving
+        """Before joining: take up what was handed over for each partition whose holders changed to include
+        this slot. A new holder installs the positions (so it judges lateness like the others); the home slot
+        (the first holder) installs the tuples the leaving holders stored."""
+        held = self._held(index, meta)
+        routing, store = epoch.routing, None
+        changed = []
+        for part in range(routing.partitions):
+            holders = routing.holders(part)
+            if index not in holders or held.get(part) == holders:
+                continue
+            store = store or self._move_store()
+            new_holder = part not in held
+            handed = store.get(routing.version, part) if new_holder else store.get_all(routing.version, part)
+            if new_holder:
+                self._take_positions(meta, windows, part, [h.positions for h in handed])
+            if holders[0] == index:
+                self._take_rows(meta, windows, part, [h.rows for h in handed])
+            held[part] = holders
+            changed.append(part)
+        meta["held"] = {str(p): list(h) for p, h in held.items()}
+        return changed
+
+    def _take_positions(self, meta: dict[str, Any], windows: SlotWindows, part: int, positions: list[dict]) -> None:
+        key = str(part)
+        max_ts = [p["max_ts"] for p in positions if p["max_ts"] is not None]
+        counts: dict[str, int] = {}
+        for p in positions:
+            for stream, n in p["counts"].items():
+                counts[stream] = max(counts.get(stream, 0), n)
+        join = windows.joins[part] = join_operator(self.spec)
+        if max_ts:
+            meta["max_ts"][key] = max(max_ts)
+            join.advance_event_time(max(max_ts))
+        meta["counts"][key] = counts
+        windows.forgotten[part] = {s: n - join.stores[s].count for s, n in counts.items()}
+
+    def _take_rows(self, meta: dict[str, Any], windows: SlotWindows, part: int, tables: list[pa.Table]) -> None:
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            return
+        rows = pa.concat_tables(tables).to_pandas()
+        join = windows.joins.setdefault(part, join_operator(self.spec))
+        for stream, rows_s in rows.groupby("stream", sort=True):
+            join.preload(stream, self._columns(rows_s, stream))
+        forgotten = windows.forgotten.setdefault(part, {})
+        for stream, n in rows["stream"].value_counts().items():
+            forgotten[stream] = forgotten.get(stream, 0) - int(n)  # now held here, counted by the store
+        self._store(meta, rows)
 
     def _hand_over(self, index: int, meta: dict[str, Any], windows: SlotWindows, epoch: ControlEpoch) -> list[int]:
-        """After joining this batch: write the state of each partition the announced routing moves away from
-        this slot to the move store and forget it here."""
-        leaving = sorted(g.partition for g, (src, _) in epoch.moves().items() if src == index)
+        """After joining this batch: for each partition the announced routing takes from this slot, write what
+        this slot stored of it (with its positions) to the move store and forget it here; as the home slot of a
+        partition gaining holders, write its positions."""
+        changes = epoch.changes()
+        leaving = sorted(p for p, (now, nxt) in changes.items() if index in now and index not in nxt)
+        telling = sorted(
+            p for p, (now, nxt) in changes.items() if now[0] == index and index in nxt and set(nxt) - set(now)
+        )
+        store = self._move_store() if leaving or telling else None
+        for part in telling:
+            key = str(part)
+            positions = {"max_ts": meta["max_ts"].get(key), "counts": meta["counts"].get(key, {})}
+            store.put(
+                epoch.pending.version, part, index, MovedGroup(_segment_schema(self.spec).empty_table(), positions)
+            )
         if not leaving:
             return []
         gone = set(leaving)
@@ -210,22 +259,21 @@ class JoinProcessor(StatefulProcessor):
             else:
                 self.segments.removeKey((segment["id"],))
         meta["segments"] = kept_segments
-        store = self._move_store()
         schema = _segment_schema(self.spec)
         for part in leaving:
             key = str(part)
             positions = {"max_ts": meta["max_ts"].pop(key, None), "counts": meta["counts"].pop(key, {})}
             rows = pa.concat_tables(rows_by_part[part]) if rows_by_part[part] else schema.empty_table()
-            store.put(epoch.pending.version, part, MovedGroup(rows, positions))
+            store.put(epoch.pending.version, part, index, MovedGroup(rows, positions))
             windows.joins.pop(part, None)
             windows.forgotten.pop(part, None)
-        meta["owned"] = sorted(self._owned(index, meta) - gone)
+        meta["held"] = {p: h for p, h in meta["held"].items() if int(p) not in gone}
         return leaving
 
-    def _check_owned(self, index: int, meta: dict[str, Any], live: pd.DataFrame) -> None:
-        if "owned" not in meta:
+    def _check_held(self, index: int, meta: dict[str, Any], live: pd.DataFrame) -> None:
+        if "held" not in meta:
             return
-        stray = set(live["part"].unique().tolist()) - set(meta["owned"])
+        stray = set(live["part"].unique().tolist()) - {int(p) for p in meta["held"]}
         if stray:
             raise RuntimeError(
                 f"slot {index} got tuples of partitions {sorted(stray)} whose state it does not hold: the routing "
@@ -286,8 +334,14 @@ class JoinProcessor(StatefulProcessor):
     def _chunk(self, rows: pd.DataFrame) -> dict[str, Arrivals]:
         streams = rows["stream"].to_numpy()
         order = np.arange(len(rows))
+        stored = rows["stored"].to_numpy(dtype=bool)
+        spread = not stored.all()  # a spread partition: some rows only probe here
         return {
-            stream: Arrivals(self._columns(rows[streams == stream], stream), order[streams == stream])
+            stream: Arrivals(
+                self._columns(rows[streams == stream], stream),
+                order[streams == stream],
+                stored=stored[streams == stream] if spread else None,
+            )
             for stream in self.spec.streams
             if (streams == stream).any()
         }

@@ -109,6 +109,14 @@ class FineTuningConfig(_Strict):
     max_depth: Annotated[int, Field(ge=0, le=16)] = 8
 
 
+class HotConfig(_Strict):
+    """SplitJoin: spread a hot partition (a supplier holding only it) over k slots, k = ceil(occupancy / th_con)
+    within [2, max_width]. Only for two-stream tasks over time windows (the job refuses spreads otherwise)."""
+
+    spread: bool = False
+    max_width: Annotated[int, Field(ge=2)] = 4
+
+
 class ControlConfig(_Strict):
     # who sets the slot count: S2J's utilisation thresholds, or paper 000's supplier/consumer rule
     scaling: Literal["utilisation", "declustering"] = "utilisation"
@@ -117,6 +125,7 @@ class ControlConfig(_Strict):
     utilisation: UtilisationConfig = UtilisationConfig()
     shedding: SheddingConfig = SheddingConfig()
     fine_tuning: FineTuningConfig = FineTuningConfig()
+    hot: HotConfig = HotConfig()
 
 
 def parse_control_config(data: Any) -> ControlConfig:

@@ -11,6 +11,7 @@ they land.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
@@ -21,6 +22,7 @@ from windjoin.operators.control.declustering import (
     drain_moves,
     utilisation_step,
 )
+from windjoin.operators.control.hot import plan_spread
 from windjoin.operators.control.load import EpochLoad, group_weights, utilisation
 from windjoin.operators.control.reorganise import Move, classify, plan_reorganisation
 from windjoin.operators.control.shedding import shed_ratio
@@ -88,10 +90,28 @@ def control_step(
     if slots >= state.slots:
         plan = plan_reorganisation(routing, occupancy, r.th_sup, r.th_con, state.epoch, r.seed, in_flight)
         moves, hot, routing = plan.moves, plan.hot, plan.routing
+        if config.hot.spread:
+            routing = _spread_hot(routing, hot, occupancy, config)
     new_state = replace(
         state, epoch=state.epoch + 1, routing=routing, slots=slots, shed_ratio=ratio, sustained=sustained
     )
     return Decision(new_state, tau, moves, hot)
+
+
+def _spread_hot(
+    routing: RoutingTable, hot: tuple[int, ...], occupancy: dict[int, float], config: ControlConfig
+) -> RoutingTable:
+    """Spread each hot slot's single unspread partition over k slots (its own and the least occupied others)."""
+    units = routing.groups()
+    spread = {p for p, _ in routing.spread}
+    for slot in hot:
+        group = next(g for g, s in units.items() if s == slot)
+        if group.depth or group.partition in spread:
+            continue
+        k = min(config.hot.max_width, len(occupancy), math.ceil(occupancy[slot] / config.reorganisation.th_con))
+        if k >= 2:
+            routing = routing.with_spread(group.partition, plan_spread(group, slot, k, occupancy).slots)
+    return routing
 
 
 def offered_utilisation(

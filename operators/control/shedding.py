@@ -64,8 +64,16 @@ def shed_mask(ratio: float, topic: str, partition: int, offsets: np.ndarray) -> 
     threshold = ratio_threshold(ratio)
     if threshold == 0:
         return np.zeros(len(offsets), dtype=bool)
-    top = record_hash(topic, partition, offsets) >> np.uint64(32)
-    return top < np.uint64(threshold) if threshold < RATIO_SCALE else np.ones(len(offsets), dtype=bool)
+    return shed_mask_of_hashes(ratio, record_hash(topic, partition, offsets))
+
+
+def shed_mask_of_hashes(ratio: float, hashes: np.ndarray) -> np.ndarray:
+    """`shed_mask` from records' `record_hash` values (the top 32 bits decide; the low ones are left for other
+    per-record choices, such as the store slot of a spread partition's tuple)."""
+    threshold = ratio_threshold(ratio)
+    if threshold >= RATIO_SCALE:
+        return np.ones(len(hashes), dtype=bool)
+    return (hashes >> np.uint64(32)) < np.uint64(threshold)
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from windjoin.operators.control.config import parse_control_config
@@ -79,3 +81,15 @@ def test_declustering_mode_grows_by_one_with_a_supplier_and_no_consumer():
     assert control_step(state, load, config).state.slots == 3
     quiet = epoch_load(state, {0: 100, 1: 100}, {0: 0.6, 1: 0.3})
     assert control_step(state, quiet, config).state.slots == 1
+
+
+def test_a_hot_slot_with_one_partition_spreads_it_when_allowed():
+    state = ControlState.initial(partitions=4, slots=4)  # one partition per slot: slot 0 cannot yield one
+    load = epoch_load(state, {0: 500, 1: 100, 2: 50, 3: 100}, {0: 0.95, 1: 0.2, 2: 0.1, 3: 0.3})
+    assert control_step(state, load, CONFIG).hot == (0,)
+    assert control_step(state, load, CONFIG).state.routing.spread == ()  # off by default
+    spreading = CONFIG.model_copy(update={"hot": parse_control_config({"hot": {"spread": True}}).hot})
+    decided = control_step(state, load, spreading).state.routing
+    assert decided.spread == ((0, (0, 2)),)  # k = ceil(0.95 / th_con 0.5) = 2, with the least occupied slot
+    again = control_step(replace(state, routing=decided), load, spreading).state.routing
+    assert again.spread == decided.spread  # an already spread partition is left alone

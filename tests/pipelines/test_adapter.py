@@ -120,3 +120,27 @@ def test_control_rows_reach_every_slot_of_both_routings():
     rows = adapter.control_rows(ControlEpoch(adapter.routing, 0.1, pending)).to_pydict()
     assert rows["slot"] == [12, 6, 2, 0, 9] and set(rows["reason"]) == {CONTROL}
     assert ControlEpoch.from_json(orjson.loads(rows["detail"][0])) == ControlEpoch(adapter.routing, 0.1, pending)
+
+
+def test_a_spread_partition_reaches_all_its_slots_and_is_stored_at_one():
+    adapter = Adapter(SPEC, RoutingTable.round_robin(16, 4), slot_labels=(12, 6, 2, 0))
+    records = [("r" if i % 2 else "s", _json(ts=NOW + i, k=i % 7, x=1.0, c="a"), NOW + i) for i in range(400)]
+    plain = adapter.adapt(_batch(records)).to_pydict()
+    hot = plain["part"][0]
+    home = adapter.routing.slot_of[hot]
+    spread = adapter.routing.with_spread(hot, (home, *[s for s in range(4) if s != home][:2]))
+    out = adapter.adapt(_batch(records), ControlEpoch(spread)).to_pydict()
+    assert out == adapter.adapt(_batch(records), ControlEpoch(spread)).to_pydict()  # replay-deterministic
+    copies: dict[int, list[tuple[int, bool]]] = {}
+    for part, offset, slot, stored in zip(out["part"], out["koffset"], out["slot"], out["stored"], strict=True):
+        if part == hot:
+            copies.setdefault(offset, []).append((slot, stored))
+    labels = sorted(adapter.slot_labels[s] for s in spread.holders(hot))
+    assert copies and all(sorted(s for s, _ in c) == labels for c in copies.values())
+    assert all(sum(stored for _, stored in c) == 1 for c in copies.values())  # stored at exactly one slot
+    share = [sum(1 for c in copies.values() for s, st in c if st and s == label) for label in labels]
+    assert min(share) > len(copies) / len(labels) / 2  # the store turns spread evenly
+    others = [(o, s) for p, o, s in zip(out["part"], out["koffset"], out["slot"], strict=True) if p != hot]
+    assert sorted(others) == sorted(
+        (o, s) for p, o, s in zip(plain["part"], plain["koffset"], plain["slot"], strict=True) if p != hot
+    )

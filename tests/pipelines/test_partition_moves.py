@@ -1,7 +1,9 @@
 """Partition moves in the running job (real Kafka, Redis, Spark): the window state travels with the partition.
 
 The test plays the controller: after chosen batches it records a new routing decision in Redis, which the job
-follows (announce batch: old slots hand the state over; effective batch: new slots install it). One announce
+follows (announce batch: old holders hand their state over; effective batch: new holders install it): partitions
+moved whole, and hot partitions spread SplitJoin-style over several slots (stored at one, probed at all), shrunk
+and gathered again. One announce
 batch fails after its sinks wrote (the job dies there) and the job is restarted from its checkpoint, so the
 replayed batch hands the same state over again. Every result must equal the brute-force oracle exactly: a
 pair lost or joined twice at a move shows up as a difference.
@@ -20,7 +22,9 @@ from tests.pipelines.test_pipeline_e2e import _events, _spec
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
+from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
+from windjoin.pipelines.controller import routing_json
 from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
 
 TASKS = [
@@ -31,23 +35,25 @@ TASKS = [
         "on": [{"op": "eq", "left": "S.k", "right": "R.k"}, {"op": "band", "left": "S.a", "right": "R.x", "width": 5}],
     },
 ]
-# Routing decisions (8 partitions, round robin on 2 slots at first), recorded after the batch id named.
-DECISIONS = {
-    1: [1, 1, 1, 1, 0, 1, 2, 1],  # p0, p2 to slot 1; p6 to a new slot 2
-    5: [1, 0, 2, 1, 0, 2, 0, 2],  # p1 to slot 0, p2 and p7 to slot 2, p5 to slot 2, p6 back to slot 0
-}
+START = RoutingTable.round_robin(8, 2)
+# Routing decisions recorded after the batch id named: moves (to a new slot and back) ...
+V1 = RoutingTable(1, (1, 1, 1, 1, 0, 1, 2, 1))  # p0, p2 to slot 1; p6 to a new slot 2
+MOVES = {1: V1, 5: RoutingTable(2, (1, 0, 2, 1, 0, 2, 0, 2))}  # p1 to 0; p2, p5, p7 to 2; p6 back to 0
+# ... and SplitJoin spreads: p3 stored over slots 1, 0, 2 and p4 over 0, 1; then slot 0 leaves p3's spread while
+# p4 goes whole to slot 1 (slot 0 hands its share over); then p3 goes whole to slot 0 (both shares handed over).
+S1 = START.with_spread(3, (1, 0, 2)).with_spread(4, (0, 1))
+S2 = S1.with_spread(3, (1, 2)).with_spread(4, (1,))
+SPREADS = {1: S1, 4: S2, 7: S2.with_spread(3, (0,))}
 
 
-def record_routing(store: DecisionStore, version: int, slot_of: list[int], shed_ratio: float = 0.0) -> None:
+def record_routing(store: DecisionStore, routing: RoutingTable, shed_ratio: float = 0.0) -> None:
     """A decision as `windjoin controller` records it (the fields the job reads)."""
-    import orjson
-
     store.record(
         {
-            "epoch": version,
-            "routing_version": version,
-            "routing": orjson.dumps({"slot_of": slot_of, "split": []}).decode(),
-            "slots": max(slot_of) + 1,
+            "epoch": routing.version,
+            "routing_version": routing.version,
+            "routing": routing_json(routing),
+            "slots": 1 + max(max(routing.holders(p)) for p in range(routing.partitions)),
             "shed_ratio": repr(shed_ratio),
             "sustained_above": 0,
             "sustained_below": 0,
@@ -57,7 +63,12 @@ def record_routing(store: DecisionStore, version: int, slot_of: list[int], shed_
 
 
 @pytest.mark.slow
-def test_moves_during_the_run_lose_and_duplicate_nothing(spark, kafka_bootstrap, redis_url, unique_topic, tmp_path):
+@pytest.mark.parametrize(
+    ("decisions", "changed"), [(MOVES, {0, 1, 2, 5, 6, 7}), (SPREADS, {3, 4})], ids=["moves", "spreads"]
+)
+def test_holder_changes_during_the_run_lose_and_duplicate_nothing(
+    spark, kafka_bootstrap, redis_url, unique_topic, tmp_path, decisions, changed
+):
     window = {"kind": "time", "size_ms": 40}
     spec_dict = _spec(
         unique_topic, tmp_path, window, keyed=True, tasks=TASKS, max_offsets_per_trigger=250, allowed_lateness_ms=5000
@@ -66,7 +77,7 @@ def test_moves_during_the_run_lose_and_duplicate_nothing(spark, kafka_bootstrap,
     produce_events(kafka_bootstrap, spec_dict, events)
     spec = parse_spec(spec_dict)
     namespace = f"t{uuid.uuid4().hex[:8]}"
-    decisions = DecisionStore(redis_url, namespace)
+    store = DecisionStore(redis_url, namespace)
     parquet = ParquetSink(tmp_path / "parquet")
     redis = RedisSink(redis_url, retain_ms=10**12, namespace=namespace)
     seen: list[BatchOutcome] = []
@@ -78,9 +89,8 @@ def test_moves_during_the_run_lose_and_duplicate_nothing(spark, kafka_bootstrap,
         if moved_out and not failed:
             failed.append(outcome.batch_id)
             raise RuntimeError("injected failure after an announce batch's sinks wrote")
-        version = len([b for b in DECISIONS if b <= outcome.batch_id])
-        if outcome.batch_id in DECISIONS:
-            record_routing(decisions, version, DECISIONS[outcome.batch_id])
+        if outcome.batch_id in decisions:
+            record_routing(store, decisions[outcome.batch_id])
 
     control = ControlSource(redis_url, namespace)
     query = start_job(spark, spec, kafka_bootstrap, [parquet, redis], True, on_batch, control)
@@ -92,9 +102,8 @@ def test_moves_during_the_run_lose_and_duplicate_nothing(spark, kafka_bootstrap,
     assert query.exception() is None
 
     moved_in = {p for o in seen for s in o.stats for p in s["moved_in"]}
-    moved_out = {p for o in seen for s in o.stats for p in s["moved_out"]}
-    assert moved_out == moved_in == {0, 1, 2, 5, 6, 7}, (moved_out, moved_in)
-    assert max(o.routing_version for o in seen) == 2
+    assert moved_in == changed, moved_in
+    assert max(o.routing_version for o in seen) == max(d.version for d in decisions.values())
     assert [o.batch_id for o in seen].count(failed[0]) == 2, "the failed announce batch was not replayed"
     expected, late = oracle_join(spec_dict, events)
     assert not late and len(expected) > 300
