@@ -28,7 +28,10 @@ def test_defaults_are_valid():
         ({"declustering": {"beta": 1}}, ["declustering.beta", "less than 1"]),
         ({"declustering": {"min_slots": 5, "max_slots": 2}}, ["declustering.min_slots", "max_slots=2"]),
         ({"reorganisation": {"occupancy": "backlog"}}, ["reorganisation.backlog_capacity", "required"]),
-        ({"reorganisation": {"occupancy": "queue"}}, ["reorganisation.occupancy", "'busy', 'backlog', 'share' or 'tuples'"]),
+        (
+            {"reorganisation": {"occupancy": "queue"}},
+            ["reorganisation.occupancy", "'busy', 'backlog', 'share' or 'tuples'"],
+        ),
         ({"sheding": {}}, ["sheding", "accepted keys", "'shedding'"]),
     ],
 )

@@ -91,7 +91,8 @@ def test_controller_moves_even_out_a_skewed_placement_without_losing_a_pair(
     assert set(moved_in) <= {group.partition for group, _, _ in moves}
     loaded = [imbalance(b) for b in per_batch if sum(b.values()) > 0]
     settled = float(np.mean(loaded[-4:]))
-    assert settled < min(1.5, static), f"slot tuple imbalance {settled:.2f} after moves vs {static:.2f} static: {np.round(loaded, 2)}"
+    trace = f"slot tuple imbalance {settled:.2f} after moves vs {static:.2f} static: {np.round(loaded, 2)}"
+    assert settled < min(1.5, static), trace
     expected, late = oracle_join(spec_dict, events)
     assert not late and len(expected) > 300
     assert as_multiset(parquet_pairs(parquet, spec_dict)) == as_multiset(expected)
