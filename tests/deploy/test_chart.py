@@ -149,11 +149,15 @@ def test_job_args_name_options_that_windjoin_run_has(helm):
     from windjoin.pipelines.run_cli import run
 
     help_text = CliRunner().invoke(run, ["--help"]).output
-    docs = _render(helm, "default")
-    driver = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-driver")
-    for arg in driver["spec"]["template"]["spec"]["containers"][0]["args"]:
-        if arg.startswith("--"):
-            assert arg.split("=")[0] in help_text, arg
+    for values in ("default", "controller"):
+        docs = _render(helm, values)
+        driver = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-driver")
+        args = driver["spec"]["template"]["spec"]["containers"][0]["args"]
+        for arg in args:
+            if arg.startswith("--"):
+                assert arg.split("=")[0] in help_text, arg
+        # with a controller the job follows its decisions (routing moves, spreads, shedding)
+        assert any(a.startswith("--control-redis=redis://") for a in args) == (values == "controller"), args
 
 
 def test_controller_args_name_options_that_windjoin_controller_has(helm):
