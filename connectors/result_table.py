@@ -173,6 +173,19 @@ def result_times(table: pa.Table) -> np.ndarray:
     return pc.max_element_wise(*columns).to_numpy().astype(np.int64, copy=False)
 
 
+def order_results(table: pa.Table, order: str) -> pa.Table:
+    """A batch's results in SplitJoin's ordering levels: "none" (as produced), "outer" (by result time, the
+    later tuple's; stable), "strict" (then by the earlier tuples' times, latest first)."""
+    if order == "none" or table.num_rows < 2:
+        return table
+    if order not in ("outer", "strict"):
+        raise ValueError(f"output_order must be 'none', 'outer' or 'strict', got {order!r}")
+    columns = [pc.struct_field(table.column(s), ts) for s, ts in stream_timestamps(table.schema).items()]
+    times = np.sort(np.column_stack([c.to_numpy() for c in columns]), axis=1)[:, ::-1]  # latest first
+    keys = times[:, :1] if order == "outer" else times
+    return table.take(np.lexsort(keys.T[::-1]))
+
+
 def check_result_table(table: pa.Table, batch_id: int, task: str | None = None) -> None:
     """Raise ValueError unless `table` is a result table of `batch_id` (and of `task`, when given)."""
     if not isinstance(table, pa.Table):

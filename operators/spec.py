@@ -135,6 +135,9 @@ class JoinSpec(_Strict):
     slots: Annotated[int, Field(ge=1, le=4096)] = 2
     trigger_ms: Annotated[int, Field(ge=0)] = 1000
     max_offsets_per_trigger: Annotated[int, Field(ge=1)] | None = None
+    # Results of a batch as the sinks get them (SplitJoin's ordering levels): "none" as the slots produced them,
+    # "outer" by result time (the later tuple's), "strict" by result time then the earlier tuples' times.
+    output_order: Literal["none", "outer", "strict"] = "none"
     checkpoint: Annotated[str, Field(min_length=1)] | None = None
     sinks: SinksSpec = SinksSpec()
     dead_letter_topic: Annotated[str, Field(pattern=TOPIC)] | None = None

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from windjoin.connectors.move_store import MoveStore
-from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, result_schema, result_times
+from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
 from windjoin.connectors.snapshots import Snapshot
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
@@ -107,6 +107,7 @@ class BatchOutcome:
     routing_version: int = 0  # the routing table version the batch was routed by (control epoch)
     shed_ratio: float = 0.0  # the shed ratio applied to the batch's records (control epoch)
     shed: dict[str, int] = field(default_factory=dict)  # records shed by the adapter, per stream
+    order_seconds: float = 0.0  # time spent putting the results in the spec's output_order
 
     @property
     def records(self) -> int:
@@ -151,7 +152,9 @@ class BatchSink:
                 continue
             table = pa.concat_tables(parts)
             table = table.append_column(BATCH_ID, pa.array(np.full(len(table), batch_id), pa.int64()))
-            results[task] = table.select(schema.names).cast(schema)
+            ordering_started = time.perf_counter()
+            results[task] = order_results(table.select(schema.names).cast(schema), self.spec.output_order)
+            outcome.order_seconds += time.perf_counter() - ordering_started
             outcome.pairs[task] = len(table)
             delays.append(table.column(EMITTED_AT).to_numpy() - result_times(results[task]))
         for sink in self.sinks:
