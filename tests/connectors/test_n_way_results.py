@@ -4,22 +4,18 @@ it), in Redis scores, decoded members, the feed, the Parquet span filter and one
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import uuid
 from typing import Any
 
 import orjson
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink, decode_member, feed_key, meta_key, results_key
-from windjoin.connectors.redis_tier import advance_snapshot
-from windjoin.connectors.result_query import MAX_LIMIT, ResultStore, parse_condition
+from tests.connectors.tiers import TiersLayout
+from windjoin.connectors.redis_sink import decode_member, results_key
+from windjoin.connectors.result_query import MAX_LIMIT, parse_condition
 from windjoin.connectors.result_table import result_schema, result_times, table_from_records
-from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.spec import parse_spec
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -60,57 +56,19 @@ def canonical(c: dict[str, Any]) -> bytes:
     return orjson.dumps({s: c[s] for s in JOIN}, option=orjson.OPT_SORT_KEYS)
 
 
-class Tiers:
-    """Redis (trim=False) and Parquet with snapshots, written as the join job writes them."""
+def tri_table(task: str, batch: int, combos: list[dict[str, Any]], emitted_at: int) -> pa.Table:
+    table = table_from_records(SPEC, task, combos, batch, emitted_at)
+    assert table.column_names == [*JOIN, "batch_id", "emitted_at"]
+    return table
 
-    def __init__(self, redis_url: str, retain_ms: int) -> None:
-        self.folder = tempfile.mkdtemp(prefix="windjoin-nway-")
-        self.namespace = f"test_{uuid.uuid4().hex}"
-        self.retain_ms = retain_ms
-        self.redis = RedisSink(redis_url, retain_ms, self.namespace, trim=False)
-        self.parquet = ParquetSink(self.folder)
-        self.snapshots = SnapshotStore(self.folder)
-        self.written: list[tuple[int, int, int, bytes]] = []  # (result time, batch, row, combination)
-        self.batches = 0
 
-    def write(self, combos: list[dict[str, Any]]) -> None:
-        batch = self.batches
-        self.batches += 1
-        table = table_from_records(SPEC, "tri", combos, batch, 7)
-        assert table.column_names == [*JOIN, "batch_id", "emitted_at"]
-        self.parquet.write(batch, {"tri": table})
-        self.redis.write(batch, {"tri": table})
-        self.written += [(result_time(c), batch, row, canonical(c)) for row, c in enumerate(combos)]
-
-    def snapshot(self) -> None:
-        snap = self.snapshots.commit("tri", self.batches - 1, "periodic", 1)
-        if snap is not None:
-            cutoff = None if snap.max_time is None else snap.max_time - self.retain_ms
-            advance_snapshot(self.redis.client, "tri", self.namespace, snap.id, snap.last_batch, cutoff)
-
-    def store(self, parquet: bool = True) -> ResultStore:
-        kw = self.redis.client.connection_pool.connection_kwargs
-        url = f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
-        return ResultStore(SPEC, url, self.namespace, self.folder if parquet else None)
-
-    def close(self) -> None:
-        ns = self.namespace
-        self.redis.client.delete(results_key("tri", ns), meta_key("tri", ns), feed_key("tri", ns))
-        self.redis.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+def record(task: str, batch: int, row: int, combo: dict[str, Any], emitted_at: int) -> tuple[int, int, int, bytes]:
+    return (result_time(combo), batch, row, canonical(combo))
 
 
 @pytest.fixture
-def tiers_factory(redis_url: str):
-    made: list[Tiers] = []
-
-    def make(retain_ms: int = 100) -> Tiers:
-        made.append(Tiers(redis_url, retain_ms))
-        return made[-1]
-
-    yield make
-    for tiers in made:
-        tiers.close()
+def tiers_layout() -> TiersLayout:
+    return TiersLayout(SPEC, ("tri",), tri_table, record)
 
 
 def got(rows: list[dict[str, Any]]) -> list[tuple[int, int, int, bytes]]:
@@ -128,7 +86,7 @@ def test_schema_member_and_result_time_of_a_three_way_result(tiers_factory) -> N
     ]
     table = table_from_records(SPEC, "tri", combos, 0, 7)
     assert result_times(table).tolist() == [50, 60, 70]
-    tiers.write(combos)
+    tiers.write({"tri": combos})
     members = tiers.redis.client.zrange(results_key("tri", tiers.namespace), 0, -1, withscores=True)
     assert sorted(score for _, score in members) == [50.0, 60.0, 70.0]
     for member, score in members:
@@ -151,7 +109,7 @@ def test_schema_member_and_result_time_of_a_three_way_result(tiers_factory) -> N
 def test_one_time_query_across_the_tiers_equals_the_brute_force_filter(tiers_factory, batches, span, limit) -> None:
     tiers = tiers_factory(retain_ms=100)
     for combos, snapshot in batches:
-        tiers.write(combos)
+        tiers.write({"tri": combos})
         if snapshot:
             tiers.snapshot()
     t_from, t_to = span

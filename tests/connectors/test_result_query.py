@@ -3,11 +3,6 @@ filter of every pair written, paging, selection and projection, continuous queri
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +11,7 @@ from hypothesis import strategies as st
 
 from tests.connectors.sink_cases import SPEC
 from tests.connectors.test_redis_sink import canonical, make_table, result_time
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, results_key
-from windjoin.connectors.redis_tier import advance_snapshot
+from tests.connectors.tiers import Tiers, TiersLayout
 from windjoin.connectors.result_query import (
     MAX_LIMIT,
     Condition,
@@ -26,7 +19,6 @@ from windjoin.connectors.result_query import (
     ResultStore,
     parse_condition,
 )
-from windjoin.connectors.snapshots import SnapshotStore
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FIELDS = {
@@ -52,65 +44,21 @@ small_pair = st.fixed_dictionaries(
 )
 
 
-class Tiers:
-    """A Redis sink (trim=False) and a Parquet sink with snapshots under one namespace/folder, written like the
-    join job does: every batch to both sinks, snapshots committed then recorded in Redis with advance_snapshot."""
-
-    def __init__(self, redis_url: str, retain_ms: int = 100) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="windjoin-query-"))
-        self.namespace = f"test_{uuid.uuid4().hex}"
-        self.retain_ms = retain_ms
-        self.redis = RedisSink(redis_url, retain_ms, self.namespace, trim=False)
-        self.parquet = ParquetSink(self.folder)
-        self.snapshots = SnapshotStore(self.folder)
-        self.written: list[tuple[int, int, int, str, dict[str, Any], int]] = []  # (rt, batch, row, task, pair, emit)
-        self.next_batch = 0
-
-    def write(self, pairs_by_task: dict[str, list[dict[str, Any]]], emitted_at: int = 7) -> int:
-        batch = self.next_batch
-        self.next_batch += 1
-        tables = {task: make_table(task, batch, pairs, emitted_at) for task, pairs in pairs_by_task.items()}
-        self.parquet.write(batch, tables)
-        self.redis.write(batch, tables)
-        for task, pairs in pairs_by_task.items():
-            self.written += [(result_time(p), batch, row, task, p, emitted_at) for row, p in enumerate(pairs)]
-        return batch
-
-    def snapshot(self, task: str = "a", advance: bool = True) -> None:
-        snap = self.snapshots.commit(task, self.next_batch - 1, "periodic", 1)
-        if snap is not None and advance:
-            cutoff = None if snap.max_time is None else snap.max_time - self.retain_ms
-            advance_snapshot(self.redis.client, task, self.namespace, snap.id, snap.last_batch, cutoff)
-
-    def expected(self, task: str, t_from: int, t_to: int) -> list[tuple[int, int, int, bytes]]:
-        rows = [w for w in self.written if w[3] == task and t_from <= w[0] <= t_to]
-        return [(rt, b, r, canonical(p)) for rt, b, r, _, p, _ in sorted(rows, key=lambda w: w[:3])]
-
-    def store(self, redis: bool = True, parquet: bool = True) -> ResultStore:
-        url = self.redis.client.connection_pool.connection_kwargs
-        redis_url = f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}" if redis else None
-        return ResultStore(SPEC, redis_url, self.namespace, str(self.folder) if parquet else None)
-
-    def close(self) -> None:
-        for task in ("a", "b"):
-            self.redis.client.delete(
-                results_key(task, self.namespace), meta_key(task, self.namespace), feed_key(task, self.namespace)
-            )
-        self.redis.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+def record(task: str, batch: int, row: int, pair: dict, emitted_at: int) -> tuple[int, int, int, str, dict, int]:
+    """(result time, batch, row, task, pair, emitted_at) of a pair written."""
+    return (result_time(pair), batch, row, task, pair, emitted_at)
 
 
 @pytest.fixture
-def tiers_factory(redis_url: str) -> Iterator:
-    made: list[Tiers] = []
+def tiers_layout() -> TiersLayout:
+    return TiersLayout(SPEC, ("a", "b"), make_table, record)
 
-    def make(retain_ms: int = 100) -> Tiers:
-        made.append(Tiers(redis_url, retain_ms))
-        return made[-1]
 
-    yield make
-    for tiers in made:
-        tiers.close()
+def expected(tiers: Tiers, task: str, t_from: int, t_to: int) -> list[tuple[int, int, int, bytes]]:
+    """What a one-time query over [t_from, t_to] must answer: the pairs written, in (result time, batch, row)
+    order."""
+    rows = [w for w in tiers.written if w[3] == task and t_from <= w[0] <= t_to]
+    return [(rt, b, r, canonical(p)) for rt, b, r, _, p, _ in sorted(rows, key=lambda w: w[:3])]
 
 
 def _token(parts: list[Any]) -> str:
@@ -156,7 +104,7 @@ def test_one_time_query_across_the_boundary_equals_the_brute_force_filter(tiers_
         if action != "none":
             tiers.snapshot(advance=action == "snapshot")
     t_from, t_to = span
-    want = tiers.expected("a", t_from, t_to)
+    want = expected(tiers, "a", t_from, t_to)
     with tiers.store() as store:
         page = store.one_time("a", t_from, t_to, [], None, MAX_LIMIT, None)
         assert got(page.rows) == want
@@ -167,7 +115,7 @@ def test_one_time_query_across_the_boundary_equals_the_brute_force_filter(tiers_
     # Redis really gave rows up to Parquet (the boundary is crossed), unless no snapshot was advanced
     with tiers.store(parquet=False) as redis_only:
         in_redis = got(redis_only.one_time("a", -5, 1005, [], None, MAX_LIMIT, None).rows)
-    assert set(in_redis) <= set(tiers.expected("a", -5, 1005))
+    assert set(in_redis) <= set(expected(tiers, "a", -5, 1005))
 
 
 def test_the_boundary_is_crossed(tiers_factory) -> None:
@@ -185,7 +133,7 @@ def test_the_boundary_is_crossed(tiers_factory) -> None:
         page = store.one_time("a", 0, 1000, [], None, 100, None)
         assert page.snapshot_id == 1
         assert [(r["result_time"], r["batch_id"]) for r in page.rows] == [(0, 0), (10, 2), (50, 0), (300, 1), (400, 2)]
-        assert got(page.rows) == tiers.expected("a", 0, 1000)
+        assert got(page.rows) == expected(tiers, "a", 0, 1000)
     with tiers.store(redis=False) as parquet_only:
         page = parquet_only.one_time("a", 0, 1000, [], None, 100, None)
         assert [(r["result_time"], r["batch_id"]) for r in page.rows] == [(0, 0), (50, 0), (300, 1)]
@@ -205,7 +153,7 @@ def test_paging_stays_exact_while_snapshots_move_rows(tiers_factory) -> None:
                 ]
             }
         )
-    want = tiers.expected("a", 0, 10**6)
+    want = expected(tiers, "a", 0, 10**6)
     rows: list[dict[str, Any]] = []
     with tiers.store() as store:
         cursor = None
