@@ -61,8 +61,13 @@ class Controller:
         partitions: int,
         slots: int,
         clock: Callable[[], float] = time.time,
+        arrivals: Callable[[], int] | None = None,
     ) -> None:
         self.reports, self.decisions, self.config, self.clock = reports, decisions, config, clock
+        # Records appended to the input topics so far (`connectors.kafka_arrivals`), for `measure: arrivals`:
+        # read at every decided epoch, the difference over the time between readings is the arrival rate.
+        self.arrivals = arrivals
+        self.arrived = (arrivals(), clock()) if arrivals is not None else None
         recorded = decisions.latest()
         if recorded is None:
             self.state, self.cursor = ControlState.initial(partitions, slots), "0-0"
@@ -87,11 +92,22 @@ class Controller:
         classes = classify(occupancy, r.th_sup, r.th_con)
         shed = shed_records(entries)
         seconds = sum({e.batch_id: e.interval_s for e in entries}.values())  # a replayed batch counts once
-        decision = control_step(self.state, load, self.config, shed=shed, seconds=seconds)
+        decision = control_step(
+            self.state, load, self.config, shed=shed, seconds=seconds, arrival_rate=self._arrival_rate()
+        )
         outcome = EpochOutcome(decision, load.batches, occupancy, classes, entries[-1].entry_id, shed)
         self.decisions.record(decision_fields(outcome, self.clock()))
         self.state, self.cursor = decision.state, outcome.cursor
         return outcome
+
+    def _arrival_rate(self) -> float | None:
+        """Records/s appended to the input topics since the previous decided epoch (None without a reader)."""
+        if self.arrivals is None or self.arrived is None:
+            return None
+        count, now = self.arrivals(), self.clock()
+        before, then = self.arrived
+        self.arrived = (count, now)
+        return (count - before) / (now - then) if now > then else None
 
 
 def decision_fields(outcome: EpochOutcome, decided_at: float) -> dict[str, str | int | float]:

@@ -70,9 +70,12 @@ class UtilisationConfig(_Strict):
     tau1: Fraction = 0.8
     tau2: Fraction = 0.9
     capacity: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0  # W: tuples one worker can handle
-    # what w and W count: tuples per batch, or tuples per second (batches of a micro-batch job grow when they
-    # run late, so a per-batch w rises with slowness, not only with load; a rate does not)
-    measure: Literal["batch", "rate"] = "batch"
+    # What w and W count: tuples offered per batch, tuples offered per second of batch time, or tuples arriving
+    # per second (appended to the input topics, as the controller reads them from Kafka between epochs). Batches
+    # of a micro-batch job grow when they run late, so a per-batch w rises with slowness as well as load; the
+    # rate the job took is its processing rate while it falls behind and more than the arrivals while it
+    # catches up; the arrivals are the load itself. "arrivals" needs the controller to be given a reader.
+    measure: Literal["batch", "rate", "arrivals"] = "batch"
     sustain_epochs: Annotated[int, Field(ge=1)] = 3  # "for a sustained time", counted in control epochs
     min_workers: Annotated[int, Field(ge=1)] = 1
     max_workers: Annotated[int, Field(ge=1)] = 64

@@ -59,14 +59,16 @@ def control_step(
     in_flight: Collection[Group] = (),
     shed: int = 0,
     seconds: float = 0.0,
+    arrival_rate: float | None = None,
 ) -> Decision:
     """The next control state from this epoch's load; `shed`: records the adapter shed in the epoch's batches,
-    `seconds`: the wall-clock span of those batches (for `utilisation.measure: rate`).
+    `seconds`: the wall-clock span of those batches (for `utilisation.measure: rate`), `arrival_rate`: records
+    per second appended to the input topics since the last epoch (for `arrivals`; without it, `rate` is used).
 
     S2J's w is the incoming workload. The load reports count the tuples that reached the join, so the shed
     ones are added back: otherwise an epoch shedding a ratio SR would measure tau * (1 - SR), switch shedding
     off while the burst lasts and oscillate between shedding and not."""
-    tau = offered_utilisation(load, config, state.slots, shed, seconds)
+    tau = offered_utilisation(load, config, state.slots, shed, seconds, arrival_rate)
     ratio = shed_ratio(tau, config.utilisation.tau1, config.shedding.base, config.shedding.model)
     occupancy = {s: load.occupancy.get(s, 0.0) for s in range(state.slots)}
     r = config.reorganisation
@@ -115,11 +117,19 @@ def _spread_hot(
 
 
 def offered_utilisation(
-    load: EpochLoad, config: ControlConfig, workers: int, shed: int = 0, seconds: float = 0.0
+    load: EpochLoad,
+    config: ControlConfig,
+    workers: int,
+    shed: int = 0,
+    seconds: float = 0.0,
+    arrival_rate: float | None = None,
 ) -> float:
-    """tau = w / W over the offered tuples (joined + shed): per batch and worker, or per second and worker."""
+    """tau = w / W: arrivals per second and worker, or over the offered tuples (joined + shed) per second of
+    batch time and worker, or per batch and worker (`utilisation.measure`)."""
     u = config.utilisation
-    if u.measure == "rate":
+    if u.measure == "arrivals" and arrival_rate is not None:
+        return arrival_rate / workers / u.capacity if workers else 0.0
+    if u.measure in ("rate", "arrivals"):
         offered = sum(x.tuples_in for x in load.slot_load.values()) + shed
         return offered / seconds / workers / u.capacity if seconds > 0 and workers else 0.0
     tau = utilisation(load, u.capacity, workers)

@@ -51,3 +51,18 @@ def test_the_rate_measure_counts_tuples_per_second_so_slow_batches_do_not_raise_
     # the same tuples in batches that ran twice as long: half the rate
     assert control_step(state, _epoch(900), config, seconds=12.0).tau == pytest.approx(0.45)
     assert control_step(state, _epoch(900), config).tau == 0.0  # no span known: no rate
+
+
+def test_the_arrivals_measure_reads_the_arrival_rate_whatever_the_job_took():
+    config = parse_control_config(
+        {
+            "utilisation": {"tau1": 0.6, "tau2": 1.0, "tau_star": 0.3, "capacity": 500, "measure": "arrivals"},
+            "reorganisation": {"th_sup": 0.99, "th_con": 0.0},
+        }
+    )
+    state = ControlState.initial(partitions=4, slots=2)
+    # the job took 900/s per worker (draining a backlog), but only 800 records/s arrived: tau 0.8, SR 0.5
+    decision = control_step(state, _epoch(900), config, seconds=6.0, arrival_rate=800.0)
+    assert decision.tau == pytest.approx(0.8) and decision.state.shed_ratio == pytest.approx(0.5)
+    # no reading (the controller's first epoch without a reader): the rate the job took
+    assert control_step(state, _epoch(900), config, seconds=6.0).tau == pytest.approx(0.9)
