@@ -31,6 +31,7 @@ class AdaptationLog:
     pushed_bytes: int = 0
     forced_bytes: int = 0
     moved_bytes: int = 0
+    forced_at: list[tuple[int, int]] = field(default_factory=list)  # (event time, bytes) of forced pushes
 
 
 class AdaptiveCluster:
@@ -106,7 +107,7 @@ class AdaptiveCluster:
             self.config,
             self.now_ts,
             query_bytes=self.query_bytes,
-            forced_bytes=self.log.forced_bytes,
+            forced_bytes=self._recently_forced(),
             relocate=self.relocate,
         )
         for decision in decisions:
@@ -118,8 +119,16 @@ class AdaptiveCluster:
                 self.log.pushed_bytes += freed
                 if decision.forced:
                     self.log.forced_bytes += freed
+                    self.log.forced_at.append((self.now_ts, freed))
         self._outputs = [0] * len(self.slots)
         return decisions
+
+    def _recently_forced(self) -> int:
+        """Bytes force-pushed within the last window of event time. The paper bounds forced pushes by M_q - M_c
+        over the run, its states only grow; with a sliding window the state is replaced every window, so the
+        allowance renews with it."""
+        since = self.now_ts - self.spec.window.size_ms
+        return sum(b for ts, b in self.log.forced_at if ts > since)
 
     def _move(self, move: Move) -> None:
         for part in move.parts:

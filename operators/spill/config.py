@@ -19,7 +19,10 @@ class MemoryAdaptationConfig(BaseModel):
       choice), `most_productive` (the opposite end, the paper's baseline in Fig. 11);
     - `theta_t_ms`: a group without insertions for longer than this is inactive and pushed before any other;
     - `theta_d`: a relocation starts when M_l / M_m < theta_d (least over most used slot memory);
-    - `theta_f`: active-disk forces a push when Max_rate / Min_rate > theta_f.
+    - `theta_f`: active-disk forces a push when Max_rate / Min_rate > theta_f;
+    - `active_from`: active-disk forces pushes only once some slot uses this share of its budget (not in the
+      paper, which bounds forced pushes by M_q - M_c only: forcing while memory is plentiful costs results and
+      frees nothing that is needed yet).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -32,3 +35,4 @@ class MemoryAdaptationConfig(BaseModel):
     theta_t_ms: Annotated[int, Field(gt=0)] | None = None
     theta_d: Annotated[float, Field(gt=0, lt=1)] = 0.8
     theta_f: Annotated[float, Field(gt=1)] = 2.0
+    active_from: Annotated[float, Field(ge=0, le=1)] = 0.7

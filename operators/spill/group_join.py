@@ -143,6 +143,7 @@ class GroupedJoin:
             if len(accepted) == 0:
                 continue
             ts = np.asarray(arrivals.columns[self.spec.streams[s].timestamp], dtype=np.int64)[accepted]
+            group.stats.inserted_bytes += columns_bytes(arrivals.columns) * len(accepted) // len(arrivals)
             newest = int(ts.max()) if newest is None else max(newest, int(ts.max()))
             if group.horizon_ts is not None:
                 keep = accepted[ts <= group.horizon_ts]

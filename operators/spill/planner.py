@@ -11,7 +11,8 @@ with pushed generations are never chosen for relocation.
 - Relocation (section 5): when M_l / M_m < theta_d, move (M_m - M_l) / 2 worth of the sender's most productive
   (smallest P_s/P_o) groups to the least used slot, never more than that amount.
 - Lazy-disk (Fig. 18): relocation first; slots still overflowing and not part of it push to disk.
-- Active-disk (Fig. 19): as lazy-disk when memory is imbalanced; when it is balanced and the average output
+- Active-disk (Fig. 19): relocation first, sent by the most productive of the fullest slots (see `relocation`);
+  when memory is balanced and the average output
   rate per group (results of the sampling interval / groups) of the best slot is over theta_f times the worst
   slot's, the worst slot is made to push its least productive groups, at most what the query is expected to
   need beyond the cluster's memory (M_q - M_c) over the whole run.
@@ -77,13 +78,20 @@ def _push(slot: SlotMeasure, config: MemoryAdaptationConfig, now_ts: int, target
 
 
 def relocation(slots: Sequence[SlotMeasure], config: MemoryAdaptationConfig) -> Move | None:
-    """Move (M_m - M_l)/2 of the most used slot's most productive unpushed groups to the least used slot."""
+    """Move (M_m - M_l)/2 of the most used slot's most productive unpushed groups to the least used slot.
+
+    Under active-disk the sender is, among the slots as full as the most used one (within theta_d), the one
+    with the highest output rate per group: the room its forced pushes made is for productive groups."""
     if len(slots) < 2:
         return None
-    sender = max(slots, key=lambda s: (s.used_bytes, -s.slot))
+    most = max(slots, key=lambda s: (s.used_bytes, -s.slot))
     receiver = min(slots, key=lambda s: (s.used_bytes, s.slot))
-    if sender.used_bytes == 0 or receiver.used_bytes / sender.used_bytes >= config.theta_d:
+    if most.used_bytes == 0 or receiver.used_bytes / most.used_bytes >= config.theta_d:
         return None
+    sender = most
+    if config.policy == "active_disk":
+        full = [s for s in slots if s.used_bytes >= config.theta_d * most.used_bytes and s is not receiver]
+        sender = max(full, key=lambda s: (s.output_rate, s.used_bytes, -s.slot))
     amount = (sender.used_bytes - receiver.used_bytes) / 2
     movable = [p for p, g in sender.groups.items() if g.disk_generations == 0 and g.size_bytes > 0]
     movable.sort(key=lambda p: (sender.groups[p].productivity, -sender.groups[p].size_bytes, p))
@@ -143,6 +151,8 @@ def _forced_push(
         return None
     allowance = query_bytes - config.memory_bytes * len(slots) - forced_bytes
     if allowance <= 0:
+        return None
+    if max(s.used_bytes for s in slots) < config.active_from * config.memory_bytes:
         return None
     worst = min(slots, key=lambda s: (s.output_rate, s.slot))
     best = max(s.output_rate for s in slots)

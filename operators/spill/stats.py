@@ -1,8 +1,14 @@
 """Per-partition-group statistics (paper 004, section 4.3) and the order in which groups are pushed to disk.
 
 A group's size P_s (bytes held in memory), outputs P_o (results it produced so far, over all its generations),
-and last insertion time T_u (event time of its newest accepted tuple). Productivity is P_s / P_o (a large value:
-few results for the memory held; no output at all counts as infinitely unproductive); inactivity is T_c - T_u.
+and last insertion time T_u (event time of its newest accepted tuple); inactivity is T_c - T_u.
+
+Productivity is P_s / P_o with P_s read as the bytes the group has *inserted* over its life: the paper's states
+never expire, so there what a group holds is all it inserted. With sliding windows and generations, the bytes
+held drop to nothing when a group is pushed while its outputs stay, so held bytes / outputs would call every
+freshly pushed group productive (and every fresh generation unproductive); inserted bytes per result is the
+stable measure of the same thing (memory spent per result). A large value: few results for the memory spent; no
+output at all counts as infinitely unproductive.
 """
 
 from __future__ import annotations
@@ -25,13 +31,14 @@ class GroupStats:
     outputs: int = 0  # P_o
     last_insert_ts: int | None = None  # T_u
     disk_generations: int = 0  # pushed generations: a group with any is never relocated
+    inserted_bytes: int = 0  # bytes of every tuple the group accepted, over all generations
 
     @property
     def productivity(self) -> float:
-        """P_s / P_o: memory held per result produced (inf when it produced nothing)."""
+        """P_s / P_o: bytes inserted per result produced (inf when it produced nothing)."""
         if self.outputs == 0:
-            return math.inf if self.size_bytes else 0.0
-        return self.size_bytes / self.outputs
+            return math.inf if self.inserted_bytes else 0.0
+        return self.inserted_bytes / self.outputs
 
     def inactivity(self, now_ts: int) -> int | None:
         """T_c - T_u in event-time ms (None before the group's first insertion)."""

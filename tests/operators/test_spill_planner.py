@@ -15,14 +15,14 @@ CONFIG = MemoryAdaptationConfig(memory_bytes=1000, theta_m=0.9, push_fraction=0.
 
 
 def groups(*specs: tuple[int, int, int, int]) -> dict[int, GroupStats]:
-    """(part, size, outputs, last insertion ts) -> statistics."""
-    return {p: GroupStats(size, out, ts) for p, size, out, ts in specs}
+    """(part, size, outputs, last insertion ts) -> statistics (inserted bytes: the size)."""
+    return {p: GroupStats(size, out, ts, inserted_bytes=size) for p, size, out, ts in specs}
 
 
 def test_productivity_and_inactivity():
-    g = GroupStats(size_bytes=100, outputs=4, last_insert_ts=50)
+    g = GroupStats(size_bytes=10, outputs=4, last_insert_ts=50, inserted_bytes=100)
     assert g.productivity == 25 and g.inactivity(80) == 30
-    assert GroupStats(size_bytes=10).productivity == math.inf  # no output: least productive of all
+    assert GroupStats(inserted_bytes=10).productivity == math.inf  # no output: least productive of all
     assert GroupStats().inactivity(5) is None
 
 
