@@ -77,3 +77,18 @@ def test_config_errors_name_the_key():
         MemoryAdaptationConfig(push_fraction=1.5)
     with pytest.raises(ValidationError, match="policy"):
         MemoryAdaptationConfig(policy="eager")
+
+
+def test_active_disk_waits_for_memory_pressure_and_relocates_from_the_productive_slot():
+    config = CONFIG.model_copy(update={"policy": "active_disk", "active_from": 0.9})
+    hot = SlotMeasure(0, 800, 400, groups((0, 400, 400, 0), (1, 400, 300, 0)))
+    cold = SlotMeasure(1, 800, 20, groups((2, 300, 5, 0), (3, 500, 2, 0)))
+    assert plan([hot, cold], config, 0, query_bytes=5000) == []  # 800 < 0.9 * 1000: too early to force
+    # After a forced push on slot 2, slots 0 and 1 are equally full: the productive one sends.
+    config = config.model_copy(update={"active_from": 0.7})
+    freed = SlotMeasure(2, 500, 10, groups((4, 500, 1, 0)))
+    hot = SlotMeasure(0, 900, 400, groups((0, 150, 400, 0), (1, 750, 300, 0)))
+    cold = SlotMeasure(1, 950, 20, groups((2, 200, 5, 0), (3, 750, 2, 0)))
+    assert plan([hot, cold, freed], config, 0, query_bytes=5000)[0] == Move(0, 2, (0,))
+    lazy = CONFIG
+    assert plan([hot, cold, freed], lazy, 0)[0] == Move(1, 2, (2,))  # lazy-disk: the most used slot sends
