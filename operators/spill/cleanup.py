@@ -11,10 +11,11 @@ over streams s_1..s_n, split them by the first position p > 1 where the side cha
 
 with U = B ∪ D. These 2(n-1) terms are disjoint and cover every mixed combination; with n = 3 and B, D read as
 the paper's superscripts 1 and 2 they are its Equation (1) minus the all-delta part V_2, which is never computed
-here. Each term runs the real operator: the fixed sides are preloaded, the probing side s_p is processed as one
-chunk (so it is the last arrival of every combination it forms) with lateness switched off. The window test is
-the time window's (max ts - min ts <= size), which does not depend on arrival order, so the order in which the
-clean-up feeds tuples changes nothing.
+here. Base tuples further than the window size from the delta's time span are left out first (no result of
+the step can hold them). Each term runs the real operator: the fixed sides are preloaded, the probing side s_p
+is processed as one chunk (so it is the last arrival of every combination it forms) with lateness switched off.
+The window test is the time window's (max ts - min ts <= size), which does not depend on arrival order, so the
+order in which the clean-up feeds tuples changes nothing.
 """
 
 from __future__ import annotations
@@ -49,6 +50,17 @@ def union(gens: Sequence[Generation]) -> dict[str, Columns]:
     return out
 
 
+def near(spec: JoinSpec, gen: Generation, lo: int, hi: int) -> dict[str, Columns]:
+    """The generation's tuples with event time in [lo, hi]."""
+    out = {}
+    for s, cols in gen.items():
+        ts = np.asarray(cols[spec.streams[s].timestamp], dtype=np.int64)
+        keep = (ts >= lo) & (ts <= hi)
+        if keep.any():
+            out[s] = {n: c[keep] for n, c in cols.items()}
+    return out
+
+
 def mixed_results(spec: JoinSpec, task: TaskSpec, base: Generation, delta: Generation) -> list[Pairs | Combinations]:
     """The task's results over base ∪ delta with at least one tuple of each (see the module docstring)."""
     both = union([base, delta])
@@ -72,11 +84,33 @@ def mixed_results(spec: JoinSpec, task: TaskSpec, base: Generation, delta: Gener
     return out
 
 
+def span(spec: JoinSpec, gen: Generation) -> tuple[int, int] | None:
+    """The generation's smallest and largest event time (None when it holds nothing)."""
+    times = [np.asarray(c[spec.streams[s].timestamp], dtype=np.int64) for s, c in gen.items()]
+    times = [t for t in times if len(t)]
+    return (min(int(t.min()) for t in times), max(int(t.max()) for t in times)) if times else None
+
+
 def missing_results(spec: JoinSpec, gens: Sequence[Generation]) -> list[Pairs | Combinations]:
-    """Every task's results over all generations that no single generation produced, each exactly once."""
+    """Every task's results over all generations that no single generation produced, each exactly once.
+
+    Every result a merge step adds holds a delta tuple and lies within one window, so only base tuples within
+    the window size of the delta's time span take part; generations are pushed in time order, so this keeps a
+    step near the size of its delta instead of the whole history."""
     out = []
+    spans = [span(spec, g) for g in gens]
+    size = spec.window.size_ms
     for t in range(1, len(gens)):
-        base = union(gens[:t])
+        if spans[t] is None:
+            continue
+        lo, hi = spans[t][0] - size, spans[t][1] + size
+        base = union(
+            [
+                near(spec, g, lo, hi)
+                for g, sp in zip(gens[:t], spans[:t], strict=True)
+                if sp and sp[1] >= lo and sp[0] <= hi
+            ]
+        )
         for task in spec.tasks:
             out.extend(mixed_results(spec, task, base, gens[t]))
     return out
