@@ -7,8 +7,9 @@ per topic) and Redis, the join job in a local[2] Spark session (2 slots, trigger
 1. Calibration (unloaded run, i.e. no paced load and no controller): the job reads a prefilled backlog
    (event-time density `--calibration-density`) at M rows per batch, back to back; X = input rows/s over its
    steady batches after a window's worth of warm-up (benchmarks.pipeline.sustained). The controller measures
-   utilisation as a rate (`utilisation.measure: rate`: offered tuples, joined + shed, per second of batch time
-   per worker) against W = X / slots tuples/s per worker: tau = 1 means the job takes its measured maximum.
+   utilisation by arrivals (`utilisation.measure: arrivals`: records appended to the input topics per second
+   between its epochs, read from Kafka, per worker; `--measure rate` / `batch` for the other measures) against
+   W = X / slots tuples/s per worker: tau = 1 means records arrive as fast as the job can take them at most.
 2. Sustained rate R = tau_sustained * X, with tau_sustained = tau* = tau1 / 2 (S2J's recommended initial
    utilisation; tau1 = 0.6), so the burst 3R lands at tau = 0.9, inside the linear range of
    SR = (tau - tau1) / (1 - tau1) (0.75 there). A burst at or above tau = 1 sheds everything under S2J's formula
@@ -75,7 +76,8 @@ class Params:
     burst: float = 60.0
     post: float = 75.0
     epoch: float = 4.0  # controller epoch, seconds
-    measure: str = "rate"  # the controller's utilisation.measure: "rate" (W = X / slots) or "batch" (X * T / slots)
+    # the controller's utilisation.measure: "arrivals" or "rate" (W = X / slots tuples/s) or "batch" (X * T / slots)
+    measure: str = "arrivals"
     warmup_s: float = 15.0  # pairs with result times in the first seconds are left out of the phase figures
     drain_s: float = 180.0  # after the producer ends, wait this long at most for the job to take everything
     seed: int = 0
@@ -296,6 +298,7 @@ class Bench:
     def run(self, label: str, shedding: bool, rate: float, capacity: float) -> dict[str, Any]:
         from windjoin.connectors.control_decisions import DecisionStore
         from windjoin.connectors.kafka_admin import create_topics
+        from windjoin.connectors.kafka_arrivals import KafkaArrivals
         from windjoin.connectors.load_reports import LoadReports
         from windjoin.operators.control.config import parse_control_config
         from windjoin.operators.spec import parse_spec
@@ -312,7 +315,8 @@ class Bench:
         reports, decisions = LoadReports(self.redis_url, namespace), DecisionStore(self.redis_url, namespace)
         publisher = LoadPublisher(reports, p.trigger_s)
         config = parse_control_config(control_config(p, capacity))
-        controller = Controller(reports, decisions, config, spec.partitions, p.slots)
+        arrivals = KafkaArrivals(self.bootstrap, topics) if p.measure == "arrivals" else None
+        controller = Controller(reports, decisions, config, spec.partitions, p.slots, arrivals=arrivals)
         outcomes: list[tuple[BatchOutcome, list[float]]] = []
         epochs: list[dict[str, Any]] = []
         stop = threading.Event()
@@ -367,6 +371,8 @@ class Bench:
             reports.client.delete(reports.key, decisions.latest_key, decisions.stream_key)
             reports.close()
             decisions.close()
+            if arrivals is not None:
+                arrivals.close()
         return summarise(p, spec_d, outcomes, epochs, produced, taken, capacity, shedding)
 
 
@@ -414,7 +420,7 @@ def summarise(
                 "interval_s": interval,
                 "rows": rows,
                 "rate": offered / max(interval, p.trigger_s),
-                "tau_batch": offered / (max(interval, p.trigger_s) if p.measure == "rate" else 1) / p.slots / capacity,
+                "tau_batch": offered / (1 if p.measure == "batch" else max(interval, p.trigger_s)) / p.slots / capacity,
                 "shed_ratio": outcome.shed_ratio,
                 "shed": dict(outcome.shed),
                 "shed_fraction": {s: outcome.shed.get(s, 0) / n for s, n in rows.items() if n},
@@ -619,7 +625,7 @@ def main() -> None:
             if not x:
                 raise RuntimeError(f"calibration measured nothing: {result['calibration']}")
         # W at the measured maximum: tuples/s per worker, or tuples per batch (trigger interval) per worker
-        capacity = x / p.slots if p.measure == "rate" else x * p.trigger_s / p.slots
+        capacity = x * p.trigger_s / p.slots if p.measure == "batch" else x / p.slots
         rate = p.tau_sustained * x
         result.update(capacity_rows_per_s=x, capacity_w=capacity, sustained_rate=rate, burst_rate=p.factor * rate)
         print(
