@@ -230,8 +230,10 @@ def fig21(
 
 
 def smooth(values: list[int], width: int) -> np.ndarray:
+    """Centred moving mean; near the ends, over the values there are."""
     v = np.asarray(values, dtype=float)
-    return np.convolve(v, np.ones(width) / width, mode="same") if len(v) >= width else v
+    kernel = np.ones(width)
+    return np.convolve(v, kernel, mode="same") / np.convolve(np.ones_like(v), kernel, mode="same")
 
 
 def plot(result: dict, key: str, title: str, path: Path, width: int) -> None:
