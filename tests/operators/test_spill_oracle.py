@@ -26,7 +26,7 @@ from windjoin.operators.spill.config import MemoryAdaptationConfig
 from windjoin.operators.spill.group_join import GroupedJoin
 from windjoin.operators.spill.planner import Move, Push
 
-FIELDS = {"k": "int", "x": "int", "v": "float"}
+FIELDS = {"k": "int", "x": "int", "v": "float", "s": "string", "b": "bool"}
 PARTITIONS = 4
 CLUSTER_PARTITIONS = 12  # many small groups, so relocations find groups that fit (M_m - M_l) / 2
 NAMES = "ABC"
@@ -55,8 +55,12 @@ def specs(draw, n: int, partitions: int = PARTITIONS):
     filters = []
     for _ in range(draw(st.integers(0, 2))):
         a, b = draw(st.permutations(NAMES[:n]))[:2]
-        op = draw(st.sampled_from(["band", "ne", "le"]))
-        pred = {"op": op, "left": f"{a}.{draw(st.sampled_from(['x', 'v']))}", "right": f"{b}.x"}
+        op = draw(st.sampled_from(["band", "ne", "le", "eq_text", "eq_bool"]))
+        if op.startswith("eq_"):  # string and bool columns go through the spill files too
+            field = "s" if op == "eq_text" else "b"
+            pred = {"op": "eq", "left": f"{a}.{field}", "right": f"{b}.{field}"}
+        else:
+            pred = {"op": op, "left": f"{a}.{draw(st.sampled_from(['x', 'v']))}", "right": f"{b}.x"}
         if op == "band":
             pred["width"] = draw(st.sampled_from([0, 1, 1.5]))
         filters.append(pred)
@@ -77,6 +81,8 @@ def events(draw, n: int, max_size: int, keys: int = 6):
                 "k": draw(st.sampled_from([0, 0, *range(keys)])),  # skewed keys
                 "x": draw(st.integers(0, 2)),
                 "v": draw(st.sampled_from([0.0, 0.5, 1.0, 2.0])),
+                "s": draw(st.sampled_from(["", "a", "bé"])),
+                "b": draw(st.booleans()),
             }
         )
     return out
@@ -202,7 +208,7 @@ def test_count_windows_are_refused(tmp_path):
 def test_pushed_groups_are_not_relocated(tmp_path):
     spec = parse_spec(spec_dict(2, 10, 0, [], False))
     join = GroupedJoin(spec, SpillFiles(tmp_path))
-    evs = [{"stream": s, "ts": i, "t": i, "k": 0, "x": 0, "v": 0.0} for i, s in enumerate("ABAB")]
+    evs = [{"stream": s, "ts": i, "t": i, "k": 0, "x": 0, "v": 0.0, "s": "", "b": True} for i, s in enumerate("ABAB")]
     for chunk in chunks(spec, evs, [4]):
         join.process(chunk)
     (part,) = join.groups
