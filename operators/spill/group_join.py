@@ -107,6 +107,9 @@ class GroupedJoin:
     def process(self, chunk: Mapping[str, Arrivals]) -> GroupedResult:
         """Join one chunk: each partition's rows go to its group's memory generation, in arrival order. Rows
         carrying an `ID` column keep it (a cluster numbers arrivals across slots); others are numbered here."""
+        unknown = set(chunk) - set(self.spec.streams)
+        if unknown:
+            raise ValueError(f"unknown stream(s) {sorted(unknown)}; declared streams: {list(self.spec.streams)}")
         total = check_arrival_order(chunk)
         late = {s: np.zeros(0, dtype=np.int64) for s in chunk}
         numbered = {}

@@ -18,6 +18,7 @@ from tests.oracle import as_multiset, oracle_join
 from tests.oracle_mjoin import oracle_mjoin
 from windjoin.connectors.spill_files import SpillFiles
 from windjoin.operators.arrivals import ChunkBuilder
+from windjoin.operators.batch import Arrivals
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.results import pair_records
 from windjoin.operators.spec import parse_spec
@@ -215,3 +216,9 @@ def test_pushed_groups_are_not_relocated(tmp_path):
     join.push([part])
     with pytest.raises(ValueError, match="pushed groups are not moved"):
         join.take_group(part)
+
+
+def test_unknown_streams_are_refused(tmp_path):
+    join = GroupedJoin(parse_spec(spec_dict(2, 10, 0, [], False)), SpillFiles(tmp_path))
+    with pytest.raises(ValueError, match=r"unknown stream\(s\) \['Z'\]"):
+        join.process({"Z": Arrivals({"ts": np.zeros(1, np.int64)}, np.zeros(1, np.int64))})
