@@ -13,10 +13,14 @@ any later tuple, so the pushed window is all later generations need; but they ca
 tuple when their time is at most H_g = (latest time pushed before g started) + W. Such tuples are kept aside as
 copies when they arrive (only while the group has pushed generations, and only up to H_g) and pushed with g.
 Every tuple carries an arrival number (`ID`) across the grouped join, so a copy and its stored twin count once.
+`ID` is an extra column of the arrivals: the operators store and emit every column they are given, and only the
+spec's predicates read columns by name (results here drop it again).
 
-Count windows are refused: a count window's results depend on per-stream arrival positions across generations
-(an older generation's tuple is in the window while fewer than W newer ones arrived), which needs arrival
-numbers the join does not expose; extending the same scheme with global stream positions is future work.
+Count windows are refused. Results within a generation would still be exact (a generation sees a suffix of its
+group's arrivals), but the clean-up's terms rely on the window test not depending on arrival order, and a count
+window's does: whether an older generation's tuple is in the window depends on which tuple of a combination
+arrived last and on how many tuples of its stream arrived between them, across generations. That needs a
+clean-up kernel over global per-stream positions (not the operator's, which numbers only what it stores).
 """
 
 from __future__ import annotations
