@@ -20,7 +20,7 @@ from windjoin.operators.spec import JoinSpec
 from windjoin.operators.spill.chunks import split_by
 from windjoin.operators.spill.config import MemoryAdaptationConfig
 from windjoin.operators.spill.group_join import ID, GenerationFiles, GroupedJoin, GroupedResult, Results
-from windjoin.operators.spill.planner import Decision, Move, SlotMeasure, plan
+from windjoin.operators.spill.planner import Cleanup, Decision, Move, SlotMeasure, plan
 
 
 @dataclass
@@ -32,6 +32,7 @@ class AdaptationLog:
     forced_bytes: int = 0
     moved_bytes: int = 0
     forced_at: list[tuple[int, int]] = field(default_factory=list)  # (event time, bytes) of forced pushes
+    cleaned_groups: int = 0  # groups cleaned up during the run
 
 
 class AdaptiveCluster:
@@ -59,6 +60,7 @@ class AdaptiveCluster:
         self.chunks = 0
         self._outputs = [0] * n_slots  # results per slot since the last round
         self._next_id = 0
+        self._cleaned: Results = []  # results of this round's clean-ups, returned with the chunk
 
     def process(self, chunk: Mapping[str, Arrivals]) -> GroupedResult:
         total = check_arrival_order(chunk)
@@ -88,6 +90,8 @@ class AdaptiveCluster:
         self.chunks += 1
         if self.chunks % self.adapt_every == 0:
             self.adapt()
+            results.extend(self._cleaned)
+            self._cleaned = []
         return GroupedResult(results, late)
 
     def measures(self) -> list[SlotMeasure]:
@@ -114,6 +118,9 @@ class AdaptiveCluster:
             self.log.decisions.append((self.chunks, decision))
             if isinstance(decision, Move):
                 self._move(decision)
+            elif isinstance(decision, Cleanup):
+                self._cleaned.extend(self.slots[decision.slot].cleanup(list(decision.parts), reinstate=True))
+                self.log.cleaned_groups += len(decision.parts)
             else:
                 freed = self.slots[decision.slot].push(list(decision.parts))
                 self.log.pushed_bytes += freed

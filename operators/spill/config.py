@@ -22,7 +22,9 @@ class MemoryAdaptationConfig(BaseModel):
     - `theta_f`: active-disk forces a push when Max_rate / Min_rate > theta_f;
     - `active_from`: active-disk forces pushes only once some slot uses this share of its budget (not in the
       paper, which bounds forced pushes by M_q - M_c only: forcing while memory is plentiful costs results and
-      frees nothing that is needed yet).
+      frees nothing that is needed yet);
+    - `cleanup_below`: clean up pushed groups during the run while memory allows: a slot under theta_m cleans
+      the groups whose pushed bytes fit below this share of its budget (None: only at the end of the run).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -36,3 +38,4 @@ class MemoryAdaptationConfig(BaseModel):
     theta_d: Annotated[float, Field(gt=0, lt=1)] = 0.8
     theta_f: Annotated[float, Field(gt=1)] = 2.0
     active_from: Annotated[float, Field(ge=0, le=1)] = 0.7
+    cleanup_below: Annotated[float, Field(gt=0, le=1)] | None = None

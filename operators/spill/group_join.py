@@ -204,6 +204,7 @@ class GroupedJoin:
             for s, columns in content.items():
                 self.files.write(part, group.generation, s, columns)
             freed += group.stats.size_bytes
+            group.stats.pushed_bytes += group.stats.size_bytes
             newest = max(int(np.max(c[self.spec.streams[s].timestamp])) for s, c in content.items())
             horizon = newest + self.spec.window.size_ms
             max_ts = group.join.max_event_ts
@@ -259,7 +260,7 @@ class GroupedJoin:
             if reinstate:
                 self._reinstate(group, gens)
             group.pushed, group.horizon_ts, group.copies = [], None, {}
-            group.stats.disk_generations = 0
+            group.stats.disk_generations = group.stats.pushed_bytes = 0
             self.files.delete(part)
             self._measure(group)
         return results

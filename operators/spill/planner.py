@@ -10,6 +10,8 @@ with pushed generations are never chosen for relocation.
   inactive groups first, then by productivity (`choose`).
 - Relocation (section 5): when M_l / M_m < theta_d, move (M_m - M_l) / 2 worth of the sender's most productive
   (smallest P_s/P_o) groups to the least used slot, never more than that amount.
+- Clean-up while memory allows (section 4.2): a slot under theta_m with no other adaptation this round cleans
+  up its most productive pushed groups whose pushed bytes fit below `cleanup_below` of its budget.
 - Lazy-disk (Fig. 18): relocation first; slots still overflowing and not part of it push to disk.
 - Active-disk (Fig. 19): relocation first, sent by the most productive of the fullest slots (see `relocation`);
   when memory is balanced and the average output
@@ -61,7 +63,15 @@ class Move:
     parts: tuple[int, ...]
 
 
-Decision = Push | Move
+@dataclass(frozen=True)
+class Cleanup:
+    """Merge these groups' generations now and keep the merged window in memory (memory allows it)."""
+
+    slot: int
+    parts: tuple[int, ...]
+
+
+Decision = Push | Move | Cleanup
 
 
 def disk_push(slot: SlotMeasure, config: MemoryAdaptationConfig, now_ts: int) -> Push | None:
@@ -75,6 +85,23 @@ def _push(slot: SlotMeasure, config: MemoryAdaptationConfig, now_ts: int, target
     order = push_order(slot.groups, now_ts, config.theta_t_ms, config.choose)
     parts = take_until(order, {p: g.size_bytes for p, g in slot.groups.items()}, target)
     return Push(slot.slot, tuple(parts), forced) if parts else None
+
+
+def cleanup_while_memory_allows(slot: SlotMeasure, config: MemoryAdaptationConfig) -> Cleanup | None:
+    """Pushed groups to clean up now: most productive first, while the slot's memory plus what they read back
+    stays below `cleanup_below` of the budget (never while the slot is over theta_m)."""
+    if config.cleanup_below is None or slot.used_bytes > config.theta_m * config.memory_bytes:
+        return None
+    room = config.cleanup_below * config.memory_bytes - slot.used_bytes
+    pushed = [p for p, g in slot.groups.items() if g.disk_generations]
+    pushed.sort(key=lambda p: (slot.groups[p].productivity, p))
+    chosen = []
+    for part in pushed:
+        need = slot.groups[part].pushed_bytes
+        if need <= room:
+            chosen.append(part)
+            room -= need
+    return Cleanup(slot.slot, tuple(chosen)) if chosen else None
 
 
 def relocation(slots: Sequence[SlotMeasure], config: MemoryAdaptationConfig) -> Move | None:
@@ -132,9 +159,9 @@ def plan(
     for slot in free:
         if slot.slot in involved:
             continue
-        push = disk_push(slot, config, now_ts)
-        if push is not None:
-            decisions.append(push)
+        step = disk_push(slot, config, now_ts) or cleanup_while_memory_allows(slot, config)
+        if step is not None:
+            decisions.append(step)
     return decisions
 
 

@@ -32,6 +32,7 @@ class GroupStats:
     last_insert_ts: int | None = None  # T_u
     disk_generations: int = 0  # pushed generations: a group with any is never relocated
     inserted_bytes: int = 0  # bytes of every tuple the group accepted, over all generations
+    pushed_bytes: int = 0  # bytes its pushed generations held in memory (what a clean-up reads back)
 
     @property
     def productivity(self) -> float:

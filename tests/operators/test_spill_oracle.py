@@ -25,7 +25,7 @@ from windjoin.operators.spec import parse_spec
 from windjoin.operators.spill.cluster import AdaptiveCluster
 from windjoin.operators.spill.config import MemoryAdaptationConfig
 from windjoin.operators.spill.group_join import GroupedJoin
-from windjoin.operators.spill.planner import Move, Push
+from windjoin.operators.spill.planner import Cleanup, Move, Push
 
 FIELDS = {"k": "int", "x": "int", "v": "float", "s": "string", "b": "bool"}
 PARTITIONS = 4
@@ -179,6 +179,7 @@ def test_policies_with_relocations_equal_the_oracle(policy, n, data, tmp_path_fa
         theta_t_ms=data.draw(st.sampled_from([None, 5])),
         theta_d=data.draw(st.sampled_from([0.3, 0.8])),
         theta_f=1.5,
+        cleanup_below=data.draw(st.sampled_from([None, 0.9])),  # 0.9: clean-ups during the run too
     )
     slot_of = {p: data.draw(st.integers(0, 2)) for p in range(CLUSTER_PARTITIONS)}
     slot_of[0], slot_of[1], slot_of[2] = 0, 1, 2  # every slot exists
@@ -189,6 +190,8 @@ def test_policies_with_relocations_equal_the_oracle(policy, n, data, tmp_path_fa
     for chunk in chunks(spec, evs, data.draw(st.lists(st.integers(1, 10), max_size=30))):
         got += records(spec, cluster.process(chunk).results)
     got += records(spec, cluster.cleanup(progress=False))
+    cleaned = sum(len(d.parts) for _, d in cluster.log.decisions if isinstance(d, Cleanup))
+    assert cleaned == cluster.log.cleaned_groups
     kinds = {
         type(d).__name__ + ("(forced)" if isinstance(d, Push) and d.forced else "") for _, d in cluster.log.decisions
     }

@@ -8,7 +8,16 @@ import pytest
 from pydantic import ValidationError
 
 from windjoin.operators.spill.config import MemoryAdaptationConfig
-from windjoin.operators.spill.planner import Move, Push, SlotMeasure, disk_push, plan, relocation
+from windjoin.operators.spill.planner import (
+    Cleanup,
+    Move,
+    Push,
+    SlotMeasure,
+    cleanup_while_memory_allows,
+    disk_push,
+    plan,
+    relocation,
+)
 from windjoin.operators.spill.stats import GroupStats, push_order
 
 CONFIG = MemoryAdaptationConfig(memory_bytes=1000, theta_m=0.9, push_fraction=0.3, theta_d=0.8, theta_f=2.0)
@@ -92,3 +101,15 @@ def test_active_disk_waits_for_memory_pressure_and_relocates_from_the_productive
     assert plan([hot, cold, freed], config, 0, query_bytes=5000)[0] == Move(0, 2, (0,))
     lazy = CONFIG
     assert plan([hot, cold, freed], lazy, 0)[0] == Move(1, 2, (2,))  # lazy-disk: the most used slot sends
+
+
+def test_cleanup_while_memory_allows_most_productive_first_within_room():
+    config = CONFIG.model_copy(update={"cleanup_below": 0.8})
+    stats = groups((0, 100, 10, 0), (1, 100, 100, 0), (2, 100, 50, 0), (3, 100, 1, 0))
+    for part, pushed in ((0, 200), (1, 300), (2, 250)):
+        stats[part].disk_generations, stats[part].pushed_bytes = 1, pushed
+    slot = SlotMeasure(0, 300, 0, stats)
+    assert cleanup_while_memory_allows(slot, config) == Cleanup(0, (1, 0))  # room 500: 1 (300), 2 no, 0 (200)
+    assert cleanup_while_memory_allows(slot, CONFIG) is None  # cleanup_below unset: only at the end
+    assert plan([SlotMeasure(0, 950, 0, stats)], config, 0) == [Push(0, (3, 0, 2))]  # over theta_m: push, no clean-up
+    assert plan([slot], config, 0) == [Cleanup(0, (1, 0))]
