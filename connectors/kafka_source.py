@@ -617,16 +617,20 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
         positions, _ = parse_offset(start)
         end = plan_end(positions, bounds, getattr(limit, "max_rows", None))
         control = self.next_control(start.get("control"))
-        if end == positions and control == start.get("control"):
+        if end == positions and not self.control_needs_batch(start.get("control"), control):
             return start
         offset = make_offset(end, read_control_epoch(self.options.control_path), control)
         self._last_end = offset
         return offset
 
     def next_control(self, previous: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The control state of the next batch given the last one's (None before the first batch); a new
-        state makes a batch even without new records. This reader plans none; see pipelines/adapted_source."""
+        """The control state of the next batch given the last one's (None before the first batch). This reader
+        plans none; see pipelines/adapted_source."""
         return None
+
+    def control_needs_batch(self, previous: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+        """Whether a new control state must run a batch even without new records."""
+        return new != previous
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         start_positions, _ = parse_offset(start)

@@ -76,6 +76,12 @@ class AdaptedStreamReader(KafkaStreamReader):
         current = ControlEpoch(self.adapter.routing) if previous is None else ControlEpoch.from_json(previous)
         return next_epoch(current, self._decided()).to_json()
 
+    def control_needs_batch(self, previous: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+        """A routing step must run (its hand-over completes in the next batch); a new shed ratio waits for
+        records to shed (an empty batch would only dilute the next epoch's measured load)."""
+        routing = {k: v for k, v in (new or {}).items() if k != "shed_ratio"}
+        return routing != {k: v for k, v in (previous or {}).items() if k != "shed_ratio"}
+
     def _decided(self) -> ControlTarget | None:
         if self.feed is None:
             return None

@@ -57,3 +57,14 @@ def test_the_move_store_keeps_a_group_until_pruned(tmp_path):
     store.prune(below_version=5)
     with pytest.raises(MissingStateError, match="no state of partition 3 handed over at routing version 4"):
         store.get(4, 3)
+
+
+def test_only_a_routing_step_forces_a_batch_without_new_records():
+    from windjoin.pipelines.adapted_source import AdaptedStreamReader
+
+    needs = AdaptedStreamReader.control_needs_batch
+    steady = ControlEpoch(START).to_json()
+    assert not needs(None, steady, ControlEpoch(START, shed_ratio=0.4).to_json())  # waits for records to shed
+    announce = next_epoch(ControlEpoch(START), ControlTarget(START.with_moves({Group(0): 1}), 0.0))
+    assert needs(None, steady, announce.to_json())
+    assert needs(None, announce.to_json(), next_epoch(announce, None).to_json())  # the effective batch

@@ -249,11 +249,10 @@ def test_a_burst_is_shed_at_the_decided_ratio_and_nothing_after(
         wait_for(len(events))
         tau_a, sr, _ = step()
         assert TAU1 < tau_a < 1 and 0 < sr < 1, (tau_a, sr)
-        wait_for(len(events), ratio=sr, after_batch=last_batch())  # the job follows the new decision
-        mark = len(events)
+        mark, before = len(events), last_batch()
 
-        send(BURST)  # burst B: shed at sr
-        wait_for(len(events))
+        send(BURST)  # burst B: shed at sr (a new ratio alone runs no batch: the next records bring it)
+        wait_for(len(events), ratio=sr, after_batch=before)  # the job follows the new decision
         tau_b, sr_b, burst_b = step()
         assert tau_b > TAU1 and sr_b > 0, "the offered load (joined + shed) still shows the burst"
         in_b = [o for o in burst_b if offered(o)]
@@ -263,16 +262,16 @@ def test_a_burst_is_shed_at_the_decided_ratio_and_nothing_after(
             shed = sum(o.shed.get(stream, 0) for o in in_b)
             tolerance = 4 * math.sqrt(n * sr * (1 - sr))  # binomial, 4 sigma
             assert abs(shed - n * sr) <= tolerance, (stream, shed, n, sr)
-        wait_for(len(events), ratio=sr_b, after_batch=last_batch())
+        before = last_batch()
 
-        send(CALM)  # taken at sr_b still: the controller has not seen the drop yet
-        wait_for(len(events))
+        send(CALM)  # taken at sr_b: the controller has not seen the drop yet
+        wait_for(len(events), ratio=sr_b, after_batch=before)
         tau_c, ratio_c, _ = step()
         assert tau_c < TAU1 and ratio_c == 0.0
-        quiet_from = wait_for(len(events), ratio=0.0, after_batch=last_batch())
+        before = last_batch()
 
         send(CALM)
-        wait_for(len(events))
+        quiet_from = wait_for(len(events), ratio=0.0, after_batch=before)
         after = [o for _, o in outcomes if o.batch_id >= quiet_from]
         assert sum(offered(o) for o in after) == CALM
         assert all(o.shed_ratio == 0.0 and not o.shed for o in after)
