@@ -53,7 +53,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,6 +69,8 @@ import pyarrow.compute as pc
 import yaml
 
 from benchmarks.machine import machine_facts
+from benchmarks.params_cli import add_param_flags, params_from
+from benchmarks.teardown import tear_down
 
 RESULTS = Path(__file__).parent / "results" / "pipeline.json"
 MAX_DELAY_MS = 600_000  # delay histogram range (1 ms bins); larger delays land in the last bin
@@ -879,21 +880,9 @@ def parse_args() -> tuple[argparse.Namespace, Params]:
     parser.add_argument("--quick", action="store_true", help="small prefill, 2 s window, short paced runs")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--workdir", type=Path, default=None, help="checkpoints, specs, logs (default: a temp dir)")
-    for name, value in asdict(Params()).items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
-        else:
-            parser.add_argument(flag, type=type(value), default=None)
+    add_param_flags(parser, Params())
     args = parser.parse_args()
-    values = asdict(Params())
-    if args.quick:
-        values.update(QUICK)
-    for name in values:
-        given = getattr(args, name)
-        if given is not None:
-            values[name] = given
-    return args, Params(**values)
+    return args, params_from(args, Params(), QUICK)
 
 
 def main() -> None:
@@ -973,13 +962,7 @@ def main() -> None:
             print(f"built-in paced at {own:,.0f}: {bi['paced_own']['delay_sink']}; load {load_avg()}", flush=True)
         result["windjoin"], result["builtin"] = wj, bi
     finally:
-        if spark is not None:
-            for query in spark.streams.active:
-                query.stop()
-            spark.stop()
-        services.down(state_dir)
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+        tear_down(spark, state_dir, workdir if args.workdir is None else None)
     result["load_avg_end"] = load_avg()
     result["wall_s"] = time.perf_counter() - started
     thr_w, thr_b = wj["throughput"]["rows_per_s"], bi["throughput"]["rows_per_s"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import numpy as np
 import yaml
 
 from benchmarks.machine import machine_facts
+from benchmarks.teardown import tear_down
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -283,10 +283,7 @@ def main() -> None:
             print(f"{mode}: {run['summary']}", flush=True)
             result["runs"].append(run)
     finally:
-        if spark is not None:
-            spark.stop()
-        services.down(state_dir)
-        shutil.rmtree(workdir, ignore_errors=True)
+        tear_down(spark, state_dir, workdir)
     result["load_avg_end"] = list(np.round(np.loadtxt("/proc/loadavg", usecols=(0, 1, 2)), 2))
     static, controlled = (r["summary"] for r in result["runs"])
     result["ratios"] = {

@@ -36,7 +36,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,8 +50,10 @@ import numpy as np
 import yaml
 
 from benchmarks.machine import machine_facts
+from benchmarks.params_cli import add_param_flags, params_from
 from benchmarks.pipeline import DelayHistogram, generate_cmd, progress_rows, run_generator, stop_process, sustained
 from benchmarks.pipeline import Params as PipelineParams
+from benchmarks.teardown import tear_down
 
 RESULTS = Path(__file__).parent / "results" / "shedding.json"
 
@@ -558,17 +559,9 @@ def parse_args() -> tuple[argparse.Namespace, Params]:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--capacity", type=float, default=None, help="skip calibration: X, input rows/s")
     parser.add_argument("--plot-only", action="store_true", help="redraw the PNG (and table) from --out's JSON")
-    for name, value in asdict(Params()).items():
-        parser.add_argument("--" + name.replace("_", "-"), type=type(value), default=None)
+    add_param_flags(parser, Params())
     args = parser.parse_args()
-    values = asdict(Params())
-    if args.quick:
-        values.update(QUICK)
-    for name in values:
-        given = getattr(args, name)
-        if given is not None:
-            values[name] = given
-    return args, Params(**values)
+    return args, params_from(args, Params(), QUICK)
 
 
 def main() -> None:
@@ -638,13 +631,7 @@ def main() -> None:
         result["baseline_run"] = bench.run("base", False, rate, capacity)
         print(f"baseline run: {result['baseline_run']['delay']}; load {load_avg()}", flush=True)
     finally:
-        if spark is not None:
-            for query in spark.streams.active:
-                query.stop()
-            spark.stop()
-        services.down(state_dir)
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+        tear_down(spark, state_dir, workdir if args.workdir is None else None)
     result["load_avg_end"] = load_avg()
     result["wall_s"] = time.perf_counter() - started
     a = result["shedding_run"]["delay"]["burst"]["p99_ms"]
