@@ -14,7 +14,13 @@ import yaml
 
 from windjoin.operators.control.config import ControlConfig, ControlConfigError, parse_control_config
 from windjoin.operators.spec import CountWindow
-from windjoin.pipelines.cli_options import SPEC_ARGUMENT, load_spec_or_fail
+from windjoin.pipelines.cli_options import (
+    BOOTSTRAP_OPTION,
+    SPEC_ARGUMENT,
+    STATE_DIR_OPTION,
+    load_spec_or_fail,
+    resolve_bootstrap,
+)
 
 
 def load_control_config(path: Path | None) -> ControlConfig:
@@ -76,6 +82,8 @@ def _interrupt(signum: int, frame: Any) -> None:
     help="Controller thresholds (YAML: reorganisation, declustering, utilisation, shedding, fine_tuning, scaling).",
 )
 @click.option("--redis-url", help="Redis holding the load reports (default: the spec's Redis sink).")
+@BOOTSTRAP_OPTION
+@STATE_DIR_OPTION
 @click.option("--namespace", default="windjoin", show_default=True, help="Key namespace of the job's Redis keys.")
 @click.option(
     "--metrics-port",
@@ -137,6 +145,8 @@ def controller(
     epoch_s: float,
     config_path: Path | None,
     redis_url: str | None,
+    bootstrap: str | None,
+    state_dir: Path,
     namespace: str,
     metrics_port: int | None,
     leader_election: bool,
@@ -172,11 +182,18 @@ def controller(
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 
+    arrivals = None
+    if config.utilisation.measure == "arrivals":  # tau from the records added to the input topics
+        from windjoin.connectors.kafka_arrivals import KafkaArrivals
+
+        topics = [s.topic for s in spec.streams.values() if s.topic]
+        arrivals = KafkaArrivals(resolve_bootstrap(bootstrap, state_dir), topics)
+
     def resume() -> Controller:
         """A controller resuming from the latest recorded decision (at start, and each time we become leader:
         another replica may have decided epochs meanwhile)."""
         try:
-            return Controller(reports, decisions, config, spec.partitions, spec.slots)
+            return Controller(reports, decisions, config, spec.partitions, spec.slots, arrivals=arrivals)
         except ValueError as err:
             raise click.ClickException(str(err)) from None
 

@@ -334,3 +334,16 @@ def test_cli_loop_decides_an_epoch_per_period_and_serves_metrics(redis_url, name
     lines = out.read_text().splitlines()
     assert [line.split(":")[0] for line in lines if " batches, tau " in line] == ["epoch 1", "epoch 2"]
     assert DecisionStore(redis_url, namespace).latest()["epoch"] == "2"
+
+
+def test_cli_arrivals_measure_reads_the_spec_topics_from_the_broker(redis_url, namespace, tmp_path, kafka_bootstrap):
+    config = tmp_path / "control.yaml"
+    config.write_text(json.dumps({**CONFIG, "utilisation": {**CONFIG["utilisation"], "measure": "arrivals"}}))
+    spec = _spec_file(tmp_path, redis_url)
+    missing = _cli("controller", str(spec), "--once", "--config", str(config), "--state-dir", str(tmp_path / "none"))
+    assert missing.returncode != 0 and "no Kafka broker" in missing.stderr  # names the way to give one
+    _publish(redis_url, namespace, range(4))
+    args = ("--once", "--config", str(config), "--namespace", namespace, "--bootstrap", kafka_bootstrap)
+    done = _cli("controller", str(spec), *args)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("epoch 1: 4 batches")
