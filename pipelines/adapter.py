@@ -185,9 +185,10 @@ class Adapter:
                 continue
             chosen = (hashes[rows] & np.uint64(0xFFFFFFFF)) % np.uint64(len(slots))
             copy = adapted.take(pa.array(rows))
+            slot_at, stored_at = copy.schema.get_field_index("slot"), copy.schema.get_field_index("stored")
             for j, slot in enumerate(slots):
-                copy_j = copy.set_column(0, "slot", pa.array(np.full(len(rows), self.slot_labels[slot]), pa.int32()))
-                stored_at = copy.schema.get_field_index("stored")
+                labels = pa.array(np.full(len(rows), self.slot_labels[slot]), pa.int32())
+                copy_j = copy.set_column(slot_at, "slot", labels)
                 pieces.append(copy_j.set_column(stored_at, "stored", pa.array(chosen == np.uint64(j))))
         return pa.concat_tables(pieces)
 

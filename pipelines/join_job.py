@@ -130,6 +130,7 @@ class BatchSink:
     sinks: list[Any]
     on_batch: Callable[[BatchOutcome], None] | None = None
     move_root: str | None = None
+    pruned_below: int = 0  # handed-over states of routing versions below this are deleted
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         outcome = BatchOutcome(batch_id)
@@ -185,9 +186,11 @@ class BatchSink:
         for s in outcome.stats:
             for stream, n in s.get("shed", {}).items():
                 outcome.shed[stream] = outcome.shed.get(stream, 0) + n
-        # States of earlier versions were installed by committed batches (this one runs, so those committed).
-        if self.move_root is not None and outcome.routing_version > 0:
+        # States of earlier versions were installed by committed batches (this one runs, so those committed);
+        # pruned once per routing version, not every batch (on an object store a listing is a request).
+        if self.move_root is not None and outcome.routing_version > self.pruned_below:
             MoveStore(self.move_root).prune(below_version=outcome.routing_version)
+            self.pruned_below = outcome.routing_version
 
 
 def move_root(spec: JoinSpec) -> str:

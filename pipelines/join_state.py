@@ -144,7 +144,8 @@ class JoinProcessor(StatefulProcessor):
             "shed": shed,
             "moved_in": moved_in,
             "moved_out": moved_out,
-            "rows": len(frame) - len(control) - len(shed_rows),  # records read (control rows, shed counts: not)
+            # records read, each once (not control rows, shed counts or a spread partition's probe-only copies)
+            "rows": len(frame) - len(control) - len(shed_rows) - int((~live["stored"].astype(bool)).sum()),
             "joined": len(live),
             "dead": len(dead_rows),
             "punctuations": punctuations,
