@@ -25,6 +25,7 @@ from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.adapted_source import CONTROL_NAMESPACE_OPTION, CONTROL_REDIS_OPTION, read_adapted
 from windjoin.pipelines.adapter import Adapter
+from windjoin.pipelines.checkpoint_layout import check_layout
 from windjoin.pipelines.dead_letters import write_dead_letters
 from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinProcessor
 from windjoin.pipelines.snapshot_committer import SnapshotCommitter
@@ -233,6 +234,7 @@ def start_job(
 ) -> Any:
     """Start the streaming query; returns it (await termination or stop it)."""
     check_runnable(spec)
+    check_layout(spec, Path(spec.checkpoint).resolve())
     for key, value in STATE_CONF.items():
         spark.conf.set(key, value)
     writer = (

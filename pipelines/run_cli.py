@@ -11,6 +11,7 @@ import click
 import numpy as np
 
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec
+from windjoin.pipelines.checkpoint_layout import CheckpointLayoutError, check_layout
 from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
 from windjoin.pipelines.executor_scaling import DEFAULT_REDIS_KEY, executor_count, start_following
 from windjoin.pipelines.join_job import (
@@ -155,7 +156,8 @@ def run(
     try:
         spec = load_spec(spec_path)
         check_runnable(spec)
-    except (SpecError, JobConfigError) as err:
+        check_layout(spec, Path(spec.checkpoint).resolve())
+    except (SpecError, JobConfigError, CheckpointLayoutError) as err:
         raise click.ClickException(str(err)) from None
     bootstrap = resolve_bootstrap(bootstrap, state_dir)
     from windjoin.connectors.spark_session import build_local_spark
