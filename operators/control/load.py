@@ -6,8 +6,9 @@ over the epoch: the mean of per-batch samples divided by the buffer's capacity. 
 slot runs once per batch, so "busy" occupancy (processing seconds / batch interval) is the default and
 "backlog" occupancy (backlog / capacity) the paper's own measure. "share" occupancy (a slot's part of the
 batch's processing seconds over all slots; 1/slots is a fair share) compares slots with one another whatever
-the machine's speed, for slots sharing cores (local mode, oversubscribed executors); "tuples" does the same
-with input tuples (deterministic: the same workload and routing give the same shares).
+the machine's speed, for slots sharing cores (local mode, oversubscribed executors); "cpu" does the same with
+the CPU seconds the slot's worker spent (not inflated by waiting for a core on a loaded machine, as wall
+seconds are); "tuples" with input tuples (deterministic: the same workload and routing give the same shares).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Load:
     backlog: int = 0
     state_bytes: int = 0
     outputs: int = 0
+    cpu_s: float = 0.0  # CPU seconds of the worker for this work (slot totals only; 0 where not measured)
 
     def __add__(self, other: Load) -> Load:
         return Load(
@@ -35,6 +37,7 @@ class Load:
             self.backlog + other.backlog,
             self.state_bytes + other.state_bytes,
             self.outputs + other.outputs,
+            self.cpu_s + other.cpu_s,
         )
 
 
@@ -66,11 +69,15 @@ def occupancy_sample(
     backlog_capacity: float | None = None,
     batch_seconds: float = 0.0,
     batch_tuples: int = 0,
+    batch_cpu: float = 0.0,
 ) -> float:
     """One batch's occupancy of a slot: busy share of the batch interval, backlog over buffer capacity, or its
-    share of the batch's processing seconds (`batch_seconds`) or input tuples (`batch_tuples`) over all slots."""
+    share of the batch's processing seconds (`batch_seconds`), CPU seconds (`batch_cpu`) or input tuples
+    (`batch_tuples`) over all slots."""
     if kind == "share":
         return report.total.processing_s / batch_seconds if batch_seconds > 0 else 0.0
+    if kind == "cpu":
+        return report.total.cpu_s / batch_cpu if batch_cpu > 0 else 0.0
     if kind == "tuples":
         return report.total.tuples_in / batch_tuples if batch_tuples > 0 else 0.0
     if kind == "busy":
@@ -79,7 +86,18 @@ def occupancy_sample(
         if not backlog_capacity:
             raise ValueError("backlog occupancy needs backlog_capacity > 0")
         return report.total.backlog / backlog_capacity
-    raise ValueError(f"occupancy kind must be 'busy', 'backlog', 'share' or 'tuples', got {kind!r}")
+    raise ValueError(f"occupancy kind must be one of {OCCUPANCY_KINDS}, got {kind!r}")
+
+
+OCCUPANCY_KINDS = ("busy", "backlog", "share", "cpu", "tuples")
+# the group measure that apportions a slot's occupancy among its groups (control.reorganise, pick "balance")
+GROUP_MEASURE = {
+    "busy": "processing_s",
+    "backlog": "tuples_in",
+    "share": "processing_s",
+    "cpu": "processing_s",
+    "tuples": "tuples_in",
+}
 
 
 def aggregate_epoch(
@@ -103,7 +121,7 @@ def aggregate_epoch(
     for report in reports:
         batch_ids.add(report.batch_id)
         total = batch_total[report.batch_id]
-        sample = occupancy_sample(report, kind, backlog_capacity, total.processing_s, total.tuples_in)
+        sample = occupancy_sample(report, kind, backlog_capacity, total.processing_s, total.tuples_in, total.cpu_s)
         samples.setdefault(report.slot, []).append(sample)
         slot_load[report.slot] = _accumulate(slot_load.get(report.slot, Load()), report.total)
         for group, load in report.groups.items():
@@ -122,6 +140,7 @@ def _accumulate(acc: Load, new: Load) -> Load:
         new.backlog,
         new.state_bytes,
         acc.outputs + new.outputs,
+        acc.cpu_s + new.cpu_s,
     )
 
 

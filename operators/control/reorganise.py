@@ -2,10 +2,18 @@
 and let each supplier yield one group, giving the routing table's next version.
 
 Suppliers are slots above th_sup, consumers below th_con, the rest neutral. The master pairs them in one scan
-(busiest supplier with the idlest consumer, and so on); each supplier yields one randomly selected group, as
-in the paper; the draw is seeded by (seed, epoch, slot), so a replayed epoch decides the same moves. A supplier
-holding a single group yields nothing (moving its only group moves the hot spot): it is reported as hot, the
-case for a SplitJoin spread (control.hot). Groups still in flight from an earlier move stay put.
+(busiest supplier with the idlest consumer, and so on); each supplier yields one group to its consumer. Which
+group (`pick`):
+
+- "random", the paper's rule: a randomly selected group; the draw is seeded by (seed, epoch, slot), so a
+  replayed epoch decides the same moves. Under skew it can yield a group so heavy that the consumer becomes the
+  new hot spot, or one so light that nothing changes, and the hot spot moves around from epoch to epoch.
+- "balance": the group whose weight (its share of the supplier's occupancy, by the groups' measured work)
+  comes closest to half the pair's occupancy gap, so the pair ends as even as one group can make it; a
+  supplier none of whose groups narrows the gap (every one weighs at least the gap) yields nothing.
+
+A supplier holding a single group yields nothing (moving its only group moves the hot spot): it is reported as
+hot, the case for a SplitJoin spread (control.hot). Groups still in flight from an earlier move stay put.
 """
 
 from __future__ import annotations
@@ -14,8 +22,12 @@ import hashlib
 import random
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from windjoin.operators.partitioning import Group, RoutingTable
+
+PICKS = ("random", "balance")
+Pick = Literal["random", "balance"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,31 @@ def pick_group(groups: list[Group], seed: int, epoch: int, slot: int) -> Group:
     return random.Random(int.from_bytes(digest, "big")).choice(sorted(groups))
 
 
+def pick_balancing(
+    groups: list[Group], weights: Mapping[Group, float], supplier: float, consumer: float
+) -> Group | None:
+    """The group whose weight (in occupancy units) is nearest half the gap between supplier and consumer, among
+    those lighter than the gap (moving one at least as heavy would leave the consumer as busy as the supplier
+    was); None if there is none. Ties: the lighter group, then the lower group."""
+    gap = supplier - consumer
+    lighter = [g for g in sorted(groups) if weights.get(g, 0.0) < gap]
+    return min(lighter, key=lambda g: (abs(weights.get(g, 0.0) - gap / 2), weights.get(g, 0.0)), default=None)
+
+
+def occupancy_weights(
+    held: Mapping[int, list[Group]], occupancy: Mapping[int, float], weights: Mapping[Group, float]
+) -> dict[Group, float]:
+    """Each group's part of its slot's occupancy: the slot's occupancy apportioned by the groups' weights (any
+    measure of work: tuples, seconds), so group weights compare with the occupancy gap between two slots."""
+    out = {}
+    for slot, groups in held.items():
+        total = sum(max(0.0, weights.get(g, 0.0)) for g in groups)
+        for g in groups:
+            share = max(0.0, weights.get(g, 0.0)) / total if total > 0 else 1.0 / len(groups)
+            out[g] = occupancy.get(slot, 0.0) * share
+    return out
+
+
 def plan_reorganisation(
     routing: RoutingTable,
     occupancy: Mapping[int, float],
@@ -65,13 +102,21 @@ def plan_reorganisation(
     epoch: int,
     seed: int = 0,
     in_flight: Collection[Group] = (),
+    pick: Pick = "random",
+    weights: Mapping[Group, float] | None = None,
 ) -> Plan:
-    """Pair suppliers with distinct consumers and move one group from each; the routing version grows only
-    when something moves."""
+    """Pair suppliers with distinct consumers and move one group from each, picked by `pick` ("balance" needs
+    `weights`: each group's measured work in the epoch, any unit); the routing version grows only when
+    something moves."""
+    if pick not in PICKS:
+        raise ValueError(f"pick must be one of {PICKS}, got {pick!r}")
+    if pick == "balance" and weights is None:
+        raise ValueError("pick 'balance' needs the groups' weights")
     classes = classify(occupancy, th_sup, th_con)
     held: dict[int, list[Group]] = {}
     for group, slot in routing.groups().items():
         held.setdefault(slot, []).append(group)
+    in_occupancy = occupancy_weights(held, occupancy, weights) if pick == "balance" and weights is not None else {}
     moves, hot = [], []
     consumers = iter(classes.consumers)
     for supplier in classes.suppliers:
@@ -82,7 +127,13 @@ def plan_reorganisation(
                 hot.append(supplier)
             continue
         consumer = next(consumers, None)
-        if consumer is not None:
-            moves.append(Move(pick_group(movable, seed, epoch, supplier), supplier, consumer))
+        if consumer is None:
+            continue
+        if pick == "random":
+            chosen: Group | None = pick_group(movable, seed, epoch, supplier)
+        else:
+            chosen = pick_balancing(movable, in_occupancy, occupancy[supplier], occupancy[consumer])
+        if chosen is not None:
+            moves.append(Move(chosen, supplier, consumer))
     new_routing = routing.with_moves({m.group: m.target for m in moves}) if moves else routing
     return Plan(tuple(moves), new_routing, tuple(hot))

@@ -243,3 +243,18 @@ def test_partition_skew_puts_the_b_model_on_the_hash_partitions():
     shares = np.bincount(partition_of(keys, 32), minlength=32) / len(keys)
     assert np.abs(shares - BModel(32, 0.7, seed=3).probabilities()).max() < 0.005
     assert len(np.unique(keys)) > 100_000  # keys stay spread inside each partition: few partners per tuple
+
+
+def test_slot_aligned_skew_gives_the_busiest_round_robin_slot_b_to_the_log_slots():
+    from windjoin.operators.partitioning import partition_of
+    from windjoin.pipelines.workload_generator import BModel, PartitionSkewedKeys
+
+    keys = PartitionSkewedKeys(5_000, 64, 0.7, seed=3, slots=8).sample(400_000, np.random.default_rng(0))
+    parts = partition_of(keys, 64)
+    per_slot = np.bincount(parts % 8, minlength=8) / len(keys)  # round robin: slot = partition mod 8
+    assert per_slot.max() == pytest.approx(0.7**3, abs=0.005)
+    # the same b-model masses, only placed differently over the partitions
+    masses = np.sort(np.bincount(parts, minlength=64) / len(keys))
+    assert np.abs(masses - np.sort(BModel(64, 0.7, seed=3).probabilities())).max() < 0.005
+    with pytest.raises(ValueError, match="slots dividing partitions"):
+        PartitionSkewedKeys(5_000, 64, 0.7, seed=3, slots=6)

@@ -1,0 +1,165 @@
+"""Issue 5's skew must-show end to end (real Kafka, Redis, Spark): on a b-model (b = 0.7) workload the static
+round-robin placement leaves the slowest slot well above the mean slot's batch time; the controller's moves,
+applied while the job runs, bring it within 1.5x of the mean, and the results still equal the oracle.
+
+Batch time is each slot's CPU seconds in the join's Python worker (`cpu_seconds` in the slot stats: the
+handler's work, not inflated by waiting for a core on a loaded machine). Both ratios come from the same run:
+the first STATIC batches run on the round-robin placement (the controller's first epoch reads them); then it
+decides every EPOCH batches (occupancy = each slot's share of the batch's CPU seconds; the yielded group is
+the one that best evens the supplier/consumer pair, `pick: balance`). Each ratio is the slowest slot's summed
+CPU seconds over the mean slot's, over the static batches (but the first, which warms the workers up) and over
+the last SETTLED batches.
+
+The workload: `skew_over="slots"`, the b-model over the 64 hash partitions with its first three splits lined up
+with the 8 round-robin slots (the static placement's worst case for this skew: the busiest slot gets 0.7^3 of
+the tuples, 2.74x the mean; mixed over the slots as they come, round robin gives 1.3-2.1x). Few keys per
+partition make a partition's outputs, and so its join time, grow faster than its tuples.
+
+Issue 5 asks for >= 3x static; this test shows about 2x (1.6-2.0 measured) and asserts >= 1.5. Every slot pays
+~22 ms of CPU per batch whatever it holds (state calls, pandas framing, segment writes), against ~2.5 us per
+tuple and ~0.5 us per output pair, so the static ratio nears the work ratio only when the mean slot's work is
+several times that: batches of ~100k tuples here, whose outputs (millions of pairs) the oracle cannot check
+within a test's time, and whose hottest partition alone then outweighs 1.5 mean slots (only a SplitJoin
+spread relieves it). benchmarks/reorganisation.py measures larger batches.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from tests.oracle import oracle_join
+from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
+from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.load_reports import LoadReports
+from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.operators.control.config import parse_control_config
+from windjoin.operators.partitioning import partition_of
+from windjoin.operators.spec import parse_spec
+from windjoin.pipelines.controller import Controller, recorded_moves
+from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.load_publisher import LoadPublisher
+from windjoin.pipelines.workload_generator import PartitionSkewedKeys
+
+PARTITIONS, SLOTS = 64, 8
+KEYS, PER_MS, WINDOW_MS = 800, 4, 1_000  # 12.5 keys per partition, 4 events per ms of event time
+PER_BATCH, BATCHES = 20_000, 12
+STATIC, EPOCH, SETTLED = 4, 2, 4  # batches on the static placement; batches per epoch; batches judged at the end
+CONTROL = {
+    "utilisation": {"capacity": 1e12, "min_workers": SLOTS, "max_workers": SLOTS},  # no shedding, no scaling
+    "reorganisation": {"occupancy": "cpu", "pick": "balance", "th_sup": 1.2 / SLOTS, "th_con": 0.8 / SLOTS},
+}
+
+
+def skewed_events(n: int, seed: int) -> list[dict]:
+    keys = PartitionSkewedKeys(KEYS, PARTITIONS, 0.7, seed, slots=SLOTS).sample(n, np.random.default_rng(seed))
+    rng = random.Random(seed)
+    base = 1_700_000_000_000
+    return [
+        {"stream": "R", "ts": base + i // PER_MS, "k": int(k), "x": rng.randrange(100)}
+        if rng.random() < 0.5
+        else {"stream": "S", "ts": base + i // PER_MS, "k": int(k), "a": rng.randrange(100)}
+        for i, k in enumerate(keys)
+    ]
+
+
+def oracle_by_key(spec: dict, events: list[dict]) -> list[tuple]:
+    """The brute-force oracle, run key by key (an equi-join on k pairs no tuples of different keys; the oracle's
+    nested loops over all 36k events would take minutes). Event times rise, so none is late."""
+    by_key: dict[int, list[dict]] = {}
+    for e in events:
+        by_key.setdefault(e["k"], []).append(e)
+    expected = []
+    for group in by_key.values():
+        pairs, late = oracle_join(spec, group)
+        assert not late
+        expected.extend(pairs)
+    return expected
+
+
+FIELDS = (("R", ("ts", "k", "x")), ("S", ("ts", "k", "a")))
+
+
+def oracle_rows(pairs: list[tuple]) -> np.ndarray:
+    """The oracle's (task, R, S) pairs as rows R.ts, R.k, R.x, S.ts, S.k, S.a."""
+    return np.array([(r["ts"], r["k"], r["x"], s["ts"], s["k"], s["a"]) for _, r, s in pairs], dtype=np.int64)
+
+
+def sorted_rows(rows: np.ndarray) -> np.ndarray:
+    """Rows in lexicographic order: two multisets of pairs are equal iff their sorted rows are."""
+    return rows[np.lexsort(rows.T[::-1])]
+
+
+def slowest_over_mean(batches: list[dict[int, float]]) -> float:
+    """The slowest slot's summed CPU seconds over these batches, over the mean slot's."""
+    totals = np.array([sum(b.get(s, 0.0) for b in batches) for s in range(SLOTS)])
+    return float(totals.max() / totals.mean())
+
+
+@pytest.mark.slow
+def test_controller_moves_bring_the_slowest_slot_within_1_5x_of_the_mean(
+    spark, kafka_bootstrap, redis_url, unique_topic, tmp_path
+):
+    spec_dict = keyed_eq_spec(unique_topic, tmp_path)
+    spec_dict.update(partitions=PARTITIONS, slots=SLOTS, max_offsets_per_trigger=PER_BATCH)
+    spec_dict["window"] = {"kind": "time", "size_ms": WINDOW_MS}
+    events = skewed_events(PER_BATCH * BATCHES, seed=9)
+    produce_events(kafka_bootstrap, spec_dict, events)
+    keys = np.array([e["k"] for e in events])
+    tuples = np.bincount(partition_of(keys, PARTITIONS) % SLOTS, minlength=SLOTS)
+    assert tuples.max() / tuples.mean() > 2.5  # an independent count: the b-model lines up with the slots
+
+    namespace = f"t{uuid.uuid4().hex[:8]}"
+    decisions = DecisionStore(redis_url, namespace)
+    controller = Controller(
+        LoadReports(redis_url, namespace), decisions, parse_control_config(CONTROL), PARTITIONS, SLOTS
+    )
+    publish = LoadPublisher(LoadReports(redis_url, namespace), trigger_s=0.0)
+    cpu: list[dict[int, float]] = []  # per batch with input: slot -> CPU seconds
+    trace: list[str] = []
+    moved_in: list[tuple[int, int]] = []  # (batch index, partition)
+
+    def on_batch(outcome: BatchOutcome) -> None:
+        publish(outcome)
+        if not sum(s["joined"] for s in outcome.stats):
+            return
+        cpu.append({s["slot_index"]: s["cpu_seconds"] for s in outcome.stats})
+        moved_in.extend((len(cpu) - 1, p) for s in outcome.stats for p in s["moved_in"])
+        trace.append(
+            " ".join(
+                f"{s['slot_index']}:{s['cpu_seconds'] * 1e3:.0f}ms/{s['joined']}/{s['outputs']}" for s in outcome.stats
+            )
+        )
+        if len(cpu) >= STATIC and (len(cpu) - STATIC) % EPOCH == 0:
+            step = controller.step()
+            if step is not None:
+                trace.append(step.line())
+
+    parquet = ParquetSink(tmp_path / "parquet")
+    spec = parse_spec(spec_dict)
+    query = start_job(spark, spec, kafka_bootstrap, [parquet], True, on_batch, ControlSource(redis_url, namespace))
+    query.awaitTermination(timeout=900)
+    assert query.exception() is None
+    print("\n".join(trace))
+
+    moves = [m for _, fields in decisions.history() for m in recorded_moves(fields)]
+    assert moves and moved_in, f"decided {len(moves)} moves, the job applied {len(moved_in)}"
+    assert {p for _, p in moved_in} <= {group.partition for group, _, _ in moves}
+    static = slowest_over_mean(cpu[1:STATIC])  # the first batch also warms the workers up
+    settled = slowest_over_mean(cpu[-SETTLED:])
+    summary = f"slowest/mean slot CPU: static {static:.2f}, settled {settled:.2f} over {len(cpu)} batches"
+    print(summary)
+    assert static >= 1.5, summary  # issue 5 asks for >= 3: see the module docstring
+    assert settled <= 1.5, summary
+    assert len(cpu) - SETTLED > min(b for b, _ in moved_in), "the settled batches are not after the first move"
+    started = time.perf_counter()
+    expected = oracle_by_key(spec_dict, events)
+    assert len(expected) > 1000
+    got = parquet.read("eq").combine_chunks()
+    columns = [got.column(side).chunk(0).field(name).to_numpy() for side, names in FIELDS for name in names]
+    assert np.array_equal(sorted_rows(np.column_stack(columns)), sorted_rows(oracle_rows(expected)))
+    print(f"{len(expected)} pairs checked in {time.perf_counter() - started:.1f} s")
