@@ -7,7 +7,8 @@ tag shared by the control keys):
   fields `batch_id`, `finished_at` (driver wall clock, s), `interval_s` (the batch's wall-clock span, for busy
   occupancy) and `slots`: a JSON array of slot reports `{"slot": index, "label", "rows", "joined", "dead",
   "outputs", "window_tuples", "state_bytes", "seconds", "groups": {"part": [...], "tuples_in": [...], ...}}`
-  (groups as columns, see `pipelines.slot_load`). Capped with `MAXLEN ~ maxlen`.
+  (groups as columns, see `pipelines.slot_load`; `fine` holds a histogram per partition). Capped with
+  `MAXLEN ~ maxlen`.
 
 A batch replayed after a failure is reported again; readers keep the latest report of each (batch, slot).
 """
@@ -18,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 import redis
 
@@ -126,3 +128,27 @@ def slot_batches(entries: Iterable[LoadEntry]) -> list[SlotBatch]:
             )
             latest[(entry.batch_id, batch.slot)] = batch
     return [latest[k] for k in sorted(latest)]
+
+
+def fine_histograms(entries: Iterable[LoadEntry]) -> dict[int, np.ndarray]:
+    """Each partition's window tuples by mini bits (the reports' `fine` column), as of the latest batch that
+    reported it, summed over the slots holding a share of it (its mini-groups may sit on several slots; a
+    replayed batch's latest report per slot wins). Reports without the column give nothing."""
+    latest: dict[tuple[int, int], dict[int, list[int]]] = {}
+    for entry in entries:
+        for report in entry.slots:
+            groups = report.get("groups") or {}
+            if "fine" in groups:
+                fine = {int(p): f for p, f in zip(groups["part"], groups["fine"], strict=True)}
+                latest[(entry.batch_id, int(report["slot"]))] = fine
+    newest: dict[int, int] = {}
+    for (batch, _), parts in latest.items():
+        for p in parts:
+            newest[p] = max(newest.get(p, batch), batch)
+    out: dict[int, np.ndarray] = {}
+    for (batch, _), parts in latest.items():
+        for p, counts in parts.items():
+            if newest[p] == batch:
+                hist = np.asarray(counts, dtype=np.float64)
+                out[p] = out[p] + hist if p in out else hist
+    return out

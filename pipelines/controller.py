@@ -2,10 +2,11 @@
 
 Each epoch reads the join job's load reports published after the previous epoch's cursor, averages them into
 the epoch's load (`control.load.aggregate_epoch`), runs one control step (`control.epoch.control_step`:
-shed ratio, slot count, reorganisation moves) and records the decision (hash + stream in Redis, see
-`connectors.control_decisions`) together with the new cursor, so a restarted controller resumes from the
-recorded state and never counts a report twice. An epoch with no reports decides nothing. Applying a decision
-in the join job (the routing version with its state transfer, the slot count, the shed ratio) is not done here.
+shed ratio, slot count, fine tuning into mini-groups, reorganisation moves) and records the decision (hash +
+stream in Redis, see `connectors.control_decisions`) together with the new cursor, so a restarted controller
+resumes from the recorded state and never counts a report twice. An epoch with no reports decides nothing.
+Applying a decision in the join job (the routing version with its state transfer, the slot count, the shed
+ratio) is not done here.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 import orjson
 
 from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.load_reports import LoadEntry, LoadReports, slot_batches
+from windjoin.connectors.load_reports import LoadEntry, LoadReports, fine_histograms, slot_batches
 from windjoin.operators.control.config import ControlConfig
 from windjoin.operators.control.declustering import UtilisationState
 from windjoin.operators.control.epoch import ControlState, Decision, control_step
@@ -43,9 +44,13 @@ class EpochOutcome:
         occupancy = " ".join(f"{s}:{f:.2f}" for s, f in sorted(self.occupancy.items()))
         moves = ", ".join(f"{_group_name(m.group)} {m.source}->{m.target}" for m in d.moves) or "none"
         hot = f", hot {list(d.hot)}" if d.hot else ""
+        units = state.routing.groups()
+        recut = " ".join(f"p{p}:{sum(g.partition == p for g in units)}" for p in d.retuned)
+        fine = f", re-cut into units {recut}" if recut else ""
         return (
             f"epoch {state.epoch}: {self.batches} batches, tau {d.tau:.3f}, occupancy {occupancy}, "
-            f"suppliers {list(self.classes.suppliers)} consumers {list(self.classes.consumers)}, moves {moves}{hot}, "
+            f"suppliers {list(self.classes.suppliers)} consumers {list(self.classes.consumers)}, moves {moves}{hot}"
+            f"{fine}, "
             f"routing v{state.routing.version}, slots {state.slots}, shed ratio {state.shed_ratio:.3f}"
         )
 
@@ -92,8 +97,9 @@ class Controller:
         classes = classify(occupancy, r.th_sup, r.th_con)
         shed = shed_records(entries)
         seconds = sum({e.batch_id: e.interval_s for e in entries}.values())  # a replayed batch counts once
+        fine = fine_histograms(entries) if self.config.fine_tuning.enabled else None
         decision = control_step(
-            self.state, load, self.config, shed=shed, seconds=seconds, arrival_rate=self._arrival_rate()
+            self.state, load, self.config, shed=shed, seconds=seconds, arrival_rate=self._arrival_rate(), fine=fine
         )
         outcome = EpochOutcome(decision, load.batches, occupancy, classes, entries[-1].entry_id, shed)
         self.decisions.record(decision_fields(outcome, self.clock()))

@@ -163,11 +163,15 @@ def controller(
     durations to lead and fails if it does not."""
     spec = load_spec_or_fail(spec_path)
     config = load_control_config(config_path)
-    if config.hot.spread and (isinstance(spec.window, CountWindow) or any(len(t.join) > 2 for t in spec.tasks)):
-        raise click.UsageError(
-            f"{config_path}: hot.spread: true needs two-stream tasks over a time window ({spec_path} has a count "
-            "window or an n-way task); accepted here: false"
-        )
+    # Spreads and mini-groups cut a partition's window over slots: only pairwise time windows survive that (the
+    # job refuses them otherwise), so refuse here before any decision is recorded.
+    if isinstance(spec.window, CountWindow) or any(len(t.join) > 2 for t in spec.tasks):
+        for key, on in (("hot.spread", config.hot.spread), ("fine_tuning.enabled", config.fine_tuning.enabled)):
+            if on:
+                raise click.UsageError(
+                    f"{config_path}: {key}: true needs two-stream tasks over a time window ({spec_path} has a "
+                    "count window or an n-way task); accepted here: false"
+                )
     if redis_url is None:
         if spec.sinks.redis is None:
             raise click.UsageError("the spec has no Redis sink: pass --redis-url")

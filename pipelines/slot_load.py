@@ -10,20 +10,26 @@ received nothing this batch (its state still counts). Measures:
   (timestamp and declared fields: numeric columns exactly, strings by a sampled mean length), approximate;
 - `seconds`: the time spent joining the partition, measured, plus its share of the slot's other work (state
   reads and writes, expiry, output encoding) apportioned by tuples in (evenly when nothing arrived), so the
-  groups' seconds add up to the slot's.
+  groups' seconds add up to the slot's;
+- `fine`: its window tuples as a histogram over the FINE_DEPTH low mini bits of their key hash (a list of
+  2^FINE_DEPTH counts), from which the controller's fine tuning knows each mini-group's size before splitting
+  (control.finetune). Tuples of a stream without a key are all in partition 0 and never split: not counted.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from windjoin.operators.control.finetune import FINE_DEPTH
 from windjoin.operators.join import WindowJoin
+from windjoin.operators.partitioning import key_hash, mini_bits
 from windjoin.operators.window import Block
 
-GROUP_FIELDS = ("part", "tuples_in", "outputs", "window_tuples", "state_bytes", "seconds")
+GROUP_FIELDS = ("part", "tuples_in", "outputs", "window_tuples", "state_bytes", "seconds", "fine")
 STRING_SAMPLE = 32  # string values sampled per block column for the mean length
 POINTER_BYTES = 8  # an object column's reference per value
 
@@ -54,6 +60,30 @@ def join_state(join: WindowJoin) -> tuple[int, int]:
     return tuples, state
 
 
+# Blocks are immutable and the job keeps its windows between batches, so each block is hashed once (a block
+# belongs to one stream of one join, so its key field and partition count never change), not every batch.
+_BLOCK_FINE: weakref.WeakKeyDictionary[Block, np.ndarray] = weakref.WeakKeyDictionary()
+
+
+def block_fine(block: Block, key: str, partitions: int) -> np.ndarray:
+    """A block's tuples over the FINE_DEPTH low mini bits of their key's hash (int64 counts)."""
+    if block not in _BLOCK_FINE:
+        bits = mini_bits(key_hash(block.tuples.columns[key]), partitions) & np.uint64((1 << FINE_DEPTH) - 1)
+        _BLOCK_FINE[block] = np.bincount(bits.astype(np.int64), minlength=1 << FINE_DEPTH)
+    return _BLOCK_FINE[block]
+
+
+def fine_histogram(join: WindowJoin) -> np.ndarray:
+    """One partition's window tuples by the FINE_DEPTH low mini bits of their key hash, over its keyed streams."""
+    out = np.zeros(1 << FINE_DEPTH, dtype=np.int64)
+    for name, store in join.stores.items():
+        key = join.spec.streams[name].key
+        if key is not None:
+            for block in store.blocks:
+                out += block_fine(block, key, join.spec.partitions)
+    return out
+
+
 @dataclass
 class GroupLoadMeter:
     """Collects one slot's per-partition measures during a batch, then reports them as columns."""
@@ -75,6 +105,8 @@ class GroupLoadMeter:
         measured = np.asarray([self.seconds.get(p, 0.0) for p in parts.tolist()], dtype=np.float64)
         held = np.asarray([join_state(joins[p]) if p in joins else (0, 0) for p in parts.tolist()], dtype=np.int64)
         held = held.reshape(len(parts), 2)
+        empty = [0] * (1 << FINE_DEPTH)
+        fine = [fine_histogram(joins[p]).tolist() if p in joins else empty for p in parts.tolist()]
         rest = max(0.0, total_seconds - float(measured.sum()))
         if len(parts):
             share = tuples_in / tuples_in.sum() if tuples_in.sum() else np.full(len(parts), 1.0 / len(parts))
@@ -88,4 +120,5 @@ class GroupLoadMeter:
             "window_tuples": held[:, 0].tolist(),
             "state_bytes": held[:, 1].tolist(),
             "seconds": seconds.tolist(),
+            "fine": fine,
         }

@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from windjoin.operators.control.finetune import FINE_DEPTH
+
 
 class ControlConfigError(ValueError):
     """A controller configuration that cannot be used; one problem per line, by key."""
@@ -106,10 +108,13 @@ class SheddingConfig(_Strict):
 
 
 class FineTuningConfig(_Strict):
-    """Paper 000, Fig. 4b: keep each group's state within [theta, 2 theta] by extendible hashing."""
+    """Paper 000, Fig. 4b: keep each partition's mini-groups within [theta, 2 theta] window tuples by extendible
+    hashing. Tuples, not bytes: the job reports a partition's window tuples by mini bits, so a mini-group's size
+    is known before it splits. Directories split at most max_depth bits deep, which the reports bound."""
 
-    theta: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 64 * 2**20  # bytes
-    max_depth: Annotated[int, Field(ge=0, le=16)] = 8
+    enabled: bool = False
+    theta: Annotated[int, Field(gt=0)] = 100_000  # window tuples (all streams) of one unit
+    max_depth: Annotated[int, Field(ge=1, le=FINE_DEPTH)] = FINE_DEPTH  # up to 2^max_depth mini-groups
 
 
 class HotConfig(_Strict):
@@ -162,6 +167,8 @@ def _accepted(e: dict) -> str:
         for part in e["loc"][:-1]:
             section = section.model_fields[part].annotation
         return f"; accepted keys: {sorted(section.model_fields)}"
+    if e["type"] == "bool_parsing":
+        return "; accepted: true or false"
     return ""
 
 

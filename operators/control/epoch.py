@@ -7,13 +7,20 @@ released slots (the highest numbered) onto the others instead of reorganising; o
 to consumers. New slots start empty and become consumers in the next epoch. Groups whose state is still
 travelling (`in_flight`, cleared by the caller as the join job acknowledges installs) never move again before
 they land.
+
+With `fine_tuning.enabled`, the epoch first re-cuts partitions into mini-groups by their reported window tuples
+(paper 000's fine tuning, control.finetune): a new mini-group stays on its parent's slot, buddies merge only on
+one slot, and the drain or reorganisation that follows moves mini-groups like partitions, weighing each by its
+share of its partition's tuples. So a slot hot with one big partition gets units it can yield.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from windjoin.operators.control.config import ControlConfig
 from windjoin.operators.control.declustering import (
@@ -22,6 +29,7 @@ from windjoin.operators.control.declustering import (
     drain_moves,
     utilisation_step,
 )
+from windjoin.operators.control.finetune import retune_routing, unit_weights
 from windjoin.operators.control.hot import plan_spread
 from windjoin.operators.control.load import EpochLoad, group_weights, utilisation
 from windjoin.operators.control.reorganise import Move, classify, plan_reorganisation
@@ -50,6 +58,7 @@ class Decision:
     tau: float
     moves: tuple[Move, ...]
     hot: tuple[int, ...]  # suppliers holding one group: candidates for a spread (control.hot)
+    retuned: tuple[int, ...] = ()  # partitions re-cut into other mini-groups this epoch (fine tuning)
 
 
 def control_step(
@@ -60,10 +69,13 @@ def control_step(
     shed: int = 0,
     seconds: float = 0.0,
     arrival_rate: float | None = None,
+    fine: Mapping[int, np.ndarray] | None = None,
 ) -> Decision:
     """The next control state from this epoch's load; `shed`: records the adapter shed in the epoch's batches,
     `seconds`: the wall-clock span of those batches (for `utilisation.measure: rate`), `arrival_rate`: records
-    per second appended to the input topics since the last epoch (for `arrivals`; without it, `rate` is used).
+    per second appended to the input topics since the last epoch (for `arrivals`; without it, `rate` is used),
+    `fine`: each partition's latest window tuples by mini bits (for `fine_tuning`; partitions missing keep
+    their units).
 
     S2J's w is the incoming workload. The load reports count the tuples that reached the join, so the shed
     ones are added back: otherwise an epoch shedding a ratio SR would measure tau * (1 - SR), switch shedding
@@ -81,9 +93,14 @@ def control_step(
     slots = min(slots, state.routing.partitions)
     moves: tuple[Move, ...] = ()
     hot: tuple[int, ...] = ()
-    routing = state.routing
+    routing, fine = state.routing, fine or {}
+    tuning = config.fine_tuning
+    if tuning.enabled:
+        frozen = {g.partition for g in in_flight}
+        routing = retune_routing(routing, fine, tuning.theta, tuning.max_depth, frozen)
+    retuned = tuple(sorted({g.partition for g in set(routing.groups()) ^ set(state.routing.groups())}))
     if slots < state.slots:
-        drained = _drain(routing, load, slots, state.slots, in_flight)
+        drained = _drain(routing, unit_weights(group_weights(load), routing, fine), slots, state.slots, in_flight)
         if drained is None:
             slots = state.slots  # a released slot still waits for state: shrink in a later epoch
         else:
@@ -97,7 +114,7 @@ def control_step(
     new_state = replace(
         state, epoch=state.epoch + 1, routing=routing, slots=slots, shed_ratio=ratio, sustained=sustained
     )
-    return Decision(new_state, tau, moves, hot)
+    return Decision(new_state, tau, moves, hot, retuned)
 
 
 def _spread_hot(
@@ -139,13 +156,12 @@ def offered_utilisation(
 
 
 def _drain(
-    routing: RoutingTable, load: EpochLoad, keep: int, current: int, in_flight: Collection[Group]
+    routing: RoutingTable, weights: Mapping[Group, float], keep: int, current: int, in_flight: Collection[Group]
 ) -> list[Move] | None:
     """Moves emptying slots keep..current-1 onto slots 0..keep-1, or None if a group there is in flight."""
     units = routing.groups()
     if any(units[g] >= keep for g in units if any(g.covers(f) or f.covers(g) for f in in_flight)):
         return None
-    weights = group_weights(load)
     moves = []
     placed = dict(units)
     for leaving in range(current - 1, keep - 1, -1):

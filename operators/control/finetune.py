@@ -8,18 +8,22 @@ with its buddy (the bucket differing only in bit d' - 1) when the buddy has the 
 hold less than 2 theta together, and, when given their slots, sit on the same slot. Mini-groups are units of the
 routing table, so the reorganisation moves them like whole partitions.
 
-Sizes come as a histogram over the `max_depth` low mini bits (`fine_sizes`), so any bucket's size is a sum of
-bins and a split's outcome is known before it is made.
+Sizes come as a histogram over the low mini bits (`fine_sizes`; the join job reports FINE_DEPTH of them per
+partition), so any bucket's size is a sum of bins and a split's outcome is known before it is made.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from windjoin.operators.partitioning import Group, RoutingTable, mini_bits, partition_of_hash
+
+# Mini bits in the per-partition histograms of the job's load reports (pipelines.slot_load): 16 bins per
+# partition keep reports small, and no directory splits deeper than the sizes it is judged by.
+FINE_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -106,12 +110,18 @@ def bucket_size(bucket: Group, sizes: np.ndarray) -> float:
 
 
 def retune(
-    directory: Directory, sizes: np.ndarray, theta: float, slot_of: Mapping[Group, int] | None = None
+    directory: Directory,
+    sizes: np.ndarray,
+    theta: float,
+    slot_of: Mapping[Group, int] | None = None,
+    max_depth: int | None = None,
 ) -> Directory:
-    """Split buckets above 2 theta (down to the histogram's depth), then merge buddies below theta."""
-    max_depth = int(len(sizes)).bit_length() - 1
-    if len(sizes) != 1 << max_depth:
+    """Split buckets above 2 theta (down to `max_depth`, at most the histogram's depth), then merge buddies
+    below theta."""
+    depth = int(len(sizes)).bit_length() - 1
+    if len(sizes) != 1 << depth:
         raise ValueError(f"the size histogram has {len(sizes)} bins; it needs a power of two")
+    max_depth = depth if max_depth is None else min(max_depth, depth)
     changed = True
     while changed:
         changed = False
@@ -152,3 +162,42 @@ def routing_with(routing: RoutingTable, directories: Iterable[Directory]) -> Rou
     if out == units:
         return routing
     return routing.with_units(out)
+
+
+def retune_routing(
+    routing: RoutingTable,
+    sizes: Mapping[int, np.ndarray],
+    theta: float,
+    max_depth: int,
+    frozen: Collection[int] = (),
+) -> RoutingTable:
+    """The next routing with each partition of `sizes` (its fine histogram) re-cut by `retune`, buddies merging
+    only on one slot. Spread partitions (spreads are whole-partition) and `frozen` ones (state in flight) keep
+    their units."""
+    units = routing.groups()
+    skip = {p for p, _ in routing.spread} | set(frozen)
+    directories = []
+    for p, hist in sorted(sizes.items()):
+        if p in skip or not 0 <= p < routing.partitions:
+            continue
+        current = Directory.of(p, [g for g in units if g.partition == p])
+        directory = retune(current, np.asarray(hist, dtype=np.float64), theta, units, max_depth)
+        if directory != current:
+            directories.append(directory)
+    return routing_with(routing, directories)
+
+
+def unit_weights(
+    weights: Mapping[Group, float], routing: RoutingTable, sizes: Mapping[int, np.ndarray]
+) -> dict[Group, float]:
+    """Weights of the routing's units from per-partition weights (load reports are per partition): a mini-group
+    gets its partition's weight times its share of the partition's window tuples (evenly by depth without a
+    histogram)."""
+    out = dict(weights)
+    for g in routing.groups():
+        if g.depth:
+            hist = sizes.get(g.partition)
+            total = float(np.sum(hist)) if hist is not None else 0.0
+            share = bucket_size(g, np.asarray(hist)) / total if total > 0 else 2.0**-g.depth
+            out[g] = weights.get(Group(g.partition), 0.0) * share
+    return out

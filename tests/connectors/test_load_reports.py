@@ -7,7 +7,7 @@ import uuid
 import numpy as np
 import pytest
 
-from windjoin.connectors.load_reports import LoadReports, load_key, slot_batches
+from windjoin.connectors.load_reports import LoadEntry, LoadReports, fine_histograms, load_key, slot_batches
 from windjoin.operators.control.load import Load
 from windjoin.operators.partitioning import Group
 from windjoin.pipelines.join_job import BatchOutcome
@@ -106,3 +106,21 @@ def test_namespace_is_checked():
     assert load_key("windjoin") == "windjoin:{control}:load"
     with pytest.raises(ValueError, match="namespace 'a b'"):
         load_key("a b")
+
+
+def _fine_report(slot: int, parts: list[int], fine: list[list[int]]) -> dict:
+    return {"slot": slot, "groups": {"part": parts, "fine": fine}}
+
+
+def test_fine_histograms_sum_a_partitions_shares_over_slots_as_of_its_latest_batch():
+    one, two, three = [1] * 16, [2] * 16, [3] * 16
+    entries = [
+        LoadEntry("1-0", 7, 0.0, 1.0, [_fine_report(0, [0, 2], [one, one]), _fine_report(1, [1], [one])]),
+        # batch 8: partition 0's mini-groups sit on both slots; partition 2 is reported no more
+        LoadEntry("2-0", 8, 0.0, 1.0, [_fine_report(0, [0], [two]), _fine_report(1, [0, 1], [three, two])]),
+        LoadEntry("3-0", 8, 0.0, 1.0, [_fine_report(1, [0, 1], [one, two])]),  # batch 8 replayed: latest wins
+        LoadEntry("4-0", 9, 0.0, 1.0, [{"slot": 0, "groups": {"part": [0], "tuples_in": [4]}}]),  # no histogram
+    ]
+    got = fine_histograms(entries)
+    assert sorted(got) == [0, 1, 2]
+    assert got[0].tolist() == [3.0] * 16 and got[1].tolist() == [2.0] * 16 and got[2].tolist() == [1.0] * 16

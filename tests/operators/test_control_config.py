@@ -33,6 +33,12 @@ def test_defaults_are_valid():
             ["reorganisation.occupancy", "'busy', 'backlog', 'share' or 'tuples'"],
         ),
         ({"sheding": {}}, ["sheding", "accepted keys", "'shedding'"]),
+        ({"fine_tuning": {"max_depth": 5}}, ["fine_tuning.max_depth", "less than or equal to 4", "got 5"]),
+        ({"fine_tuning": {"max_depth": 0}}, ["fine_tuning.max_depth", "greater than or equal to 1"]),
+        ({"fine_tuning": {"theta": 0}}, ["fine_tuning.theta", "greater than 0", "got 0"]),
+        ({"fine_tuning": {"theta": 1.5}}, ["fine_tuning.theta", "integer", "got 1.5"]),
+        ({"fine_tuning": {"enabled": "maybe"}}, ["fine_tuning.enabled", "accepted: true or false"]),
+        ({"fine_tuning": {"enable": True}}, ["fine_tuning.enable", "accepted keys: ['enabled', 'max_depth', 'theta']"]),
     ],
 )
 def test_errors_name_key_and_accepted_values(data, expected):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from windjoin.operators.control.config import parse_control_config
@@ -93,3 +94,45 @@ def test_a_hot_slot_with_one_partition_spreads_it_when_allowed():
     assert decided.spread == ((0, (0, 2)),)  # k = ceil(0.95 / th_con 0.5) = 2, with the least occupied slot
     again = control_step(replace(state, routing=decided), load, spreading).state.routing
     assert again.spread == decided.spread  # an already spread partition is left alone
+
+
+FINE = CONFIG.model_copy(
+    update={"fine_tuning": parse_control_config({"fine_tuning": {"enabled": True, "theta": 100}}).fine_tuning}
+)
+EVEN_300 = np.full(16, 300 / 16)  # window tuples of a partition by its 4 low mini bits: halves of 150 each
+
+
+def test_fine_tuning_splits_a_hot_partition_and_moves_one_of_its_mini_groups():
+    state = ControlState.initial(partitions=2, slots=2)  # one partition per slot: slot 0 has nothing to yield
+    load = epoch_load(state, {0: 500, 1: 100}, {0: 0.95, 1: 0.1})
+    fine = {0: EVEN_300, 1: np.full(16, 1.0)}
+    assert control_step(state, load, CONFIG, fine=fine).hot == (0,)  # fine tuning off: a hot spot, no move
+    decision = control_step(state, load, FINE, fine=fine)
+    assert decision.retuned == (0,) and decision.hot == ()
+    [move] = decision.moves
+    assert move.group in (Group(0, 1, 0), Group(0, 1, 1)) and (move.source, move.target) == (0, 1)
+    halves = {Group(0, 1, 0), Group(0, 1, 1)}
+    assert decision.state.routing.groups() == {move.group: 1, (halves - {move.group}).pop(): 0, Group(1): 1}
+
+
+def test_buddies_merge_back_below_theta_only_on_one_slot():
+    state = ControlState.initial(partitions=2, slots=2)
+    split = replace(state, routing=state.routing.with_units({Group(0, 1, 0): 0, Group(0, 1, 1): 0, Group(1): 1}))
+    calm = epoch_load(split, {0: 300, 1: 300}, {0: 0.6, 1: 0.6})  # neutral slots: nothing moves
+    small = {0: np.full(16, 5.0)}  # 80 tuples: each half 40 < theta, together < 2 theta
+    merged = control_step(split, calm, FINE, fine=small)
+    assert merged.retuned == (0,) and merged.state.routing.groups() == {Group(0): 0, Group(1): 1}
+    apart = replace(state, routing=state.routing.with_units({Group(0, 1, 0): 0, Group(0, 1, 1): 1, Group(1): 1}))
+    kept = control_step(apart, epoch_load(apart, {0: 300, 1: 300}, {0: 0.6, 1: 0.6}), FINE, fine=small)
+    assert kept.retuned == () and kept.state.routing == apart.routing
+    assert control_step(split, calm, FINE, fine={}).state.routing == split.routing  # no histogram: as it was
+
+
+def test_partitions_in_flight_or_spread_are_not_re_cut():
+    state = ControlState.initial(partitions=4, slots=2)
+    load = epoch_load(state, {0: 300, 1: 300}, {0: 0.6, 1: 0.6})
+    fine = dict.fromkeys(range(4), EVEN_300)
+    assert control_step(state, load, FINE, fine=fine).retuned == (0, 1, 2, 3)
+    assert control_step(state, load, FINE, in_flight={Group(2)}, fine=fine).retuned == (0, 1, 3)
+    spread = replace(state, routing=state.routing.with_spread(1, (1, 0)))
+    assert control_step(spread, load, FINE, fine=fine).retuned == (0, 2, 3)

@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from windjoin.operators.control.finetune import Directory, bucket_size, fine_sizes, retune, routing_with
+from windjoin.operators.control.finetune import (
+    Directory,
+    bucket_size,
+    fine_sizes,
+    retune,
+    routing_with,
+    unit_weights,
+)
 from windjoin.operators.partitioning import Group, RoutingTable, key_hash, mini_bits, partition_of
 
 
@@ -134,3 +141,18 @@ def test_routing_follows_the_directories_and_mini_groups_are_movable():
     with pytest.raises(ValueError, match="move it together first"):
         routing_with(moved, [Directory.whole(1)])
     assert routing_with(table, [Directory.whole(0)]) is table
+
+
+def test_retune_splits_no_deeper_than_max_depth():
+    sizes = np.zeros(16)
+    sizes[5] = 1000.0  # one hot bin: splitting goes as deep as allowed
+    assert max(b.depth for b in retune(Directory.whole(0), sizes, 10.0).buckets()) == 4
+    assert max(b.depth for b in retune(Directory.whole(0), sizes, 10.0, max_depth=2).buckets()) == 2
+
+
+def test_mini_groups_weigh_their_share_of_the_partitions_tuples():
+    table = RoutingTable.round_robin(2, 2).with_units({Group(0, 1, 0): 0, Group(0, 1, 1): 1, Group(1): 1})
+    hist = np.array([3.0, 1.0])  # bins by the low mini bit: pattern 0 holds 3/4
+    weights = unit_weights({Group(0): 8.0, Group(1): 2.0}, table, {0: hist})
+    assert weights[Group(0, 1, 0)] == 6.0 and weights[Group(0, 1, 1)] == 2.0 and weights[Group(1)] == 2.0
+    assert unit_weights({Group(0): 8.0}, table, {})[Group(0, 1, 1)] == 4.0  # no histogram: evenly by depth

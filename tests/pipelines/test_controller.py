@@ -347,3 +347,110 @@ def test_cli_arrivals_measure_reads_the_spec_topics_from_the_broker(redis_url, n
     done = _cli("controller", str(spec), *args)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("epoch 1: 4 batches")
+
+
+FINE_CONFIG = {
+    "scaling": "declustering",
+    "declustering": {"min_slots": 2, "max_slots": 2},  # the slot count stays: only fine tuning and moves
+    "reorganisation": {"th_sup": 0.8, "th_con": 0.5},
+    "fine_tuning": {"enabled": True, "theta": 100},
+}
+
+
+def _fine_outcome(batch_id: int, routing, busy: dict[int, float], tuples: dict[int, np.ndarray]) -> BatchOutcome:
+    """One batch as the job would report it under `routing`: each slot reports the partitions it holds units
+    of, with the share of each partition's window tuples (16 bins by mini bits) its units cover."""
+    stats = []
+    for slot, seconds in busy.items():
+        mine = [g for g, s in routing.groups().items() if s == slot]
+        parts = sorted({g.partition for g in mine})
+        fine = []
+        for p in parts:
+            share = np.zeros(16, dtype=np.int64)
+            for g in mine:
+                if g.partition == p:
+                    covered = (np.arange(16) & ((1 << g.depth) - 1)) == g.pattern
+                    share[covered] = tuples[p][covered]
+            fine.append(share.tolist())
+        n = [int(sum(f)) for f in fine]
+        groups = {
+            "part": parts,
+            "tuples_in": n,
+            "outputs": [0] * len(parts),
+            "seconds": [seconds / len(parts)] * len(parts),
+        }
+        groups |= {"window_tuples": n, "state_bytes": [8 * x for x in n], "fine": fine}
+        stats.append(
+            {"slot": slot, "slot_index": slot, "rows": sum(n), "joined": sum(n), "seconds": seconds, "groups": groups}
+        )
+    return BatchOutcome(batch_id, stats=stats, delays_ms=np.zeros(0, dtype=np.int64), finished_at=1000.0 + batch_id)
+
+
+def _publish_fine(redis_url: str, namespace: str, batches: range, routing, busy, tuples) -> None:
+    reports = LoadReports(redis_url, namespace)
+    publisher = LoadPublisher(reports, trigger_s=1.0)
+    for b in batches:
+        assert publisher(_fine_outcome(b, routing, busy, tuples)) is not None
+    reports.close()
+
+
+def test_fine_tuning_splits_a_hot_partition_moves_a_mini_group_and_merges_only_on_one_slot(redis_url, namespace):
+    """Two partitions on two slots: slot 0's single partition is hot and holds 300 window tuples > 2 theta, so it
+    splits into two mini-groups of 150 and one moves to the idle slot; when the state falls below theta, the
+    halves on different slots stay apart; a partition split on one slot merges back."""
+    decisions = DecisionStore(redis_url, namespace)
+    control = Controller(LoadReports(redis_url, namespace), decisions, parse_control_config(FINE_CONFIG), 2, 2)
+    big, small = np.full(16, 300 // 16 + 1), np.full(16, 2)  # 17 x 16 = 272 > 2 theta; 32 < theta
+    _publish_fine(redis_url, namespace, range(3), control.state.routing, {0: 0.95, 1: 0.1}, {0: big, 1: small})
+    first = control.step()
+    assert first is not None and first.decision.retuned == (0,)
+    [move] = first.decision.moves
+    halves = {Group(0, 1, 0), Group(0, 1, 1)}
+    assert move.group in halves and (move.source, move.target) == (0, 1)
+    routing = first.decision.state.routing
+    assert routing.groups() == {move.group: 1, (halves - {move.group}).pop(): 0, Group(1): 1}
+    recorded = decisions.latest()
+    assert recorded_moves(recorded) == [(move.group, 0, 1)]
+    assert sorted(map(tuple, orjson.loads(recorded["routing"])["split"])) == [
+        (0, 1, g.pattern, routing.groups()[g]) for g in sorted(halves)
+    ]
+    assert state_from_fields(recorded)[0] == first.decision.state
+    assert ", re-cut into units p0:2, routing v2" in first.line()  # split (v1), then the move (v2)
+
+    # the job applied it: partition 0's halves report from both slots; its state is now small, both slots calm
+    _publish_fine(redis_url, namespace, range(3, 5), routing, {0: 0.6, 1: 0.6}, {0: small, 1: small})
+    second = control.step()
+    assert second is not None and second.decision.retuned == () and second.decision.moves == ()
+    assert second.decision.state.routing == routing  # buddies on two slots: not merged
+
+    # partition 1 grows on its own slot and splits (no move: slots are calm), then shrinks and merges back
+    _publish_fine(redis_url, namespace, range(5, 7), routing, {0: 0.6, 1: 0.6}, {0: small, 1: big})
+    third = control.step()
+    assert third is not None and third.decision.retuned == (1,)
+    assert {g for g in third.decision.state.routing.groups() if g.partition == 1} == {Group(1, 1, 0), Group(1, 1, 1)}
+    _publish_fine(
+        redis_url, namespace, range(7, 9), third.decision.state.routing, {0: 0.6, 1: 0.6}, {0: small, 1: small}
+    )
+    fourth = control.step()
+    assert fourth is not None and fourth.decision.retuned == (1,)
+    assert fourth.decision.state.routing.groups() == routing.groups()  # partition 1 whole again
+    assert state_from_fields(decisions.latest())[0] == fourth.decision.state
+
+
+def test_cli_refuses_fine_tuning_for_count_windows_and_n_way_tasks(redis_url, tmp_path):
+    config = tmp_path / "control.yaml"
+    config.write_text(json.dumps({"fine_tuning": {"enabled": True}}))
+    spec = json.loads(_spec_file(tmp_path, redis_url).read_text())
+    path = tmp_path / "count.yaml"
+    path.write_text(json.dumps({**spec, "window": {"kind": "count", "size": 100}}))
+    streams = {**spec["streams"], "T": {"fields": {"k": "int"}, "key": "k"}}
+    on = [{"op": "eq", "left": "R.k", "right": "S.k"}, {"op": "eq", "left": "S.k", "right": "T.k"}]
+    n_way = tmp_path / "n_way.yaml"
+    n_way.write_text(
+        json.dumps({**spec, "streams": streams, "tasks": [{"name": "rst", "join": ["R", "S", "T"], "on": on}]})
+    )
+    for refused in (path, n_way):
+        done = _cli("controller", str(refused), "--once", "--config", str(config))
+        assert done.returncode != 0
+        assert "fine_tuning.enabled: true needs two-stream tasks over a time window" in done.stderr
+        assert "accepted here: false" in done.stderr

@@ -1,12 +1,17 @@
-"""Per-partition load reports of a slot: state bytes of real windows, seconds apportioned to add up."""
+"""Per-partition load reports of a slot: state bytes of real windows, seconds apportioned to add up, window
+tuples by mini bits."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from windjoin.operators.batch import Arrivals
+from windjoin.operators.control.finetune import FINE_DEPTH
 from windjoin.operators.join import WindowJoin
+from windjoin.operators.partitioning import key_hash
 from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.slot_load import GROUP_FIELDS, GroupLoadMeter, join_state
 
@@ -54,3 +59,74 @@ def test_an_idle_batch_spreads_its_seconds_evenly():
     report = GroupLoadMeter().report({1: _filled(1, 1, "x"), 2: _filled(1, 1, "x")}, total_seconds=0.4)
     assert report["seconds"] == pytest.approx([0.2, 0.2])
     assert GroupLoadMeter().report({}, 0.3) == dict.fromkeys(GROUP_FIELDS, [])
+
+
+KEYED = {
+    "window": {"kind": "time", "size_ms": 100},
+    "allowed_lateness_ms": 40,  # a batch's tuples arrive in any order within 40 ms
+    "streams": {
+        "R": {"fields": {"k": "int"}, "key": "k"},
+        "S": {"fields": {"k": "int", "v": "float"}, "key": "k"},
+        "A": {"fields": {"name": "string"}, "key": "name"},
+        "B": {"fields": {"name": "string"}, "key": "name"},
+        "T": {"fields": {"k": "int"}},  # no key: all in partition 0, not in the histogram
+        "U": {"fields": {"k": "int"}},
+    },
+    "tasks": [
+        {"name": "rs", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},
+        {"name": "ab", "join": ["A", "B"], "on": [{"op": "eq", "left": "A.name", "right": "B.name"}]},
+        {"name": "tu", "join": ["T", "U"], "on": [{"op": "eq", "left": "T.k", "right": "U.k"}]},
+    ],
+    "partitions": 6,
+}
+KEY = {"R": "k", "S": "k", "A": "name", "B": "name"}
+
+
+def _expected_fine(keys: list, partitions: int) -> list[int]:
+    """Per-key count, one hash at a time: bin = (H(key) // partitions) mod 2^FINE_DEPTH."""
+    counts = [0] * (1 << FINE_DEPTH)
+    for k in keys:
+        h = int(key_hash(np.asarray([k], dtype=object if isinstance(k, str) else np.int64))[0])
+        counts[(h // partitions) % (1 << FINE_DEPTH)] += 1
+    return counts
+
+
+def _columns(stream: str, keys: list[int], ts: list[int]) -> dict[str, np.ndarray]:
+    cols = {"ts": np.asarray(ts, dtype=np.int64)}
+    if stream in "AB":
+        cols["name"] = np.asarray([f"n{k}" for k in keys], dtype=object)
+    else:
+        cols["k"] = np.asarray(keys, dtype=np.int64)
+    if stream == "S":
+        cols["v"] = np.zeros(len(keys))
+    return cols
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(st.tuples(st.sampled_from("RSABTU"), st.integers(-50, 50), st.integers(0, 40)), max_size=60),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_fine_column_counts_the_windows_keys_by_mini_bits(batches):
+    """The `fine` histogram against a per-tuple count of the keys the real WindowJoin still holds (after expiry:
+    time advances 30 ms per batch over a 100 ms window), over int and string keys and unkeyed streams."""
+    join = WindowJoin(parse_spec(KEYED))
+    for b, rows in enumerate(batches):
+        chunk, seq = {}, 0
+        for name in "RSABTU":
+            mine = [(k, 30 * b + dt) for s, k, dt in rows if s == name]
+            chunk[name] = Arrivals(
+                _columns(name, [k for k, _ in mine], [t for _, t in mine]), np.arange(len(mine)) + seq
+            )
+            seq += len(mine)
+        join.process(chunk)  # also expires what no later tuple can join
+        held = [
+            v for name, col in KEY.items() for blk in join.stores[name].blocks for v in blk.tuples.columns[col].tolist()
+        ]
+        report = GroupLoadMeter().report({2: join}, total_seconds=0.0)
+        assert report["fine"] == [_expected_fine(held, 6)]
+        unkeyed = sum(len(blk) for name in "TU" for blk in join.stores[name].blocks)
+        assert sum(report["fine"][0]) == report["window_tuples"][0] - unkeyed
