@@ -123,6 +123,7 @@ def slot_batches(entries: Iterable[LoadEntry]) -> list[SlotBatch]:
                     processing_s=float(report.get("seconds", 0.0)),
                     state_bytes=int(report.get("state_bytes", 0)),
                     outputs=int(report.get("outputs", 0)),
+                    cpu_s=float(report.get("cpu_seconds", 0.0)),
                 ),
                 {Group(int(p)): Load(int(n), float(s), 0, int(b), int(o)) for p, n, s, b, o in columns},
             )

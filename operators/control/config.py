@@ -28,9 +28,10 @@ class ReorganisationConfig(_Strict):
     th_con: Fraction = 0.5
     # processing seconds / batch interval, backlog / capacity, or a slot's share of the batch's processing
     # seconds or input tuples
-    occupancy: Literal["busy", "backlog", "share", "tuples"] = "busy"
+    occupancy: Literal["busy", "backlog", "share", "cpu", "tuples"] = "busy"
     backlog_capacity: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None  # tuples; for "backlog"
     seed: int = 0  # the paper picks the yielded group at random; seeded, so a replayed epoch decides the same
+    pick: Literal["random", "balance"] = "random"  # random: the paper's; balance: evens the pair (reorganise.py)
 
     @model_validator(mode="after")
     def _order(self) -> ReorganisationConfig:

@@ -31,7 +31,7 @@ from windjoin.operators.control.declustering import (
 )
 from windjoin.operators.control.finetune import retune_routing, unit_weights
 from windjoin.operators.control.hot import plan_spread
-from windjoin.operators.control.load import EpochLoad, group_weights, utilisation
+from windjoin.operators.control.load import GROUP_MEASURE, EpochLoad, group_weights, utilisation
 from windjoin.operators.control.reorganise import Move, classify, plan_reorganisation
 from windjoin.operators.control.shedding import shed_ratio
 from windjoin.operators.partitioning import Group, RoutingTable
@@ -107,7 +107,10 @@ def control_step(
             moves = tuple(drained)
             routing = routing.with_moves({m.group: m.target for m in moves}) if moves else routing
     if slots >= state.slots:
-        plan = plan_reorganisation(routing, occupancy, r.th_sup, r.th_con, state.epoch, r.seed, in_flight)
+        weights = unit_weights(group_weights(load, GROUP_MEASURE[r.occupancy]), routing, fine)
+        plan = plan_reorganisation(
+            routing, occupancy, r.th_sup, r.th_con, state.epoch, r.seed, in_flight, r.pick, weights
+        )
         moves, hot, routing = plan.moves, plan.hot, plan.routing
         if config.hot.spread:
             routing = _spread_hot(routing, hot, occupancy, config)

@@ -30,7 +30,7 @@ def test_defaults_are_valid():
         ({"reorganisation": {"occupancy": "backlog"}}, ["reorganisation.backlog_capacity", "required"]),
         (
             {"reorganisation": {"occupancy": "queue"}},
-            ["reorganisation.occupancy", "'busy', 'backlog', 'share' or 'tuples'"],
+            ["reorganisation.occupancy", "'busy', 'backlog', 'share', 'cpu' or 'tuples'"],
         ),
         ({"sheding": {}}, ["sheding", "accepted keys", "'shedding'"]),
         ({"fine_tuning": {"max_depth": 5}}, ["fine_tuning.max_depth", "less than or equal to 4", "got 5"]),
