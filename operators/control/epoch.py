@@ -98,7 +98,8 @@ def control_step(
     if tuning.enabled:
         frozen = {g.partition for g in in_flight}
         routing = retune_routing(routing, fine, tuning.theta, tuning.max_depth, frozen)
-    retuned = tuple(sorted({g.partition for g in set(routing.groups()) ^ set(state.routing.groups())}))
+    changed = {g for g, _ in routing.split} ^ {g for g, _ in state.routing.split}  # mini-groups made or merged
+    retuned = tuple(sorted({g.partition for g in changed}))
     if slots < state.slots:
         drained = _drain(routing, unit_weights(group_weights(load), routing, fine), slots, state.slots, in_flight)
         if drained is None:

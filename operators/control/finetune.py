@@ -148,10 +148,14 @@ def retune(
 def routing_with(routing: RoutingTable, directories: Iterable[Directory]) -> RoutingTable:
     """The next routing version with partitions re-cut as the directories say; a new bucket stays on the slot of
     the unit it came from (a split) or that its merged halves shared."""
+    directories = list(directories)
+    if not directories:
+        return routing
     units = routing.groups()
+    by_part = _by_partition(units)
     out = dict(units)
     for d in directories:
-        old = {g: s for g, s in units.items() if g.partition == d.partition}
+        old = by_part.get(d.partition, {})
         for g in old:
             del out[g]
         for bucket in d.buckets():
@@ -164,6 +168,14 @@ def routing_with(routing: RoutingTable, directories: Iterable[Directory]) -> Rou
     return routing.with_units(out)
 
 
+def _by_partition(units: Mapping[Group, int]) -> dict[int, dict[Group, int]]:
+    """Units and their slots grouped by partition (one pass: tables may hold tens of thousands of partitions)."""
+    out: dict[int, dict[Group, int]] = {}
+    for g, s in units.items():
+        out.setdefault(g.partition, {})[g] = s
+    return out
+
+
 def retune_routing(
     routing: RoutingTable,
     sizes: Mapping[int, np.ndarray],
@@ -174,14 +186,15 @@ def retune_routing(
     """The next routing with each partition of `sizes` (its fine histogram) re-cut by `retune`, buddies merging
     only on one slot. Spread partitions (spreads are whole-partition) and `frozen` ones (state in flight) keep
     their units."""
-    units = routing.groups()
+    by_part = _by_partition(routing.groups())
     skip = {p for p, _ in routing.spread} | set(frozen)
     directories = []
     for p, hist in sorted(sizes.items()):
-        if p in skip or not 0 <= p < routing.partitions:
-            continue
-        current = Directory.of(p, [g for g in units if g.partition == p])
-        directory = retune(current, np.asarray(hist, dtype=np.float64), theta, units, max_depth)
+        hist = np.asarray(hist, dtype=np.float64)
+        if p in skip or p not in by_part or (Group(p) in by_part[p] and hist.sum() <= 2 * theta):
+            continue  # a whole partition within 2 theta: nothing to split, nothing to merge
+        current = Directory.of(p, by_part[p])
+        directory = retune(current, hist, theta, by_part[p], max_depth)
         if directory != current:
             directories.append(directory)
     return routing_with(routing, directories)
@@ -194,10 +207,9 @@ def unit_weights(
     gets its partition's weight times its share of the partition's window tuples (evenly by depth without a
     histogram)."""
     out = dict(weights)
-    for g in routing.groups():
-        if g.depth:
-            hist = sizes.get(g.partition)
-            total = float(np.sum(hist)) if hist is not None else 0.0
-            share = bucket_size(g, np.asarray(hist)) / total if total > 0 else 2.0**-g.depth
-            out[g] = weights.get(Group(g.partition), 0.0) * share
+    for g, _ in routing.split:
+        hist = sizes.get(g.partition)
+        total = float(np.sum(hist)) if hist is not None else 0.0
+        share = bucket_size(g, np.asarray(hist)) / total if total > 0 else 2.0**-g.depth
+        out[g] = weights.get(Group(g.partition), 0.0) * share
     return out
