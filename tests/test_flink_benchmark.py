@@ -1,0 +1,56 @@
+"""benchmarks.flink_peer --quick: windjoin and Flink's interval join count the brute-force oracle's pairs.
+
+The quick run's timestamps are coarse (multiples of 50 ms, windows of 200-300 ms), so many pairs sit exactly
+at |R.ts - S.ts| = W or at equal timestamps: the test checks both systems agree with the oracle there too
+(windjoin's |dts| <= W against Flink's inclusive BETWEEN).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.oracle import oracle_join
+
+ROOT = Path(__file__).resolve().parent.parent
+FLINK_PYTHON = ROOT / ".venv-flink" / "bin" / "python"
+
+pytestmark = pytest.mark.skipif(
+    not FLINK_PYTHON.exists(),
+    reason="no PyFlink in .venv-flink: run scripts/setup_flink.sh (.ci/run does)",
+)
+
+
+@pytest.mark.slow
+def test_quick_run_pair_counts_equal_the_oracle(tmp_path):
+    out, data = tmp_path / "flink.json", tmp_path / "data"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.flink_peer", "--quick", "--out", str(out), "--data-dir", str(data)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert out.with_suffix(".png").exists()
+    assert result["machine"]["cpu_model"] and len(result["load_before"]) == 3
+    for name in ("equi", "band"):
+        workload = result["workloads"][name]
+        events = [orjson.loads(line) for line in (data / f"{name}.jsonl").open("rb")]
+        assert len(events) == workload["events"]
+        expected, late = oracle_join(workload["spec"], events)
+        assert not late
+        window = workload["spec"]["window"]["size_ms"]
+        deltas = {abs(left["ts"] - right["ts"]) for _, left, right in expected}
+        assert {0, window} <= deltas, "the quick workload should hold pairs at equal timestamps and at |dts| = W"
+        systems = {"windjoin join_file", "windjoin kernel", "flink p1", "flink p2"}
+        assert {key: workload["pairs"][key] for key in systems} == dict.fromkeys(systems, len(expected))
+        for flink in workload["flink"].values():
+            assert flink["tuples_per_s"] > 0 and flink["full"]["net_s"] > 0
+        assert workload["windjoin"]["join_file"]["tuples_per_s"] > 0
