@@ -10,7 +10,7 @@ group (`pick`):
   new hot spot, or one so light that nothing changes, and the hot spot moves around from epoch to epoch.
 - "balance": the group whose weight (its share of the supplier's occupancy, by the groups' measured work)
   comes closest to half the pair's occupancy gap, so the pair ends as even as one group can make it; a
-  supplier none of whose groups narrows the gap (every one weighs at least the gap) yields nothing.
+  supplier none of whose groups narrows the gap (every one weighs at least the gap, or nothing) yields nothing.
 
 A supplier holding a single group yields nothing (moving its only group moves the hot spot): it is reported as
 hot, the case for a SplitJoin spread (control.hot). Groups still in flight from an earlier move stay put.
@@ -74,9 +74,10 @@ def pick_balancing(
 ) -> Group | None:
     """The group whose weight (in occupancy units) is nearest half the gap between supplier and consumer, among
     those lighter than the gap (moving one at least as heavy would leave the consumer as busy as the supplier
-    was); None if there is none. Ties: the lighter group, then the lower group."""
+    was) that did some work (moving an idle one changes nothing); None if there is none. Ties: the lighter
+    group, then the lower group."""
     gap = supplier - consumer
-    lighter = [g for g in sorted(groups) if weights.get(g, 0.0) < gap]
+    lighter = [g for g in sorted(groups) if 0 < weights.get(g, 0.0) < gap]
     return min(lighter, key=lambda g: (abs(weights.get(g, 0.0) - gap / 2), weights.get(g, 0.0)), default=None)
 
 

@@ -19,6 +19,8 @@ def test_balance_yields_the_group_nearest_half_the_gap():
     assert pick_balancing(groups, weights, 0.67, 0.1) == Group(1)
     # nothing lighter than a gap of 0.04: moving any group leaves the consumer at least as busy
     assert pick_balancing(groups, weights, 0.3, 0.26) is None
+    # an idle group narrows nothing: not picked, however near its weight to half the gap
+    assert pick_balancing([Group(3), Group(2)], {Group(3): 0.0, Group(2): 0.4}, 0.3, 0.26) is None
 
 
 def test_balance_plan_by_hand():
