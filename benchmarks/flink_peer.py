@@ -19,7 +19,9 @@ quarter) and the whole file, so fixed per-job costs cancel (for Flink t is the j
 warm-up job on a small prefix in the same JVM). JVM start and per-job costs are reported apart. Every
 system's pair count must equal an exact vectorised count over the file (and each other), or the run fails.
 
-    python -m benchmarks.flink_peer [--quick]      # about 6 minutes; --quick: a smoke run of tiny files
+    python -m benchmarks.flink_peer [--quick]   # about 6 minutes; --quick: a smoke run of tiny files (~15 s)
+
+Without .venv-flink it first runs scripts/setup_flink.sh.
 """
 
 from __future__ import annotations
@@ -577,6 +579,9 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="keep the event files here (default: a temp dir)")
     args = parser.parse_args()
     params = params_from(args, Params(), QUICK)
+    if not args.flink_python.exists() and args.flink_python == FLINK_PYTHON:
+        print("no .venv-flink yet: running scripts/setup_flink.sh (PyFlink from PyPI, about 30 s)", flush=True)
+        subprocess.run(["bash", str(ROOT / "scripts" / "setup_flink.sh")], check=True)
     if not args.flink_python.exists():
         raise SystemExit(f"no PyFlink at {args.flink_python}: run scripts/setup_flink.sh (or pass --flink-python)")
     data = args.data_dir or Path(tempfile.mkdtemp(prefix="windjoin-flink-"))
