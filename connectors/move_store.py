@@ -1,6 +1,7 @@
-"""Where a partition's handed-over window state waits between the slot giving it up and the slot taking it.
+"""Where a unit's handed-over window state waits between the slot giving it up and the slot taking it.
 
-One immutable Arrow IPC file per (routing version, partition, source slot) under `root` (the job's checkpoint
+One immutable Arrow IPC file per (routing version, piece, source slot) under `root`, a piece being a whole
+partition or a mini-group of one (`operators.partitioning.Group`, named in the file name) (the job's checkpoint
 folder, or an object-store URL: pyarrow's filesystems), its positions (event-time high mark, arrival counts) in
 the schema metadata. Written whole or not at all (temp file, then rename), rewritten identically when a batch is
 replayed, and pruned by the driver once no batch can need it any more.
@@ -15,11 +16,14 @@ import orjson
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from windjoin.operators.partitioning import Group
+
 POSITIONS = b"windjoin.positions"
 
 
 @dataclass(frozen=True)
 class MovedGroup:
+    group: Group  # the piece handed over: a whole partition or one of its mini-groups
     rows: pa.Table  # the group's stored tuples (the state segments' columns)
     positions: dict[str, Any]  # {"max_ts": int | None, "counts": {stream: arrivals}}
 
@@ -28,38 +32,45 @@ class MoveStore:
     def __init__(self, root: str) -> None:
         self.fs, self.root = pafs.FileSystem.from_uri(root) if "://" in root else (pafs.LocalFileSystem(), root)
 
-    def put(self, version: int, partition: int, source: int, group: MovedGroup) -> None:
-        """Write what slot `source` hands over of `partition` at routing version `version` (whole or not at all)."""
+    def put(self, version: int, source: int, group: MovedGroup) -> None:
+        """Write what slot `source` hands over of `group.group` at routing version `version` (whole or not at
+        all)."""
         folder = self._folder(version)
         self.fs.create_dir(folder, recursive=True)
-        path = f"{folder}/p{partition}-s{source}.arrow"
+        g = group.group
+        path = f"{folder}/p{g.partition}-d{g.depth}-m{g.pattern}-s{source}.arrow"
         table = group.rows.replace_schema_metadata({POSITIONS: orjson.dumps(group.positions)})
         with self.fs.open_output_stream(path + ".tmp") as out, pa.ipc.new_stream(out, table.schema) as writer:
             writer.write_table(table)
         self.fs.move(path + ".tmp", path)
 
     def get_all(self, version: int, partition: int) -> list[MovedGroup]:
-        """Everything handed over of `partition` at `version`, by source slot (none: nothing was handed over)."""
+        """Everything handed over of `partition`'s pieces at `version`, by piece and source slot (none: nothing was
+        handed over)."""
         folder = self._folder(version)
-        prefix = f"p{partition}-s"
+        prefix = f"p{partition}-d"
         infos = self.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
         paths = sorted(i.path for i in infos if i.base_name.startswith(prefix) and i.base_name.endswith(".arrow"))
         out = []
         for path in paths:
             with self.fs.open_input_stream(path) as src:
                 table = pa.ipc.open_stream(src).read_all()
-            out.append(MovedGroup(table.replace_schema_metadata(None), orjson.loads(table.schema.metadata[POSITIONS])))
+            _, depth, pattern, _ = path.rsplit("/", 1)[1].removesuffix(".arrow").split("-")
+            out.append(
+                MovedGroup(
+                    Group(partition, int(depth[1:]), int(pattern[1:])),
+                    table.replace_schema_metadata(None),
+                    orjson.loads(table.schema.metadata[POSITIONS]),
+                )
+            )
         return out
 
-    def get(self, version: int, partition: int) -> list[MovedGroup]:
-        """Like `get_all`, but a partition's new holder needs at least one hand-over: none is an error."""
-        found = self.get_all(version, partition)
-        if not found:
-            raise MissingStateError(
-                f"no state of partition {partition} handed over at routing version {version} under "
-                f"{self._folder(version)}: the move store was cleaned or is not shared by every executor"
-            )
-        return found
+    def missing(self, version: int, group: Group) -> MissingStateError:
+        """The error for a new holder of `group` that finds part of it handed over by nobody."""
+        return MissingStateError(
+            f"state of {group} was not (wholly) handed over at routing version {version} under "
+            f"{self._folder(version)}: the move store was cleaned or is not shared by every executor"
+        )
 
     def prune(self, below_version: int) -> None:
         """Delete the states of routing versions below `below_version` (installed in batches now committed)."""

@@ -74,7 +74,11 @@ class AdaptedStreamReader(KafkaStreamReader):
 
     def next_control(self, previous: dict[str, Any] | None) -> dict[str, Any]:
         current = ControlEpoch(self.adapter.routing) if previous is None else ControlEpoch.from_json(previous)
-        return next_epoch(current, self._decided()).to_json()
+        epoch = next_epoch(current, self._decided())
+        for table in (epoch.routing, epoch.pending):
+            if table is not None:
+                self.adapter.check_routing(table)  # on the driver: the query stops before any batch routes by it
+        return epoch.to_json()
 
     def control_needs_batch(self, previous: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
         """A routing step must run (its hand-over completes in the next batch); a new shed ratio waits for

@@ -26,9 +26,9 @@ from windjoin.connectors.codec_errors import DecodeError
 from windjoin.connectors.result_table import ARROW_TYPES
 from windjoin.connectors.stream_codecs import stream_codecs
 from windjoin.operators.control.shedding import record_hash, shed_mask_of_hashes
-from windjoin.operators.partitioning import RoutingTable, partition_of
+from windjoin.operators.partitioning import RoutingTable, key_hash, partition_of_hash
 from windjoin.operators.schema import FUTURE_TIMESTAMP, RecordError, StreamSchema
-from windjoin.operators.spec import JoinSpec
+from windjoin.operators.spec import CountWindow, JoinSpec
 from windjoin.pipelines.control_epoch import ControlEpoch
 
 UNKNOWN_TOPIC = "unknown_topic"
@@ -39,6 +39,12 @@ CONTROL = "control"  # one row per slot and batch: `detail` holds the batch's co
 
 def field_column(stream: str, field: str) -> str:
     return f"{stream}__{field}"
+
+
+def key_column(spec: JoinSpec, stream: str) -> str:
+    """The adapted (and stored) column holding `stream`'s partitioning key; its hash routes the row."""
+    s = spec.streams[stream]
+    return "ts" if s.key == s.timestamp else field_column(stream, s.key)
 
 
 def adapter_schema(spec: JoinSpec) -> pa.Schema:
@@ -93,6 +99,26 @@ class Adapter:
     ) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             yield self.adapt(batch, epoch)
+
+    def check_routing(self, routing: RoutingTable) -> None:
+        """Refuse mini-group routing where this job cannot cut a partition's window over slots exactly."""
+        if not routing.split:
+            return
+        why = []
+        if isinstance(self.spec.window, CountWindow):
+            why.append("a count window numbers every arrival of a partition, so one slot must see them all")
+        wide = [t.name for t in self.spec.tasks if len(t.join) > 2]
+        if wide:
+            why.append(f"n-way task(s) {wide} run MJoin, whose state hand-over is whole-partition only")
+        unkeyed = [name for name, s in self.spec.streams.items() if s.key is None]
+        if unkeyed:
+            why.append(f"stream(s) {unkeyed} have no key whose hash could choose a mini-group")
+        if why:
+            raise ValueError(
+                f"routing version {routing.version} splits partitions into mini-groups, refused here: "
+                + "; ".join(why)
+                + " (turn fine_tuning off in the controller's config)"
+            )
 
     def control_rows(self, epoch: ControlEpoch) -> pa.RecordBatch:
         """One control row per slot of the epoch, so every slot runs in every batch and learns the epoch."""
@@ -245,13 +271,15 @@ class Adapter:
         for stream, rows in accepted.items():
             if not rows:
                 continue
-            key = self.spec.streams[stream].key
-            if key is None:
+            if self.spec.streams[stream].key is None:
                 parts = np.zeros(len(rows), dtype=np.int32)
+                slots = epoch.routing.slots(parts)
             else:
-                column = out["ts"] if key == self.spec.streams[stream].timestamp else out[field_column(stream, key)]
-                parts = partition_of(np.asarray([column[i] for i in rows]), self.spec.partitions)
-            slot_labels = labels[epoch.routing.slots(parts)]
+                column = out[key_column(self.spec, stream)]
+                hashes = key_hash(np.asarray([column[i] for i in rows]))
+                parts = partition_of_hash(hashes, self.spec.partitions)
+                slots = epoch.routing.route(hashes)  # mini-groups of a split partition included
+            slot_labels = labels[slots]
             for i, p, s in zip(rows, parts.tolist(), slot_labels.tolist(), strict=True):
                 out["part"][i] = p
                 out["slot"][i] = s

@@ -14,6 +14,12 @@ batches, so that handed-over state is complete before anyone needs it:
      slot the handed-over tuples, before joining the partition's first new tuple.
 Every stored tuple stays stored at exactly one slot and every tuple probes all holders, so no pair is lost or
 produced twice. The source forces the effective batch even when no new record arrived.
+
+Holders are per *unit* (`RoutingTable.groups`): a whole partition, or a mini-group of a split one (paper 000's
+fine tuning). Old and new units of a partition nest (extendible hashing), so comparing two tables piece by piece
+over their common refinement (the finer of each overlapping pair) says which tuples change holders; a piece is
+the unit of hand-over. A split or merge that keeps every piece on its slot changes no holder and is adopted at
+once. Spreads stay whole-partition: a split partition cannot be spread (refused here).
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from windjoin.operators.partitioning import RoutingTable
+from windjoin.operators.partitioning import Group, RoutingTable
+
+Holders = tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -30,14 +38,23 @@ class ControlEpoch:
     shed_ratio: float = 0.0
     pending: RoutingTable | None = None  # announced in this batch, effective in the next
 
-    def changes(self) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
-        """Partitions whose holders the announced routing changes: partition -> (holders now, holders next)."""
+    def __post_init__(self) -> None:
+        for table in (self.routing, self.pending):
+            both = table is not None and {g.partition for g, _ in table.split} & {p for p, _ in table.spread}
+            if both:
+                raise ValueError(
+                    f"routing version {table.version} spreads split partition(s) {sorted(both)}: a spread stores "
+                    "and probes a whole partition, merge its mini-groups first"
+                )
+
+    def changes(self) -> dict[Group, tuple[Holders, Holders]]:
+        """Pieces whose holders the announced routing changes: piece -> (holders now, holders next)."""
         return {} if self.pending is None else holder_changes(self.routing, self.pending)
 
     def slots(self) -> int:
-        """Slots that hold a partition now or after the announced change."""
+        """Slots that hold a unit now or after the announced change."""
         tables = [self.routing] + ([self.pending] if self.pending else [])
-        return 1 + max(s for table in tables for p in range(table.partitions) for s in table.holders(p))
+        return 1 + max(s for table in tables for holders in unit_holders(table).values() for s in holders)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -73,25 +90,49 @@ def next_epoch(current: ControlEpoch, target: ControlTarget | None) -> ControlEp
         return replace(promoted, shed_ratio=target.shed_ratio if target else current.shed_ratio)
     if target is None:
         return current
-    if target.routing.version > current.routing.version and holder_changes(current.routing, target.routing):
+    if target.routing.version <= current.routing.version:
+        return replace(current, shed_ratio=target.shed_ratio)
+    if holder_changes(current.routing, target.routing):
         return ControlEpoch(current.routing, target.shed_ratio, pending=target.routing)
-    return replace(current, shed_ratio=target.shed_ratio)
+    # no tuple changes holders (a split or merge in place, or moves that cancel out): nothing to hand over
+    return ControlEpoch(target.routing, target.shed_ratio)
 
 
-def holder_changes(old: RoutingTable, new: RoutingTable) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
-    return {p: (old.holders(p), new.holders(p)) for p in range(new.partitions) if old.holders(p) != new.holders(p)}
+def unit_holders(table: RoutingTable) -> dict[Group, Holders]:
+    """Every unit of `table` with its holders (a spread partition's slots, else its one slot)."""
+    return {g: table.holders(g.partition) if g.depth == 0 else (slot,) for g, slot in table.groups().items()}
+
+
+def pieces(old: dict[Group, Holders], new: dict[Group, Holders]) -> dict[Group, tuple[Holders, Holders]]:
+    """The common refinement of two unit tilings: each overlapping (old, new) pair's finer group, with its
+    holders in each. Groups of partitions only one side tiles are left out."""
+    by_part: dict[int, list[tuple[Group, Holders]]] = {}
+    for g, h in old.items():
+        by_part.setdefault(g.partition, []).append((g, h))
+    out = {}
+    for b, new_h in new.items():
+        for a, old_h in by_part.get(b.partition, []):
+            if a.covers(b) or b.covers(a):
+                out[b if a.covers(b) else a] = (old_h, new_h)
+    return out
+
+
+def holder_changes(old: RoutingTable, new: RoutingTable) -> dict[Group, tuple[Holders, Holders]]:
+    """Pieces (see `pieces`) whose holders differ between two tables: piece -> (old holders, new holders)."""
+    return {g: (a, b) for g, (a, b) in pieces(unit_holders(old), unit_holders(new)).items() if a != b}
 
 
 def _table_json(table: RoutingTable) -> dict[str, Any]:
-    if table.split:
-        raise ValueError("the Spark job moves whole partitions only: mini-group routing is not supported there")
+    """A table as the batch offsets carry it; `split` in the controller's format (pipelines.controller)."""
     return {
         "version": table.version,
         "slot_of": list(table.slot_of),
+        "split": [[g.partition, g.depth, g.pattern, slot] for g, slot in table.split],
         "spread": [[p, list(slots)] for p, slots in table.spread],
     }
 
 
 def _table(data: dict[str, Any]) -> RoutingTable:
+    split = tuple((Group(int(p), int(d), int(x)), int(s)) for p, d, x, s in data.get("split", []))
     spread = tuple((int(p), tuple(int(s) for s in slots)) for p, slots in data.get("spread", []))
-    return RoutingTable(int(data["version"]), tuple(int(s) for s in data["slot_of"]), (), spread)
+    return RoutingTable(int(data["version"]), tuple(int(s) for s in data["slot_of"]), split, spread)

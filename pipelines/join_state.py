@@ -7,6 +7,17 @@ count positions, and a fresh nonce. The decoded windows (one `WindowJoin` per ha
 in the Python worker between batches; the cache is used only while its nonce equals the stored one, so a
 batch replayed after a failure (state rolled back) rebuilds from the segments instead of seeing windows
 that already hold the failed attempt's tuples.
+
+Holder changes (`pipelines.control_epoch`) move *pieces*: whole partitions or mini-groups of split ones. A slot
+holding some mini-groups of partition p keeps just their tuples in its one WindowJoin for p, which is exact
+because keyed tasks are equi-joins on the key, so tuples of different mini-groups never pair. A mini-group's
+stored rows are picked out at hand-over by recomputing their key hash from the stored key column (moves are
+rare; storing the hash would cost 8 bytes per tuple in every segment written). Lateness and expiry use the
+slot's own event-time high mark for p, over the tuples routed to it; a slot taking a piece over takes the
+larger of its mark and the giver's. So with p's mini-groups on different slots, a tuple is late when it is over
+`allowed_lateness_ms` behind the newest tuple *its slot* saw of p, not behind the newest of all of p: a tuple
+between the two marks is joined here where a single-slot run would refuse it (never the other way round, and
+replays judge alike since the routing travels with the batch).
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from windjoin.connectors.move_store import MovedGroup, MoveStore
@@ -28,11 +40,11 @@ from windjoin.connectors.result_table import ARROW_TYPES, EMITTED_AT
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import Pairs, WindowJoin
 from windjoin.operators.mjoin import join_operator
-from windjoin.operators.partitioning import RoutingTable
+from windjoin.operators.partitioning import Group, RoutingTable, key_hash, mini_bits
 from windjoin.operators.schema import LATE
 from windjoin.operators.spec import CountWindow, JoinSpec
-from windjoin.pipelines.adapter import CONTROL, PUNCTUATION, SHED, field_column
-from windjoin.pipelines.control_epoch import ControlEpoch
+from windjoin.pipelines.adapter import CONTROL, PUNCTUATION, SHED, field_column, key_column
+from windjoin.pipelines.control_epoch import ControlEpoch, Holders, pieces, unit_holders
 from windjoin.pipelines.slot_load import GroupLoadMeter
 
 OUTPUT_DDL = "slot int, kind string, name string, payload binary"
@@ -142,8 +154,11 @@ class JoinProcessor(StatefulProcessor):
             "routing_version": epoch.routing.version if epoch is not None else 0,
             "shed_ratio": epoch.shed_ratio if epoch is not None else 0.0,
             "shed": shed,
-            "moved_in": moved_in,
-            "moved_out": moved_out,
+            # partitions whose state (or part of it) moved, and exactly which units/pieces as [p, depth, pattern]
+            "moved_in": sorted({g.partition for g in moved_in}),
+            "moved_out": sorted({g.partition for g in moved_out}),
+            "moved_in_groups": [[g.partition, g.depth, g.pattern] for g in moved_in],
+            "moved_out_groups": [[g.partition, g.depth, g.pattern] for g in moved_out],
             # records read, each once (not control rows, shed counts or a spread partition's probe-only copies)
             "rows": len(frame) - len(control) - len(shed_rows) - int((~live["stored"].astype(bool)).sum()),
             "joined": len(live),
@@ -166,46 +181,51 @@ class JoinProcessor(StatefulProcessor):
 
     # -- holder changes (pipelines.control_epoch): install at new holders, hand over at leaving ones ----------
 
-    def _held(self, index: int, meta: dict[str, Any]) -> dict[int, tuple[int, ...]]:
-        """The partitions this slot holds state of, each with the holders the slot last saw for it."""
+    def _held(self, index: int, meta: dict[str, Any]) -> dict[Group, Holders]:
+        """The units (or pieces, after a hand-over) this slot holds state of, each with the holders it last saw."""
         if "held" not in meta:  # first batch of this slot: it holds what the first epoch routes to it
-            first = self.initial_routing
-            meta["held"] = {
-                str(p): list(first.holders(p)) for p in range(first.partitions) if index in first.holders(p)
-            }
-        return {int(p): tuple(h) for p, h in meta["held"].items()}
+            first = unit_holders(self.initial_routing)
+            meta["held"] = _held_json({g: h for g, h in first.items() if index in h})
+        return {_group_of(k): tuple(h) for k, h in meta["held"].items()}
 
-    def _install(self, index: int, meta: dict[str, Any], windows: SlotWindows, epoch: ControlEpoch) -> list[int]:
-        """Before joining: take up what was handed over for each partition whose holders changed to include
-        this slot. A new holder installs the positions (so it judges lateness like the others); the home slot
-        (the first holder) installs the tuples the leaving holders stored."""
+    def _install(self, index: int, meta: dict[str, Any], windows: SlotWindows, epoch: ControlEpoch) -> list[Group]:
+        """Before joining: take up what was handed over of each unit of this slot that gained holders or pieces.
+        The slot installs the positions of every hand-over it reads (so it judges lateness like the others);
+        a unit's home slot (its first holder) also installs the tuples the leaving holders stored. A unit only
+        re-cut on this slot (same pieces, same holders) needs nothing."""
         held = self._held(index, meta)
-        routing, store = epoch.routing, None
-        changed = []
-        for part in range(routing.partitions):
-            holders = routing.holders(part)
-            if index not in holders or held.get(part) == holders:
+        routing = epoch.routing
+        mine = {g: h for g, h in unit_holders(routing).items() if index in h}
+        if mine == held:
+            return []
+        known = pieces(held, mine)  # what this slot held of its new units, with the holders it saw
+        store, changed = None, []
+        for unit, holders in sorted(mine.items()):
+            here = {g: old for g, (old, _) in known.items() if unit.covers(g)}
+            if _share(here) == _share([unit]) and all(old == holders for old in here.values()):
                 continue
             store = store or self._move_store()
-            new_holder = part not in held
-            handed = store.get(routing.version, part) if new_holder else store.get_all(routing.version, part)
-            if new_holder:
-                self._take_positions(meta, windows, part, [h.positions for h in handed])
+            handed = [m for m in store.get_all(routing.version, unit.partition) if unit.covers(m.group)]
+            if _share(set(here) | {m.group for m in handed}) != _share([unit]):
+                raise store.missing(routing.version, unit)
+            self._take_positions(meta, windows, unit.partition, [m.positions for m in handed])
             if holders[0] == index:
-                self._take_rows(meta, windows, part, [h.rows for h in handed])
-            held[part] = holders
-            changed.append(part)
-        meta["held"] = {str(p): list(h) for p, h in held.items()}
+                self._take_rows(meta, windows, unit.partition, [m.rows for m in handed])
+            changed.append(unit)
+        meta["held"] = _held_json(mine)
         return changed
 
     def _take_positions(self, meta: dict[str, Any], windows: SlotWindows, part: int, positions: list[dict]) -> None:
+        """Merge handed-over positions into this slot's: the larger event-time high mark and arrival counts."""
         key = str(part)
+        join = windows.joins.setdefault(part, join_operator(self.spec))
         max_ts = [p["max_ts"] for p in positions if p["max_ts"] is not None]
-        counts: dict[str, int] = {}
+        if key in meta["max_ts"]:
+            max_ts.append(meta["max_ts"][key])
+        counts = dict(meta["counts"].get(key, {}))
         for p in positions:
             for stream, n in p["counts"].items():
                 counts[stream] = max(counts.get(stream, 0), n)
-        join = windows.joins[part] = join_operator(self.spec)
         if max_ts:
             meta["max_ts"][key] = max(max_ts)
             join.advance_event_time(max(max_ts))
@@ -225,58 +245,105 @@ class JoinProcessor(StatefulProcessor):
             forgotten[stream] = forgotten.get(stream, 0) - int(n)  # now held here, counted by the store
         self._store(meta, rows)
 
-    def _hand_over(self, index: int, meta: dict[str, Any], windows: SlotWindows, epoch: ControlEpoch) -> list[int]:
-        """After joining this batch: for each partition the announced routing takes from this slot, write what
-        this slot stored of it (with its positions) to the move store and forget it here; as the home slot of a
-        partition gaining holders, write its positions."""
+    def _hand_over(self, index: int, meta: dict[str, Any], windows: SlotWindows, epoch: ControlEpoch) -> list[Group]:
+        """After joining this batch: for each piece the announced routing takes from this slot, write what this
+        slot stored of it (with its positions) to the move store and forget it here; as the home slot of a
+        piece gaining holders, write its positions."""
         changes = epoch.changes()
-        leaving = sorted(p for p, (now, nxt) in changes.items() if index in now and index not in nxt)
+        leaving = sorted(g for g, (now, nxt) in changes.items() if index in now and index not in nxt)
         telling = sorted(
-            p for p, (now, nxt) in changes.items() if now[0] == index and index in nxt and set(nxt) - set(now)
+            g for g, (now, nxt) in changes.items() if now[0] == index and index in nxt and set(nxt) - set(now)
         )
         store = self._move_store() if leaving or telling else None
-        for part in telling:
-            key = str(part)
-            positions = {"max_ts": meta["max_ts"].get(key), "counts": meta["counts"].get(key, {})}
-            store.put(
-                epoch.pending.version, part, index, MovedGroup(_segment_schema(self.spec).empty_table(), positions)
-            )
+        schema = _segment_schema(self.spec)
+        for piece in telling:
+            positions = self._positions(meta, piece)
+            store.put(epoch.pending.version, index, MovedGroup(piece, schema.empty_table(), positions))
         if not leaving:
             return []
-        gone = set(leaving)
-        kept_segments, rows_by_part = [], {p: [] for p in leaving}
+        held = pieces(self._held(index, meta), unit_holders(epoch.pending))
+        kept = {g: old for g, (old, new) in held.items() if index in new}
+        rows_by_piece, rest_by_segment = self._cut_segments(meta, leaving)
+        for piece in leaving:
+            rows = pa.concat_tables(rows_by_piece[piece]) if rows_by_piece[piece] else schema.empty_table()
+            store.put(epoch.pending.version, index, MovedGroup(piece, rows, self._positions(meta, piece)))
+        still = {g.partition for g in kept}
+        for part in {g.partition for g in leaving}:
+            if part in still:  # some of its mini-groups stay: rebuild its window from the rows left
+                self._rebuild(meta, windows, part, rest_by_segment)
+            else:
+                meta["max_ts"].pop(str(part), None)
+                meta["counts"].pop(str(part), None)
+                windows.joins.pop(part, None)
+                windows.forgotten.pop(part, None)
+        meta["held"] = _held_json(kept)
+        return leaving
+
+    def _cut_segments(
+        self, meta: dict[str, Any], leaving: list[Group]
+    ) -> tuple[dict[Group, list[pa.Table]], list[pa.Table]]:
+        """Take the leaving pieces' rows out of the stored segments: the rows per piece, and (in segment order)
+        what stays of each segment that held any of their partitions."""
+        gone = {g.partition for g in leaving}
+        kept_segments, rows_by_piece, rests = [], {g: [] for g in leaving}, []
         for segment in meta["segments"]:
             if not gone & {int(p) for p in segment["max_ts"]}:
                 kept_segments.append(segment)
                 continue
             table = pa.ipc.open_stream(self.segments.getValue((segment["id"],))[0]).read_all()
             parts = table.column("part").to_numpy()
-            for p in leaving:
-                rows_by_part[p].append(table.filter(pa.array(parts == p)))
-            rest = table.filter(pa.array(~np.isin(parts, leaving)))
+            bits = self._mini_bits(table) if any(g.depth for g in leaving) else np.zeros(len(parts), np.uint64)
+            left = np.zeros(len(parts), dtype=bool)
+            for piece in leaving:
+                mask = piece.contains(parts, bits)
+                rows_by_piece[piece].append(table.filter(pa.array(mask)))
+                left |= mask
+            rest = table.filter(pa.array(~left))
             if rest.num_rows:
+                rests.append(rest)
                 self.segments.updateValue((segment["id"],), (_ipc(rest),))
-                for facts in ("max_ts", "ends"):
-                    segment[facts] = {p: v for p, v in segment[facts].items() if int(p) not in gone}
+                by_part = rest.group_by("part").aggregate([("ts", "max")]).to_pydict()
+                segment["max_ts"] = {str(p): int(t) for p, t in zip(by_part["part"], by_part["ts_max"], strict=True)}
+                segment["ends"] = {p: v for p, v in segment["ends"].items() if p in segment["max_ts"]}
                 kept_segments.append(segment)
             else:
                 self.segments.removeKey((segment["id"],))
         meta["segments"] = kept_segments
-        schema = _segment_schema(self.spec)
-        for part in leaving:
-            key = str(part)
-            positions = {"max_ts": meta["max_ts"].pop(key, None), "counts": meta["counts"].pop(key, {})}
-            rows = pa.concat_tables(rows_by_part[part]) if rows_by_part[part] else schema.empty_table()
-            store.put(epoch.pending.version, part, index, MovedGroup(rows, positions))
-            windows.joins.pop(part, None)
-            windows.forgotten.pop(part, None)
-        meta["held"] = {p: h for p, h in meta["held"].items() if int(p) not in gone}
-        return leaving
+        return rows_by_piece, rests
+
+    def _mini_bits(self, table: pa.Table) -> np.ndarray:
+        """The mini-group bits of each stored row, recomputed from its key exactly as the adapter routed it."""
+        bits = np.zeros(table.num_rows, dtype=np.uint64)
+        streams = table.column("stream").to_numpy(zero_copy_only=False)
+        for stream in np.unique(streams):
+            rows = streams == stream
+            keys = table.column(key_column(self.spec, stream)).to_numpy(zero_copy_only=False)[rows]
+            bits[rows] = mini_bits(key_hash(keys), self.spec.partitions)
+        return bits
+
+    def _rebuild(self, meta: dict[str, Any], windows: SlotWindows, part: int, rests: list[pa.Table]) -> None:
+        """Partition `part`'s window rebuilt from the rows this slot still stores of it (its positions kept)."""
+        join = windows.joins[part] = join_operator(self.spec)
+        for rest in rests:
+            rows = rest.filter(pc.equal(rest.column("part"), part)).to_pandas()
+            for stream, rows_s in rows.groupby("stream", sort=True):
+                join.preload(stream, self._columns(rows_s, stream))
+        key = str(part)
+        if key in meta["max_ts"]:
+            join.advance_event_time(meta["max_ts"][key])
+        counts = meta["counts"].get(key, {})
+        windows.forgotten[part] = {s: n - join.stores[s].count for s, n in counts.items()}
+
+    def _positions(self, meta: dict[str, Any], piece: Group) -> dict[str, Any]:
+        """What a receiver of `piece` needs to judge lateness like this slot: its high mark and counts for the
+        partition (a mini-group's tuples were judged against the whole slot's mark for it)."""
+        key = str(piece.partition)
+        return {"max_ts": meta["max_ts"].get(key), "counts": meta["counts"].get(key, {})}
 
     def _check_held(self, index: int, meta: dict[str, Any], live: pd.DataFrame) -> None:
         if "held" not in meta:
             return
-        stray = set(live["part"].unique().tolist()) - {int(p) for p in meta["held"]}
+        stray = set(live["part"].unique().tolist()) - {_group_of(k).partition for k in meta["held"]}
         if stray:
             raise RuntimeError(
                 f"slot {index} got tuples of partitions {sorted(stray)} whose state it does not hold: the routing "
@@ -406,6 +473,23 @@ class JoinProcessor(StatefulProcessor):
 
 
 _LATE_DETAIL = "event time is over allowed_lateness_ms behind the latest event time of its partition"
+
+
+def _held_json(held: dict[Group, Holders]) -> dict[str, list[int]]:
+    """`meta["held"]`: a whole partition as "p", a mini-group as "p.depth.pattern"."""
+    return {
+        (str(g.partition) if g.depth == 0 else f"{g.partition}.{g.depth}.{g.pattern}"): list(h)
+        for g, h in sorted(held.items())
+    }
+
+
+def _group_of(key: str) -> Group:
+    return Group(*(int(n) for n in key.split(".")))
+
+
+def _share(groups: Any) -> float:
+    """The fraction of a partition's hashes the (disjoint) groups cover."""
+    return sum(2.0**-g.depth for g in groups)
 
 
 def _segment_schema(spec: JoinSpec) -> pa.Schema:
