@@ -2,20 +2,26 @@
 controller moving partitions (paper 000's supplier/consumer reorganisation), in the same run.
 
 Workload: R(ts, k, x) and S(ts, k, a) produced live by `windjoin generate --pace` (Poisson arrivals, RATE
-events/s over both streams), R.k = S.k within a time window, skewed by the b-model (b = 0.7) in one of two ways
-(`--workload`): over the hash partitions (`partitions`: over 10^7 key values, hashing would spread the skew
-evenly, see README), or over a few key values (`hotkeys`: 256 keys, so the hottest partition alone outweighs a
-slot and only a SplitJoin spread relieves it).
-The job: local[2], PARTITIONS hash partitions on SLOTS slots (round robin at first), a batch per second.
+events/s over both streams), R.k = S.k within a time window, skewed by the b-model (b = 0.7) in one of three ways
+(`--workload`): over the hash partitions with its first splits lined up with the round-robin slots (`slots`,
+the default: the busiest slot gets 0.7^3 of the tuples on 8 slots, 2.74x the mean), over the hash partitions
+as they come (`partitions`: round robin mixes hot and cold halves, 1.3-2.1x), or over a few key values
+(`hotkeys`: 256 keys, so the hottest partition alone outweighs a slot and only a SplitJoin spread relieves it).
+Over 10^7 key values the b-model hashes evenly onto partitions, so skew over keys alone loads slots alike.
+The job: local[2], PARTITIONS hash partitions on SLOTS slots (round robin at first), a batch per TRIGGER.
 With the controller: every batch's load is published to Redis, `pipelines.controller.Controller` steps every
-EPOCH seconds (occupancy = each slot's share of the batch's processing seconds; suppliers above 1.2 fair shares,
-consumers below 0.8; a hot slot holding one partition spreads it), and the job follows its decisions
-(partitions move, or spread, with their window state).
+EPOCH seconds (occupancy = each slot's share of the batch's CPU seconds; suppliers above 1.2 fair shares,
+consumers below 0.8; the yielded partition is the one that best evens the pair, `--pick balance`, or the
+paper's random one, `--pick random`; a hot slot holding one partition spreads it), and the job follows its
+decisions (partitions move, or spread, with their window state).
 
-Per batch it records each slot's processing seconds (the stateful handler's time for that slot), the slowest
-slot over the mean, and the production delay (emission minus the later tuple's event time) of the batch's
-pairs. Results: benchmarks/results/reorganisation-WORKLOAD.json and .png.
-Run: `python -m benchmarks.reorganisation [--workload partitions|hotkeys]`.
+Per batch it records each slot's batch time as the CPU seconds of its stateful handler (`cpu_seconds`: not
+inflated by waiting for a core when other processes load the machine; wall seconds are recorded too), and the
+production delay (emission minus the later tuple's event time) of the batch's pairs. Summaries: the slowest
+slot's summed CPU over the mean slot's, over the steady batches (after WARMUP) and over the last third of the
+run (settled); p50/p99 delay. Results: benchmarks/results/reorganisation-WORKLOAD.json and .png, with the
+machine's load average at the start and end (timing on a shared machine is rough).
+Run: `python -m benchmarks.reorganisation [--workload slots|partitions|hotkeys] [--pick balance|random]`.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import numpy as np
 import yaml
 
 from benchmarks.machine import machine_facts
+from benchmarks.params_cli import add_param_flags
 from benchmarks.teardown import tear_down
 
 RESULTS = Path(__file__).parent / "results"
@@ -43,19 +50,23 @@ RESULTS = Path(__file__).parent / "results"
 
 @dataclass(frozen=True)
 class Params:
-    workload: str = "partitions"  # "partitions": b-model over hash partitions; "hotkeys": over a few key values
-    rate: float = 6000.0  # events/s over both streams
+    workload: str = "slots"  # b-model over hash partitions lined up with slots, as they come, or over few keys
+    rate: float = 12000.0  # events/s over both streams
     seconds: float = 150.0
-    warmup_s: float = 30.0  # batches finishing earlier are left out of the summaries
-    keys: int = 20_000
+    warmup_s: float = 40.0  # batches finishing earlier are left out of the summaries
+    keys: int = 600  # few keys per partition: a partition's outputs grow with the square of its tuples
     skew: float = 0.7
     seed: int = 9
-    partitions: int = 32
-    slots: int = 4
-    window_ms: int = 5000
+    partitions: int = 64
+    slots: int = 8
+    window_ms: int = 1000
     lateness_ms: int = 2000
-    trigger_ms: int = 1000
+    trigger_ms: int = 3000  # large batches: each slot's fixed CPU per batch (~20 ms) weighs less
+    # at most 1.5 triggers' worth of records per batch: a run that falls behind gets batches of about the size of
+    # one that keeps up, not ever larger ones (which would weigh each slot's fixed CPU per batch less)
+    max_batch_factor: float = 1.5
     epoch_s: float = 8.0
+    pick: str = "balance"  # the controller's choice of the yielded partition: "balance" or the paper's "random"
 
     @property
     def th_sup(self) -> float:  # 1.2 fair shares
@@ -67,10 +78,12 @@ class Params:
 
 
 WORKLOADS = {
-    # skew between partitions, none inside: moves can even it out
+    # skew between partitions lined up with the round-robin slots (the static placement's worst case)
+    "slots": {},
+    # skew between partitions as they come (round robin mixes it over the slots)
     "partitions": {},
     # a few hot keys (b-model over 256 values): the hottest partitions outweigh a slot, only a spread relieves them
-    "hotkeys": {"keys": 256, "rate": 3000.0, "slots": 8, "window_ms": 200},
+    "hotkeys": {"keys": 256, "rate": 3000.0, "partitions": 32, "window_ms": 200, "trigger_ms": 1000},
 }
 
 
@@ -86,6 +99,7 @@ def spec_dict(p: Params, topics: tuple[str, str], checkpoint: Path) -> dict[str,
         "partitions": p.partitions,
         "slots": p.slots,
         "trigger_ms": p.trigger_ms,
+        "max_offsets_per_trigger": int(p.rate * p.trigger_ms / 1000 * p.max_batch_factor),
         "checkpoint": str(checkpoint),
     }
 
@@ -104,7 +118,7 @@ def generator(spec_path: Path, bootstrap: str, p: Params, log: Path) -> subproce
             "--skew",
             str(p.skew),
             "--skew-over",
-            "keys" if p.workload == "hotkeys" else "partitions",
+            "keys" if p.workload == "hotkeys" else p.workload,
         ),
         *("--pace", "--bootstrap", bootstrap, "--topic-partitions", "4", "--no-progress"),
     ]
@@ -154,7 +168,7 @@ def run_mode(mode: str, p: Params, spark: Any, bootstrap: str, redis_url: str, w
         config = parse_control_config(
             {
                 "utilisation": {"capacity": 1e12, "min_workers": p.slots, "max_workers": p.slots},
-                "reorganisation": {"occupancy": "share", "th_sup": p.th_sup, "th_con": p.th_con},
+                "reorganisation": {"occupancy": "cpu", "pick": p.pick, "th_sup": p.th_sup, "th_con": p.th_con},
                 "hot": {"spread": True, "max_width": 4},
             }
         )
@@ -166,14 +180,17 @@ def run_mode(mode: str, p: Params, spark: Any, bootstrap: str, redis_url: str, w
         stepper = ControllerThread(controller, p.epoch_s)
 
     def on_batch(outcome: BatchOutcome) -> None:
-        seconds = {int(s["slot_index"]): float(s["seconds"]) for s in outcome.stats}
-        active = [seconds.get(s, 0.0) for s in range(max(seconds, default=-1) + 1)]
+        cpu = {int(s["slot_index"]): float(s["cpu_seconds"]) for s in outcome.stats}
+        wall = {int(s["slot_index"]): float(s["seconds"]) for s in outcome.stats}
         row = {
             "t": outcome.finished_at - started,
             "batch": outcome.batch_id,
             "rows": outcome.records,
-            "slot_seconds": active,
-            "slowest_over_mean": max(active) / np.mean(active) if active and np.mean(active) > 0 else None,
+            "slot_cpu_s": [cpu.get(s, 0.0) for s in range(p.slots)],
+            "slot_wall_s": [wall.get(s, 0.0) for s in range(p.slots)],
+            "slot_tuples": [
+                next((x["joined"] for x in outcome.stats if x["slot_index"] == s), 0) for s in range(p.slots)
+            ],
             "routing_version": outcome.routing_version,
             "moved_in": sorted(p for s in outcome.stats for p in s.get("moved_in", [])),
             "delay_p50_ms": float(np.percentile(outcome.delays_ms, 50)) if len(outcome.delays_ms) else None,
@@ -198,24 +215,38 @@ def run_mode(mode: str, p: Params, spark: Any, bootstrap: str, redis_url: str, w
         if stepper is not None:
             stepper.halt.set()
         query.stop()
-    steady = [b for b in batches if b["t"] >= p.warmup_s and b["rows"] > 0 and b["slowest_over_mean"]]
+    steady = [b for b in batches if b["t"] >= p.warmup_s and b["rows"] > 0]
     everything = np.concatenate(delays) if delays else np.zeros(0)
     return {
         "mode": mode,
         "batches": batches,
         "controller": stepper.lines if stepper else [],
+        "load_avg": loadavg(),
         "summary": {
             "batches": len(steady),
-            "slowest_over_mean_mean": float(np.mean([b["slowest_over_mean"] for b in steady])) if steady else None,
-            "slowest_over_mean_last10": float(np.mean([b["slowest_over_mean"] for b in steady[-10:]]))
-            if steady
-            else None,
+            "cpu_slowest_over_mean": slowest_over_mean(steady, "slot_cpu_s"),
+            "cpu_slowest_over_mean_settled": slowest_over_mean(steady[-max(1, len(steady) // 3) :], "slot_cpu_s"),
+            "wall_slowest_over_mean": slowest_over_mean(steady, "slot_wall_s"),
+            "tuples_slowest_over_mean": slowest_over_mean(steady, "slot_tuples"),
+            "batch_rows_mean": float(np.mean([b["rows"] for b in steady])) if steady else None,
             "delay_p50_ms": float(np.percentile(everything, 50)) if len(everything) else None,
             "delay_p99_ms": float(np.percentile(everything, 99)) if len(everything) else None,
             "pairs": int(len(everything)),
             "moves_applied": sorted({p for b in batches for p in b["moved_in"]}),
         },
     }
+
+
+def slowest_over_mean(batches: list[dict[str, Any]], field: str) -> float | None:
+    """The slowest slot's total of `field` over these batches, over the mean slot's total."""
+    if not batches:
+        return None
+    totals = np.sum([b[field] for b in batches], axis=0)
+    return float(totals.max() / totals.mean()) if totals.mean() > 0 else None
+
+
+def loadavg() -> list[float]:
+    return [float(x) for x in np.round(np.loadtxt("/proc/loadavg", usecols=(0, 1, 2)), 2)]
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -226,19 +257,18 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     fig, axes = plt.subplots(3, 1, figsize=(10, 11), sharex=True)
     for run, ax in zip(result["runs"], axes[:2], strict=True):
-        slots = max(len(b["slot_seconds"]) for b in run["batches"])
         t = [b["t"] for b in run["batches"]]
-        for s in range(slots):
-            ax.plot(
-                t,
-                [b["slot_seconds"][s] if s < len(b["slot_seconds"]) else 0 for b in run["batches"]],
-                label=f"slot {s}",
-            )
+        for s in range(len(run["batches"][0]["slot_cpu_s"])):
+            ax.plot(t, [b["slot_cpu_s"][s] for b in run["batches"]], label=f"slot {s}")
         for b in run["batches"]:
             if b["moved_in"]:
                 ax.axvline(b["t"], color="grey", alpha=0.3)
-        ax.set_ylabel("slot batch time (s)")
-        ax.set_title(f"{run['mode']}: slowest/mean {run['summary']['slowest_over_mean_mean']:.2f} (after warm-up)")
+        ax.set_ylabel("slot batch time (CPU s)")
+        summary = run["summary"]
+        ax.set_title(
+            f"{run['mode']}: slowest/mean slot CPU {summary['cpu_slowest_over_mean']:.2f} after warm-up, "
+            f"{summary['cpu_slowest_over_mean_settled']:.2f} in the last third"
+        )
         ax.legend(loc="upper right", fontsize=7)
     for run in result["runs"]:
         t = [b["t"] for b in run["batches"] if b["delay_p99_ms"] is not None]
@@ -252,14 +282,78 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
+def bounds(seeds: int = 30) -> dict[str, Any]:
+    """What whole-partition moves can reach on a b-model (b = 0.7) over P partitions and n slots, without Spark.
+
+    A partition's work is taken as (its tuple share)^alpha: alpha = 1 when work follows tuples, 2 when it
+    follows outputs with few keys per partition (outputs grow with the square of the tuples). Per (P, n,
+    alpha): the static slowest/mean under round robin (the largest over `seeds` b-model seeds) and with the
+    skew lined up with the slots (`skew_over="slots"`), the hottest partition's work over a mean slot's (no
+    placement of whole partitions gets below it) and the greedy (LPT) placement's slowest/mean."""
+    from windjoin.pipelines.workload_generator import BModel
+
+    def ratio(work: np.ndarray, slot: np.ndarray, n: int) -> float:
+        loads = np.bincount(slot, weights=work, minlength=n)
+        return float(loads.max() / loads.mean())
+
+    rows = []
+    for parts in (16, 32, 64, 128, 256, 512):
+        for n in (4, 8, 16):
+            position = np.arange(parts)
+            aligned_at = (position % (parts // n)) * n + position // (parts // n)
+            for alpha in (1.0, 1.25, 1.5, 2.0):
+                round_robin, aligned = [], []
+                for seed in range(seeds):
+                    mass = BModel(parts, 0.7, seed).probabilities()
+                    work = mass**alpha
+                    round_robin.append(ratio(work, position % n, n))
+                    lined_up = np.zeros(parts)
+                    lined_up[aligned_at] = mass
+                    aligned.append(ratio(lined_up**alpha, position % n, n))
+                work = np.sort(mass**alpha)[::-1]
+                loads = np.zeros(n)
+                for w in work:  # greedy: heaviest partition first, onto the least loaded slot
+                    loads[np.argmin(loads)] += w
+                rows.append(
+                    {
+                        "partitions": parts,
+                        "slots": n,
+                        "alpha": alpha,
+                        "round_robin_max": round(max(round_robin), 2),
+                        "aligned": round(max(aligned), 2),
+                        "hottest_partition_over_mean_slot": round(float(work[0] / work.sum() * n), 2),
+                        "greedy_placement": round(float(loads.max() / loads.mean()), 2),
+                    }
+                )
+    return {"benchmark": "reorganisation-bounds", "b": 0.7, "seeds": seeds, "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="partitions")
-    parser.add_argument("--seconds", type=float, default=Params.seconds)
+    add_param_flags(parser, Params())  # --workload, --pick, --rate, --trigger-ms, ... (unset: the workload's)
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/reorganisation-WORKLOAD.json")
+    parser.add_argument("--bounds", action="store_true", help="only the partition-placement bounds (no Spark)")
     args = parser.parse_args()
-    p = Params(workload=args.workload, seconds=args.seconds, **WORKLOADS[args.workload])
-    args.out = args.out or RESULTS / f"reorganisation-{args.workload}.json"
+    if args.bounds:
+        result = bounds()
+        out = args.out or RESULTS / "reorganisation-bounds.json"
+        out.write_text(json.dumps(result, indent=1))
+        print(f"{'P':>4} {'n':>3} {'alpha':>5} {'rr max':>7} {'aligned':>7} {'hottest':>7} {'greedy':>7}")
+        for r in result["rows"]:
+            print(
+                f"{r['partitions']:>4} {r['slots']:>3} {r['alpha']:>5} {r['round_robin_max']:>7} {r['aligned']:>7} "
+                f"{r['hottest_partition_over_mean_slot']:>7} {r['greedy_placement']:>7}"
+            )
+        print(f"written: {out}")
+        return
+    workload = args.workload or Params.workload
+    if workload not in WORKLOADS or (args.pick or "balance") not in ("balance", "random"):
+        parser.error(f"--workload: one of {sorted(WORKLOADS)}; --pick: balance or random")
+    given = {
+        name: value for name, value in vars(args).items() if name in Params.__dataclass_fields__ and value is not None
+    }
+    p = Params(**{**WORKLOADS[workload], **given, "workload": workload})
+    args.out = args.out or RESULTS / f"reorganisation-{workload}.json"
     from windjoin.connectors import services
     from windjoin.connectors.spark_session import build_local_spark
     from windjoin.pipelines.join_job import STATE_CONF
@@ -268,12 +362,13 @@ def main() -> None:
     state_dir = workdir / "services"
     params = {**asdict(p), "th_sup": p.th_sup, "th_con": p.th_con}
     result: dict[str, Any] = {"benchmark": "reorganisation", "machine": machine_facts(), "params": params}
-    result["load_avg_start"] = list(np.round(np.loadtxt("/proc/loadavg", usecols=(0, 1, 2)), 2))
+    result["load_avg_start"] = loadavg()
     spark = None
     try:
         started = {s.service.name: s.service.url for s in services.up(services.ServicesConfig(state_dir=state_dir))}
         spark = build_local_spark(
-            app_name="windjoin-bench-reorg", conf={**STATE_CONF, "spark.ui.showConsoleProgress": "false"}
+            app_name="windjoin-bench-reorg",
+            conf={**STATE_CONF, "spark.ui.showConsoleProgress": "false", "spark.driver.memory": "3g"},
         )
         spark.sparkContext.setLogLevel("ERROR")
         result["runs"] = []
@@ -284,11 +379,11 @@ def main() -> None:
             result["runs"].append(run)
     finally:
         tear_down(spark, state_dir, workdir)
-    result["load_avg_end"] = list(np.round(np.loadtxt("/proc/loadavg", usecols=(0, 1, 2)), 2))
+    result["load_avg_end"] = loadavg()
     static, controlled = (r["summary"] for r in result["runs"])
     result["ratios"] = {
-        "slowest_over_mean_static_vs_controller": static["slowest_over_mean_mean"]
-        / controlled["slowest_over_mean_mean"],
+        "cpu_slowest_over_mean_static": static["cpu_slowest_over_mean"],
+        "cpu_slowest_over_mean_controller_settled": controlled["cpu_slowest_over_mean_settled"],
         "delay_p99_static_over_controller": static["delay_p99_ms"] / controlled["delay_p99_ms"]
         if static["delay_p99_ms"] and controlled["delay_p99_ms"]
         else None,
