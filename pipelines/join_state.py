@@ -317,7 +317,9 @@ class JoinProcessor(StatefulProcessor):
         streams = table.column("stream").to_numpy(zero_copy_only=False)
         for stream in np.unique(streams):
             rows = streams == stream
-            keys = table.column(key_column(self.spec, stream)).to_numpy(zero_copy_only=False)[rows]
+            # taken before converting: the column is null on other streams' rows, and a nullable column
+            # converts to another dtype (bool to object), which hashes differently
+            keys = table.column(key_column(self.spec, stream)).filter(pa.array(rows)).to_numpy(zero_copy_only=False)
             bits[rows] = mini_bits(key_hash(keys), self.spec.partitions)
         return bits
 

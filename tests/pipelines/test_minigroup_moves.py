@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import uuid
 
+import numpy as np
+import orjson
+import pyarrow as pa
 import pytest
 from pyspark.errors import StreamingQueryException
 
@@ -21,11 +24,15 @@ from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redi
 from tests.pipelines.test_partition_moves import TASKS, record_routing
 from tests.pipelines.test_pipeline_e2e import _events, _spec
 from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.kafka_source import ARROW_SCHEMA
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
+from windjoin.pipelines.adapter import Adapter
+from windjoin.pipelines.control_epoch import ControlEpoch
 from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.join_state import JoinProcessor
 
 START = RoutingTable.round_robin(8, 2)  # p3 on slot 1, p4 on slot 0
 
@@ -44,6 +51,48 @@ V2 = V1.with_moves({Group(3, 2, 1): 2, Group(4, 1, 1): 1})
 V3 = _recut(V2, {Group(3): 0, Group(4): 0})
 V4 = _recut(V3, {Group(5, 1, 0): 1, Group(5, 1, 1): 1})  # in place: p5 is on slot 1
 DECISIONS = {1: V1, 4: V2, 7: V3, 9: V4}
+
+
+@pytest.mark.parametrize("ktype", ["int", "float", "string", "bool"])
+def test_stored_rows_find_the_mini_group_the_adapter_routed_them_by(ktype):
+    """The hand-over recomputes a stored row's mini-group from its key column: it must be the one the adapter
+    routed the record by (hashes agree across Python values and Arrow columns of every key type)."""
+    spec = parse_spec(
+        {
+            "window": {"kind": "time", "size_ms": 1000},
+            "streams": {n: {"fields": {"k": ktype}, "topic": n.lower(), "key": "k"} for n in "RS"},
+            "tasks": [{"name": "t", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+            "partitions": 4,
+            "slots": 4,
+        }
+    )
+    table = RoutingTable.round_robin(4, 4)
+    routing = table.with_units({Group(p, 2, x): x for p in range(4) for x in range(4)})  # slot = mini bits
+    keys = {
+        "int": list(range(-50, 150)),
+        "float": [i / 7 for i in range(200)],
+        "string": [f"key-{i}" for i in range(200)],
+        "bool": [True, False] * 100,
+    }[ktype]
+    records = [("rs"[i % 2], orjson.dumps({"ts": 1_700_000_000_000 + i, "k": k}), None) for i, k in enumerate(keys)]
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": [r[0] for r in records],
+            "partition": [0] * len(records),
+            "offset": list(range(len(records))),
+            "key": [None] * len(records),
+            "value": [r[1] for r in records],
+            "timestamp": [r[2] for r in records],
+            "epoch": [0] * len(records),
+        },
+        schema=ARROW_SCHEMA,
+    )
+    adapted = Adapter(spec, table, (0, 1, 2, 3)).adapt(batch, ControlEpoch(routing))
+    assert adapted.column("reason").null_count == len(records)
+    slots = adapted.column("slot").to_numpy()
+    assert len(set(slots.tolist())) == (2 if ktype == "bool" else 4)  # the keys reach every mini-group
+    bits = JoinProcessor(spec)._mini_bits(pa.Table.from_batches([adapted]))
+    assert (bits & np.uint64(3)).astype(int).tolist() == slots.tolist()
 
 
 @pytest.mark.slow
