@@ -1,10 +1,10 @@
 """Where a unit's handed-over window state waits between the slot giving it up and the slot taking it.
 
-One immutable Arrow IPC file per (routing version, piece, source slot) under `root`, a piece being a whole
-partition or a mini-group of one (`operators.partitioning.Group`, named in the file name) (the job's checkpoint
-folder, or an object-store URL: pyarrow's filesystems), its positions (event-time high mark, arrival counts) in
-the schema metadata. Written whole or not at all (temp file, then rename), rewritten identically when a batch is
-replayed, and pruned by the driver once no batch can need it any more.
+One immutable Arrow IPC file per (routing version, piece, source slot) under `root` (the job's checkpoint
+folder, or an object-store URL: pyarrow's filesystems); a piece is a whole partition or a mini-group of one
+(`operators.partitioning.Group`, named in the file name). Each file keeps its positions (event-time high mark,
+arrival counts) in the schema metadata. Written whole or not at all (temp file, then rename), rewritten
+identically when a batch is replayed, and pruned by the driver once no batch can need it any more.
 """
 
 from __future__ import annotations

@@ -262,7 +262,8 @@ class Adapter:
             )
 
     def _route(self, out: dict, accepted: dict[str, list[int]], cols: dict, epoch: ControlEpoch) -> None:
-        """Partition and slot of each join row; dead rows go to the slot of their Kafka partition."""
+        """Partition and slot of each join row (a split partition's row by its mini-group); dead rows go to the
+        slot of their Kafka partition."""
         labels = np.asarray(self.slot_labels, dtype=np.int32)
         for i, reason in enumerate(out["reason"]):
             if reason is not None:
