@@ -135,5 +135,18 @@ def test_the_job_refuses_mini_groups_for_count_windows_and_n_way_tasks(window, t
     spec = parse_spec({"window": window, "streams": streams, "tasks": [{"name": "t", "join": list(streams), "on": on}]})
     adapter = Adapter(spec, RoutingTable.round_robin(spec.partitions, 2), (0, 1, 2))
     adapter.check_routing(START)  # whole partitions: fine
-    with pytest.raises(ValueError, match=f"routing version 1 splits partitions into mini-groups, refused here: {why}"):
+    refused = f"routing version 1 splits partitions into mini-groups, refused here: {why}"
+    with pytest.raises(ValueError, match=refused):
         adapter.check_routing(_split3(START, 1, 0, 0, 1))
+    # the job's driver plans the batch that would announce it, and stops there
+    from windjoin.connectors.kafka_source import KafkaSourceOptions
+    from windjoin.pipelines.adapted_source import AdaptedStreamReader
+
+    class Feed:
+        def latest(self) -> ControlTarget:
+            return ControlTarget(_split3(START, 1, 0, 0, 1), 0.0)
+
+    options = KafkaSourceOptions.from_options({"bootstrap.servers": "127.0.0.1:1", "topics": "r"})
+    reader = AdaptedStreamReader(options, Adapter(spec, START, (0, 1, 2)), Feed())
+    with pytest.raises(ValueError, match=refused):
+        reader.next_control(ControlEpoch(START).to_json())
