@@ -53,8 +53,12 @@ class ControlEpoch:
 
     def slots(self) -> int:
         """Slots that hold a unit now or after the announced change."""
-        tables = [self.routing] + ([self.pending] if self.pending else [])
-        return 1 + max(s for table in tables for holders in unit_holders(table).values() for s in holders)
+        top = 0
+        for table in [self.routing] + ([self.pending] if self.pending else []):
+            split = {g.partition for g, _ in table.split}  # their slot_of entries are unused
+            whole = (s for p, s in enumerate(table.slot_of) if p not in split)
+            top = max(top, *whole, *(s for _, s in table.split), *(s for _, ss in table.spread for s in ss))
+        return 1 + top
 
     def to_json(self) -> dict[str, Any]:
         return {

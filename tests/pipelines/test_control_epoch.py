@@ -89,6 +89,8 @@ def test_a_split_in_place_is_adopted_at_once_and_moves_only_the_mini_groups_that
     moved = _split3(START, 1, 0, 2, 1)
     announce = next_epoch(ControlEpoch(START), ControlTarget(moved, 0.0))
     assert announce.pending == moved and announce.slots() == 3
+    away = _split3(START.with_moves({Group(3): 2}), 0, 1, 0, 1)  # p3's unused slot_of entry still says 2
+    assert away.slot_of[3] == 2 and ControlEpoch(away).slots() == 2
     assert announce.changes() == {Group(3, 2, 1): ((1,), (0,)), Group(3, 2, 2): ((1,), (2,))}
     # merged back whole on slot 0 (gathering from slots 1 and 2): every mini-group is a piece on the move but
     # the one already there
