@@ -257,6 +257,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     fig, axes = plt.subplots(3, 1, figsize=(10, 11), sharex=True)
     for run, ax in zip(result["runs"], axes[:2], strict=True):
+        if not run["batches"]:
+            ax.set_title(f"{run['mode']}: no batch finished")
+            continue
         t = [b["t"] for b in run["batches"]]
         for s in range(len(run["batches"][0]["slot_cpu_s"])):
             ax.plot(t, [b["slot_cpu_s"][s] for b in run["batches"]], label=f"slot {s}")
@@ -266,8 +269,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.set_ylabel("slot batch time (CPU s)")
         summary = run["summary"]
         ax.set_title(
-            f"{run['mode']}: slowest/mean slot CPU {summary['cpu_slowest_over_mean']:.2f} after warm-up, "
-            f"{summary['cpu_slowest_over_mean_settled']:.2f} in the last third"
+            f"{run['mode']}: slowest/mean slot CPU {summary['cpu_slowest_over_mean'] or 0:.2f} after warm-up, "
+            f"{summary['cpu_slowest_over_mean_settled'] or 0:.2f} in the last third"
         )
         ax.legend(loc="upper right", fontsize=7)
     for run in result["runs"]:
