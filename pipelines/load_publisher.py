@@ -15,7 +15,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # "shed": records the adapter shed, per stream (the controller adds them back to the offered load)
-REPORT_KEYS = ("rows", "joined", "dead", "outputs", "window_tuples", "state_bytes", "seconds", "groups", "shed")
+REPORT_KEYS = (
+    "rows",
+    "joined",
+    "dead",
+    "outputs",
+    "window_tuples",
+    "state_bytes",
+    "seconds",
+    "cpu_seconds",
+    "groups",
+    "shed",
+)
 
 
 def slot_reports(outcome: BatchOutcome) -> list[dict[str, Any]]:
