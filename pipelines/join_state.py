@@ -348,11 +348,26 @@ class JoinProcessor(StatefulProcessor):
         if "held" not in meta:
             return
         stray = set(live["part"].unique().tolist()) - {int(k.partition(".")[0]) for k in meta["held"]}
+        minis = [_group_of(k) for k in meta["held"] if "." in k]
+        rows = live[live["part"].isin({g.partition for g in minis})] if minis else live.iloc[:0]
+        if len(rows):  # tuples of a partition this slot holds only some mini-groups of: theirs?
+            parts, bits = rows["part"].to_numpy(), self._mini_bits(self._key_table(rows))
+            owned = np.zeros(len(rows), dtype=bool)
+            for g in minis:
+                owned |= g.contains(parts, bits)
+            stray |= set(parts[~owned].tolist())
         if stray:
             raise RuntimeError(
-                f"slot {index} got tuples of partitions {sorted(stray)} whose state it does not hold: the routing "
-                "and the handed-over state disagree, joining them would lose pairs"
+                f"slot {index} got tuples of partitions {sorted(stray)} (or of their mini-groups) whose state it does "
+                "not hold: the routing and the handed-over state disagree, joining them would lose pairs"
             )
+
+    def _key_table(self, rows: pd.DataFrame) -> pa.Table:
+        """The stream and key columns of adapted rows, typed as in a stored segment (for `_mini_bits`)."""
+        schema = _segment_schema(self.spec)
+        keys = {key_column(self.spec, name) for name, s in self.spec.streams.items() if s.key is not None}
+        fields = [schema.field("stream"), *(schema.field(c) for c in sorted(keys))]
+        return pa.Table.from_pandas(rows[[f.name for f in fields]], schema=pa.schema(fields), preserve_index=False)
 
     def _move_store(self) -> MoveStore:
         if self.move_root is None:

@@ -91,8 +91,15 @@ def test_stored_rows_find_the_mini_group_the_adapter_routed_them_by(ktype):
     assert adapted.column("reason").null_count == len(records)
     slots = adapted.column("slot").to_numpy()
     assert len(set(slots.tolist())) == (2 if ktype == "bool" else 4)  # the keys reach every mini-group
-    bits = JoinProcessor(spec)._mini_bits(pa.Table.from_batches([adapted]))
+    processor = JoinProcessor(spec)
+    bits = processor._mini_bits(pa.Table.from_batches([adapted]))
     assert (bits & np.uint64(3)).astype(int).tolist() == slots.tolist()
+    # a slot checks the rows it gets belong to its mini-groups (the adapted frame as the join sees it)
+    live = adapted.to_pandas()
+    held = {"held": {f"{p}.2.1": [1] for p in range(4)}}
+    processor._check_held(1, held, live[live["slot"] == 1])
+    with pytest.raises(RuntimeError, match=r"slot 1 got tuples of partitions \[.*\] \(or of their mini-groups\)"):
+        processor._check_held(1, held, live)
 
 
 @pytest.mark.slow
