@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -114,10 +115,32 @@ class RoutingTable:
         parts = partition_of_hash(hashes, self.partitions)
         out = np.asarray(self.slot_of, dtype=np.int32)[parts]
         if self.split:
-            bits = mini_bits(hashes, self.partitions)
-            for group, slot in self.split:
-                out[group.contains(parts, bits)] = slot
+            offset, mask, directory = self._directories
+            rows = np.flatnonzero(offset[parts] >= 0)
+            bits = mini_bits(hashes[rows], self.partitions) & mask[parts[rows]]
+            out[rows] = directory[offset[parts[rows]] + bits.astype(np.int64)]
         return out
+
+    @cached_property
+    def _directories(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The split partitions' directories side by side, so routing is one lookup per tuple whatever the
+        number of mini-groups: per partition its first entry (-1: not split) and mini-bit mask, and per entry
+        (the partition's deepest mini-group's bits) the slot."""
+        depth: dict[int, int] = {}
+        for group, _ in self.split:
+            depth[group.partition] = max(depth.get(group.partition, 0), group.depth)
+        offset = np.full(self.partitions, -1, dtype=np.int64)
+        mask = np.zeros(self.partitions, dtype=np.uint64)
+        start = 0
+        for part, d in sorted(depth.items()):
+            offset[part], mask[part] = start, (1 << d) - 1
+            start += 1 << d
+        directory = np.empty(start, dtype=np.int32)
+        for group, slot in self.split:
+            stride = 1 << group.depth
+            first = offset[group.partition] + group.pattern
+            directory[first : offset[group.partition] + (1 << depth[group.partition]) : stride] = slot
+        return offset, mask, directory
 
     def groups(self) -> dict[Group, int]:
         """Every movable unit and its slot: unsplit partitions as depth-0 groups, split ones as mini-groups."""
