@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -94,6 +95,21 @@ class RoutingTable:
                     f"spread of partition {part} over {slots}: needs 2+ distinct slots, the first being its slot "
                     f"{self.slot_of[part]}"
                 )
+
+    def to_json(self) -> dict[str, Any]:
+        """The table as plain JSON values (batch offsets and controller decisions carry it so)."""
+        return {
+            "version": self.version,
+            "slot_of": list(self.slot_of),
+            "split": [[g.partition, g.depth, g.pattern, slot] for g, slot in self.split],
+            "spread": [[p, list(slots)] for p, slots in self.spread],
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> RoutingTable:
+        split = tuple((Group(int(p), int(d), int(x)), int(s)) for p, d, x, s in data.get("split", []))
+        spread = tuple((int(p), tuple(int(s) for s in slots)) for p, slots in data.get("spread", []))
+        return RoutingTable(int(data["version"]), tuple(int(s) for s in data["slot_of"]), split, spread)
 
     @staticmethod
     def round_robin(partitions: int, slots: int, version: int = 0) -> RoutingTable:

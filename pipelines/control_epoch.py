@@ -62,16 +62,18 @@ class ControlEpoch:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "routing": _table_json(self.routing),
+            "routing": self.routing.to_json(),
             "shed_ratio": self.shed_ratio,
-            "pending": None if self.pending is None else _table_json(self.pending),
+            "pending": None if self.pending is None else self.pending.to_json(),
         }
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> ControlEpoch:
         pending = data.get("pending")
         return ControlEpoch(
-            _table(data["routing"]), float(data["shed_ratio"]), None if pending is None else _table(pending)
+            RoutingTable.from_json(data["routing"]),
+            float(data["shed_ratio"]),
+            None if pending is None else RoutingTable.from_json(pending),
         )
 
 
@@ -124,19 +126,3 @@ def pieces(old: dict[Group, Holders], new: dict[Group, Holders]) -> dict[Group, 
 def holder_changes(old: RoutingTable, new: RoutingTable) -> dict[Group, tuple[Holders, Holders]]:
     """Pieces (see `pieces`) whose holders differ between two tables: piece -> (old holders, new holders)."""
     return {g: (a, b) for g, (a, b) in pieces(unit_holders(old), unit_holders(new)).items() if a != b}
-
-
-def _table_json(table: RoutingTable) -> dict[str, Any]:
-    """A table as the batch offsets carry it; `split` in the controller's format (pipelines.controller)."""
-    return {
-        "version": table.version,
-        "slot_of": list(table.slot_of),
-        "split": [[g.partition, g.depth, g.pattern, slot] for g, slot in table.split],
-        "spread": [[p, list(slots)] for p, slots in table.spread],
-    }
-
-
-def _table(data: dict[str, Any]) -> RoutingTable:
-    split = tuple((Group(int(p), int(d), int(x)), int(s)) for p, d, x, s in data.get("split", []))
-    spread = tuple((int(p), tuple(int(s) for s in slots)) for p, slots in data.get("spread", []))
-    return RoutingTable(int(data["version"]), tuple(int(s) for s in data["slot_of"]), split, spread)

@@ -152,24 +152,12 @@ def shed_records(entries: Iterable[LoadEntry]) -> int:
 
 def routing_json(routing: RoutingTable) -> str:
     """A routing table as recorded in a decision (`state_from_fields` reads it back)."""
-    return orjson.dumps(
-        {
-            "slot_of": routing.slot_of,
-            "split": [[*_group(g), s] for g, s in routing.split],
-            "spread": [[p, list(slots)] for p, slots in routing.spread],
-        }
-    ).decode()
+    return orjson.dumps(routing.to_json()).decode()
 
 
 def state_from_fields(fields: dict[str, str]) -> tuple[ControlState, str]:
     """The control state and load cursor of a recorded decision."""
-    routing = orjson.loads(fields["routing"])
-    table = RoutingTable(
-        int(fields["routing_version"]),
-        tuple(routing["slot_of"]),
-        tuple((Group(p, depth, pattern), slot) for p, depth, pattern, slot in routing["split"]),
-        tuple((int(p), tuple(slots)) for p, slots in routing.get("spread", [])),
-    )
+    table = RoutingTable.from_json({**orjson.loads(fields["routing"]), "version": fields["routing_version"]})
     sustained = UtilisationState(int(fields["sustained_above"]), int(fields["sustained_below"]))
     state = ControlState(int(fields["epoch"]), table, int(fields["slots"]), float(fields["shed_ratio"]), sustained)
     return state, fields["load_cursor"]
