@@ -112,36 +112,31 @@ class JoinProcessor(StatefulProcessor):
         moved_in = self._install(index, meta, windows, epoch) if epoch is not None else []
         self._check_held(index, meta, live)
         pairs_by_task: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
-        late_parts, kept_parts = [], []
+        columns = _StreamColumns(self.spec, live)
+        late_rows, kept_rows = [], []
         meter = GroupLoadMeter()
-        for part, rows_p in live.groupby("part", sort=True):
+        for part, rows_p in _rows_by_partition(live["part"].to_numpy()):
             part_started = time.perf_counter()
-            tables, late, kept = self._join_partition(windows, meta, int(part), rows_p)
+            tables, late = self._join_partition(windows, meta, part, columns, rows_p)
             outputs = sum(len(table) for _, table in tables)
-            meter.record(int(part), len(rows_p), outputs, time.perf_counter() - part_started)
+            meter.record(part, len(rows_p), outputs, time.perf_counter() - part_started)
             for task, table in tables:
                 pairs_by_task[task].append(table)
-            late_parts.append(late)
-            kept_parts.append(kept)
+            late_rows.append(rows_p[late])
+            kept_rows.append(np.delete(rows_p, late))
         emitted_at = int(time.time() * 1000)
         for task, tables in pairs_by_task.items():
             if tables:
                 table = pa.concat_tables(tables)
                 table = table.append_column(EMITTED_AT, pa.array(np.full(len(table), emitted_at), pa.int64()))
                 out.append((slot, PAIRS, task, _ipc(table)))
-        dead_rows = pd.concat(
-            [
-                dead[DEAD_COLUMNS],
-                # a late tuple of a spread partition is reported once, by the slot that would have stored it
-                *(
-                    p[p["stored"].astype(bool)][DEAD_COLUMNS].assign(reason=LATE, detail=_LATE_DETAIL)
-                    for p in late_parts
-                ),
-            ]
-        )
+        late = live.iloc[np.concatenate([np.zeros(0, np.int64), *late_rows])]
+        # a late tuple of a spread partition is reported once, by the slot that would have stored it
+        late = late[late["stored"].astype(bool)][DEAD_COLUMNS].assign(reason=LATE, detail=_LATE_DETAIL)
+        dead_rows = pd.concat([dead[DEAD_COLUMNS], late])
         if len(dead_rows):
             out.append((slot, DEAD, "", _ipc(pa.Table.from_pandas(dead_rows, preserve_index=False))))
-        kept = pd.concat([live.iloc[:0], *kept_parts])
+        kept = live.iloc[np.concatenate([np.zeros(0, np.int64), *kept_rows])]
         self._store(meta, kept[kept["stored"].astype(bool)])  # a spread partition's probe-only copies: not here
         moved_out = self._hand_over(index, meta, windows, epoch) if epoch is not None else []
         self._expire(meta, windows)
@@ -241,7 +236,7 @@ class JoinProcessor(StatefulProcessor):
         rows = pa.concat_tables(tables).to_pandas()
         join = windows.joins.setdefault(part, join_operator(self.spec))
         for stream, rows_s in rows.groupby("stream", sort=True):
-            join.preload(stream, self._columns(rows_s, stream))
+            join.preload(stream, _columns(self.spec, rows_s, stream))
         forgotten = windows.forgotten.setdefault(part, {})
         for stream, n in rows["stream"].value_counts().items():
             forgotten[stream] = forgotten.get(stream, 0) - int(n)  # now held here, counted by the store
@@ -331,7 +326,7 @@ class JoinProcessor(StatefulProcessor):
         for rest in rests:
             rows = rest.filter(pc.equal(rest.column("part"), part)).to_pandas()
             for stream, rows_s in rows.groupby("stream", sort=True):
-                join.preload(stream, self._columns(rows_s, stream))
+                join.preload(stream, _columns(self.spec, rows_s, stream))
         key = str(part)
         if key in meta["max_ts"]:
             join.advance_event_time(meta["max_ts"][key])
@@ -375,18 +370,22 @@ class JoinProcessor(StatefulProcessor):
         return MoveStore(self.move_root)
 
     def _join_partition(
-        self, windows: SlotWindows, meta: dict[str, Any], part: int, rows: pd.DataFrame
-    ) -> tuple[list[tuple[str, pa.Table]], pd.DataFrame, pd.DataFrame]:
-        """Join one partition's rows (in arrival order): its result tables, its late rows, the rows it kept."""
+        self, windows: SlotWindows, meta: dict[str, Any], part: int, columns: _StreamColumns, rows: np.ndarray
+    ) -> tuple[list[tuple[str, pa.Table]], np.ndarray]:
+        """Join one partition's rows (positions in the batch, in arrival order): its result tables and which of
+        its rows (positions in `rows`) were late."""
         join = windows.joins.setdefault(part, join_operator(self.spec))
-        result = join.process(self._chunk(rows))
-        streams = rows["stream"].to_numpy()
-        late = sorted(
-            int(i) for stream, late_rows in result.late.items() for i in np.flatnonzero(streams == stream)[late_rows]
+        result = join.process(columns.chunk(rows))
+        streams = columns.stream_codes[rows]
+        late = np.sort(
+            np.concatenate(
+                [np.zeros(0, np.int64)]
+                + [np.flatnonzero(streams == columns.code[s])[late_s] for s, late_s in result.late.items()]
+            )
         )
         self._note_positions(meta, part, join, windows.forgotten.get(part, {}))
         tables = [(pairs.task, self._pairs_table(pairs)) for pairs in result.pairs if len(pairs)]
-        return tables, rows.iloc[late], rows.drop(rows.index[late])
+        return tables, late
 
     def _windows(self, slot: int, meta: dict[str, Any]) -> SlotWindows:
         """The cached windows if they match the stored state version, else rebuilt from the segments."""
@@ -400,40 +399,13 @@ class JoinProcessor(StatefulProcessor):
             for part, rows_p in table.groupby("part", sort=True):
                 join = windows.joins.setdefault(int(part), join_operator(self.spec))
                 for stream, rows_s in rows_p.groupby("stream", sort=True):
-                    join.preload(stream, self._columns(rows_s, stream))
+                    join.preload(stream, _columns(self.spec, rows_s, stream))
         for part, max_ts in meta["max_ts"].items():
             windows.joins.setdefault(int(part), join_operator(self.spec)).advance_event_time(max_ts)
         for part, counts in meta["counts"].items():
             stores = windows.joins.setdefault(int(part), join_operator(self.spec)).stores
             windows.forgotten[int(part)] = {s: n - stores[s].count for s, n in counts.items()}
         return windows
-
-    def _columns(self, rows: pd.DataFrame, stream: str) -> dict[str, np.ndarray]:
-        s = self.spec.streams[stream]
-        columns = {s.timestamp: rows["ts"].to_numpy(dtype=np.int64)}
-        for name, ftype in s.fields.items():
-            values = rows[field_column(stream, name)]
-            columns[name] = (
-                values.to_numpy(dtype=object)
-                if ftype == "string"
-                else values.to_numpy(dtype={"int": np.int64, "float": np.float64, "bool": np.bool_}[ftype])
-            )
-        return columns
-
-    def _chunk(self, rows: pd.DataFrame) -> dict[str, Arrivals]:
-        streams = rows["stream"].to_numpy()
-        order = np.arange(len(rows))
-        stored = rows["stored"].to_numpy(dtype=bool)
-        spread = not stored.all()  # a spread partition: some rows only probe here
-        return {
-            stream: Arrivals(
-                self._columns(rows[streams == stream], stream),
-                order[streams == stream],
-                stored=stored[streams == stream] if spread else None,
-            )
-            for stream in self.spec.streams
-            if (streams == stream).any()
-        }
 
     def _pairs_table(self, pairs: Pairs) -> pa.Table:
         arrays, names = [], []
@@ -489,6 +461,67 @@ class JoinProcessor(StatefulProcessor):
             else:
                 self.segments.removeKey((segment["id"],))
         meta["segments"] = live
+
+
+def _columns(spec: JoinSpec, rows: pd.DataFrame, stream: str) -> dict[str, np.ndarray]:
+    """A stream's rows as the operator's columns: its timestamp and declared fields, typed."""
+    s = spec.streams[stream]
+    columns = {s.timestamp: rows["ts"].to_numpy(dtype=np.int64)}
+    for name, ftype in s.fields.items():
+        values = rows[field_column(stream, name)]
+        columns[name] = (
+            values.to_numpy(dtype=object)
+            if ftype == "string"
+            else values.to_numpy(dtype={"int": np.int64, "float": np.float64, "bool": np.bool_}[ftype])
+        )
+    return columns
+
+
+def _rows_by_partition(parts: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """Each partition's row positions, in partition order, each in the rows' (arrival) order."""
+    if not len(parts):
+        return
+    order = np.argsort(parts, kind="stable")
+    values, starts = np.unique(parts[order], return_index=True)
+    for part, rows in zip(values.tolist(), np.split(order, starts[1:]), strict=True):
+        yield int(part), rows
+
+
+class _StreamColumns:
+    """A batch's live rows as numpy columns per stream, converted once for all partitions (slicing a pandas
+    frame per partition and stream cost more than joining small partitions)."""
+
+    def __init__(self, spec: JoinSpec, live: pd.DataFrame) -> None:
+        names = list(spec.streams)
+        self.code = {name: i for i, name in enumerate(names)}
+        streams = live["stream"].to_numpy()
+        self.stream_codes = np.full(len(live), -1, dtype=np.int64)
+        self.rank = np.zeros(len(live), dtype=np.int64)  # a row's position among its stream's rows
+        self.columns: dict[str, dict[str, np.ndarray]] = {}
+        for name, code in self.code.items():
+            mine = np.flatnonzero(streams == name)
+            self.stream_codes[mine] = code
+            self.rank[mine] = np.arange(len(mine))
+            self.columns[name] = _columns(spec, live.iloc[mine], name)
+        self.stored = live["stored"].to_numpy(dtype=bool)
+
+    def chunk(self, rows: np.ndarray) -> dict[str, Arrivals]:
+        """The operator's input for some rows (positions), per stream in arrival order."""
+        codes = self.stream_codes[rows]
+        stored = self.stored[rows]
+        spread = not stored.all()  # a spread partition: some rows only probe here
+        out = {}
+        for name, code in self.code.items():
+            mask = codes == code
+            if not mask.any():
+                continue
+            ranks = self.rank[rows[mask]]
+            out[name] = Arrivals(
+                {column: values[ranks] for column, values in self.columns[name].items()},
+                np.flatnonzero(mask),
+                stored=stored[mask] if spread else None,
+            )
+        return out
 
 
 _LATE_DETAIL = "event time is over allowed_lateness_ms behind the latest event time of its partition"
