@@ -17,13 +17,12 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
-from pyspark.errors import StreamingQueryException
 
 from tests.oracle import as_multiset, oracle_join
+from tests.pipelines.control_helpers import run_with_one_replay
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
-from tests.pipelines.test_partition_moves import TASKS, record_routing
+from tests.pipelines.test_partition_moves import TASKS
 from tests.pipelines.test_pipeline_e2e import _events, _spec
-from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.kafka_source import ARROW_SCHEMA
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
@@ -31,7 +30,7 @@ from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.control_epoch import ControlEpoch
-from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.join_job import ControlSource
 from windjoin.pipelines.join_state import JoinProcessor
 
 START = RoutingTable.round_robin(8, 2)  # p3 on slot 1, p4 on slot 0
@@ -114,28 +113,17 @@ def test_mini_groups_move_split_and_merge_during_the_run_losing_and_duplicating_
     produce_events(kafka_bootstrap, spec_dict, events)
     spec = parse_spec(spec_dict)
     namespace = f"t{uuid.uuid4().hex[:8]}"
-    store = DecisionStore(redis_url, namespace)
     parquet = ParquetSink(tmp_path / "parquet")
     redis = RedisSink(redis_url, retain_ms=10**12, namespace=namespace)
-    seen: list[BatchOutcome] = []
-    failed = []
-
-    def on_batch(outcome: BatchOutcome) -> None:
-        seen.append(outcome)
-        if any(s["moved_out_groups"] for s in outcome.stats) and not failed:
-            failed.append(outcome.batch_id)
-            raise RuntimeError("injected failure after an announce batch's sinks wrote")
-        if outcome.batch_id in DECISIONS:
-            record_routing(store, DECISIONS[outcome.batch_id])
-
-    control = ControlSource(redis_url, namespace)
-    query = start_job(spark, spec, kafka_bootstrap, [parquet, redis], True, on_batch, control)
-    with pytest.raises(StreamingQueryException, match="injected failure"):
-        query.awaitTermination(timeout=600)
-    assert failed
-    query = start_job(spark, spec, kafka_bootstrap, [parquet, redis], True, on_batch, control)
-    query.awaitTermination(timeout=600)
-    assert query.exception() is None
+    seen, _ = run_with_one_replay(
+        spark,
+        spec,
+        kafka_bootstrap,
+        [parquet, redis],
+        ControlSource(redis_url, namespace),
+        DECISIONS,
+        fails=lambda outcome: any(s["moved_out_groups"] for s in outcome.stats),  # an announce batch
+    )
 
     def moved(kind: str) -> set[tuple[int, ...]]:
         return {(s["slot_index"], *g) for o in seen for s in o.stats for g in s[f"moved_{kind}_groups"]}
@@ -150,7 +138,6 @@ def test_mini_groups_move_split_and_merge_during_the_run_losing_and_duplicating_
     }  # fmt: skip
     assert {p for o in seen for s in o.stats for p in s["moved_in"]} == {3, 4}
     assert max(o.routing_version for o in seen) == V4.version
-    assert [o.batch_id for o in seen].count(failed[0]) == 2, "the failed announce batch was not replayed"
     expected, late = oracle_join(spec_dict, events)
     assert not late and len(expected) > 300
     assert as_multiset(parquet_pairs(parquet, spec_dict)) == as_multiset(expected)

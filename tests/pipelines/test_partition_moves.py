@@ -14,18 +14,16 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from pyspark.errors import StreamingQueryException
 
 from tests.oracle import as_multiset, oracle_join
+from tests.pipelines.control_helpers import run_with_one_replay
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
 from tests.pipelines.test_pipeline_e2e import _events, _spec
-from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.controller import routing_json
-from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.join_job import ControlSource
 
 TASKS = [
     {"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},
@@ -46,22 +44,6 @@ S2 = S1.with_spread(3, (1, 2)).with_spread(4, (1,))
 SPREADS = {1: S1, 4: S2, 7: S2.with_spread(3, (0,))}
 
 
-def record_routing(store: DecisionStore, routing: RoutingTable, shed_ratio: float = 0.0) -> None:
-    """A decision as `windjoin controller` records it (the fields the job reads)."""
-    store.record(
-        {
-            "epoch": routing.version,
-            "routing_version": routing.version,
-            "routing": routing_json(routing),
-            "slots": 1 + max(max(routing.holders(p)) for p in range(routing.partitions)),
-            "shed_ratio": repr(shed_ratio),
-            "sustained_above": 0,
-            "sustained_below": 0,
-            "load_cursor": "0-0",
-        }
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("decisions", "changed"), [(MOVES, {0, 1, 2, 5, 6, 7}), (SPREADS, {3, 4})], ids=["moves", "spreads"]
@@ -78,34 +60,21 @@ def test_holder_changes_during_the_run_lose_and_duplicate_nothing(
     produce_events(kafka_bootstrap, spec_dict, events)
     spec = parse_spec(spec_dict)
     namespace = f"t{uuid.uuid4().hex[:8]}"
-    store = DecisionStore(redis_url, namespace)
     parquet = ParquetSink(tmp_path / "parquet")
     redis = RedisSink(redis_url, retain_ms=10**12, namespace=namespace)
-    seen: list[BatchOutcome] = []
-    failed = []
-
-    def on_batch(outcome: BatchOutcome) -> None:
-        seen.append(outcome)
-        moved_out = [p for s in outcome.stats for p in s["moved_out"]]
-        if moved_out and not failed:
-            failed.append(outcome.batch_id)
-            raise RuntimeError("injected failure after an announce batch's sinks wrote")
-        if outcome.batch_id in decisions:
-            record_routing(store, decisions[outcome.batch_id])
-
-    control = ControlSource(redis_url, namespace)
-    query = start_job(spark, spec, kafka_bootstrap, [parquet, redis], True, on_batch, control)
-    with pytest.raises(StreamingQueryException, match="injected failure"):
-        query.awaitTermination(timeout=600)
-    assert failed
-    query = start_job(spark, spec, kafka_bootstrap, [parquet, redis], True, on_batch, control)
-    query.awaitTermination(timeout=600)
-    assert query.exception() is None
+    seen, _ = run_with_one_replay(
+        spark,
+        spec,
+        kafka_bootstrap,
+        [parquet, redis],
+        ControlSource(redis_url, namespace),
+        decisions,
+        fails=lambda outcome: any(s["moved_out"] for s in outcome.stats),  # an announce batch
+    )
 
     moved_in = {p for o in seen for s in o.stats for p in s["moved_in"]}
     assert moved_in == changed, moved_in
     assert max(o.routing_version for o in seen) == max(d.version for d in decisions.values())
-    assert [o.batch_id for o in seen].count(failed[0]) == 2, "the failed announce batch was not replayed"
     expected, late = oracle_join(spec_dict, events)
     assert not late and len(expected) > 300
     assert as_multiset(parquet_pairs(parquet, spec_dict)) == as_multiset(expected)

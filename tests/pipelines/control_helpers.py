@@ -1,0 +1,67 @@
+"""Playing the controller in end-to-end tests: record routing decisions the job follows, and run the job with
+one injected failure so a batch is replayed from the checkpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+
+from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.operators.partitioning import RoutingTable
+from windjoin.operators.spec import JoinSpec
+from windjoin.pipelines.controller import routing_json
+from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
+
+
+def record_routing(store: DecisionStore, routing: RoutingTable, shed_ratio: float = 0.0) -> None:
+    """A decision as `windjoin controller` records it (the fields the job reads)."""
+    store.record(
+        {
+            "epoch": routing.version,
+            "routing_version": routing.version,
+            "routing": routing_json(routing),
+            "slots": 1 + max(max(routing.holders(p)) for p in range(routing.partitions)),
+            "shed_ratio": repr(shed_ratio),
+            "sustained_above": 0,
+            "sustained_below": 0,
+            "load_cursor": "0-0",
+        }
+    )
+
+
+def run_with_one_replay(
+    spark: SparkSession,
+    spec: JoinSpec,
+    bootstrap: str,
+    sinks: list,
+    control: ControlSource,
+    decisions: Mapping[int, RoutingTable],
+    fails: Callable[[BatchOutcome], bool],
+) -> tuple[list[BatchOutcome], int]:
+    """Run the job on what the topics hold, recording `decisions[b]` after batch b. The first batch for which
+    `fails` holds raises after its sinks wrote (the query dies); the job restarts from its checkpoint and replays
+    it. Returns every batch outcome seen (the failed batch twice) and the failed batch's id."""
+    store = DecisionStore(control.url, control.namespace)
+    seen: list[BatchOutcome] = []
+    failed: list[int] = []
+
+    def on_batch(outcome: BatchOutcome) -> None:
+        seen.append(outcome)
+        if not failed and fails(outcome):
+            failed.append(outcome.batch_id)
+            raise RuntimeError("injected failure after the batch's sinks wrote")
+        if outcome.batch_id in decisions:
+            record_routing(store, decisions[outcome.batch_id])
+
+    query = start_job(spark, spec, bootstrap, sinks, True, on_batch, control)
+    with pytest.raises(StreamingQueryException, match="injected failure"):
+        query.awaitTermination(timeout=600)
+    assert failed, "no batch met the failure condition"
+    query = start_job(spark, spec, bootstrap, sinks, True, on_batch, control)
+    query.awaitTermination(timeout=600)
+    assert query.exception() is None
+    assert [o.batch_id for o in seen].count(failed[0]) == 2, "the failed batch was not replayed"
+    return seen, failed[0]
