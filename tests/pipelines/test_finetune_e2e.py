@@ -2,12 +2,14 @@
 from the job's load reports and moves mini-groups off its slot; the job hands them over; results stay exact.
 
 The workload: 16 partitions on 4 slots (round robin). For the first HOT_EVENTS events, half of them carry one
-of 32 keys of partition HOT, so HOT's window state (~600-1100 tuples) is far above 2 theta (theta = 100) and
+of 32 keys of partition HOT, so HOT's window state (~1000 tuples) is far above 2 theta (theta = 100) and
 its slot gets ~60% of the tuples (a supplier; the others ~13%, consumers). The controller (fine_tuning on,
 reorganisation on tuple occupancy with the balance pick) splits HOT into mini-groups and yields one unit per
 epoch; a whole cold partition weighs ~3% of the tuples, a mini-group 6-12%, so the units that move are
 mini-groups. Then HOT cools to its fair 1/16 of the events: once its window holds a few tuples per mini-group,
-buddies left on one slot merge back.
+buddies left on one slot merge back. Buddies on different slots never merge and nothing gathers them, so HOT
+stays in several mini-groups (6 of up to 8 with an epoch every 2 batches; 11, none merged, with an epoch every
+batch, whose in-flight decisions scatter the mini-groups over all four slots).
 
 Evidence, each independent of the others: the decisions recorded in Redis (routing tables and moves), the
 job's slot stats (pieces it installed, the routing version each batch ran under), and the Parquet results
@@ -40,7 +42,6 @@ HOT_KEYS, COLD_KEYS = 32, 6  # keys of HOT; keys of each other partition
 PER_MS, WINDOW_MS, LATENESS_MS = 2, 500, 400  # events per ms of event time (rising: none late, see produce)
 PER_BATCH, HOT_EVENTS, EVENTS = 1_000, 8_000, 16_000
 THETA = 100
-EPOCH = 2  # batches per control epoch
 CONTROL = {
     "utilisation": {"capacity": 1e12, "min_workers": SLOTS, "max_workers": SLOTS},  # no shedding, no scaling
     "reorganisation": {"occupancy": "tuples", "pick": "balance", "th_sup": 0.3, "th_con": 0.2},
@@ -84,9 +85,13 @@ def merged(before: dict[Group, int], after: dict[Group, int]) -> list[Group]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("epoch", [2, 1], ids=["epoch-2-batches", "epoch-1-batch"])
 def test_fine_tuning_splits_a_hot_partition_and_moves_its_mini_groups_without_losing_a_pair(
-    spark, kafka_bootstrap, redis_url, unique_topic, tmp_path
+    epoch, spark, kafka_bootstrap, redis_url, unique_topic, tmp_path
 ):
+    """`epoch`: batches per control epoch. Every 2 batches, each decision is applied (announce, effective)
+    before the next is made. Every batch, the controller decides while hand-overs are announced, so the job
+    skips versions and a decision may re-cut or move units whose state is still in flight."""
     spec_dict = keyed_eq_spec(unique_topic, tmp_path)
     spec_dict.update(
         partitions=PARTITIONS, slots=SLOTS, max_offsets_per_trigger=PER_BATCH, allowed_lateness_ms=LATENESS_MS
@@ -122,7 +127,7 @@ def test_fine_tuning_splits_a_hot_partition_and_moves_its_mini_groups_without_lo
                 for s in sorted(outcome.stats, key=lambda s: s["slot_index"])
             )
         )
-        if outcome.batch_id % EPOCH == EPOCH - 1:
+        if outcome.batch_id % epoch == epoch - 1:
             step = controller.step()
             if step is not None:
                 cooled.append(sum(o.records for o in seen) > HOT_EVENTS + PER_BATCH)
@@ -157,19 +162,21 @@ def test_fine_tuning_splits_a_hot_partition_and_moves_its_mini_groups_without_lo
     # being the finer of the old and new units), under the routing versions decided
     versions = [o.routing_version for o in seen]
     assert versions == sorted(versions), versions
-    assert {v for v, _ in moves} <= set(versions), f"versions with moves {[v for v, _ in moves]}, ran {versions}"
     assert set(versions) - {0} <= {int(fields["routing_version"]) for fields in history}
+    skipped = {v for v, _ in moves} - set(versions)
+    assert not skipped if epoch == 2 else skipped, f"versions with moves {[v for v, _ in moves]}, ran {versions}"
 
     def pieces(kind: str) -> set[tuple[int, Group]]:
         return {(s["slot_index"], Group(*g)) for o in seen for s in o.stats for g in s[f"moved_{kind}_groups"]}
 
     moved_in, moved_out = pieces("in"), pieces("out")
     assert any(g.depth > 0 for _, g in moved_in), f"the job installed {moved_in}"
-    for _, (g, src, dst) in mini_moves:
+    for _, (g, src, dst) in [m for m in mini_moves if m[0] not in skipped]:
         assert any(s == dst and (g.covers(p) or p.covers(g)) for s, p in moved_in), f"{g} -> {dst}: {moved_in}"
         assert any(s == src and (g.covers(p) or p.covers(g)) for s, p in moved_out), f"{g} <- {src}: {moved_out}"
 
-    # merges back below theta once HOT cooled: only buddies left on one slot merge (none are moved together)
+    # merges back below theta once HOT cooled: only buddies left on one slot merge (none are moved together);
+    # with an epoch every batch HOT's mini-groups end up scattered over all slots and none merge
     merges = [
         m
         for before, after, cool in zip(hot_units, hot_units[1:], cooled[1:], strict=False)
@@ -177,8 +184,9 @@ def test_fine_tuning_splits_a_hot_partition_and_moves_its_mini_groups_without_lo
         for m in merged(before, after)
     ]
     print(f"merges after HOT cooled: {merges}; HOT's units at the end: {len(hot_units[-1])}")
-    assert merges, "no buddies merged after HOT cooled"
-    assert len(hot_units[-1]) < max(len(u) for u in hot_units)
+    if epoch == 2:
+        assert merges, "no buddies merged after HOT cooled"
+        assert len(hot_units[-1]) < max(len(u) for u in hot_units)
 
     # the results: exactly the oracle's pairs
     checked = time.perf_counter()
