@@ -90,8 +90,9 @@ def test_fine_tuning_splits_a_hot_partition_and_moves_its_mini_groups_without_lo
     epoch, spark, kafka_bootstrap, redis_url, unique_topic, tmp_path
 ):
     """`epoch`: batches per control epoch. Every 2 batches, each decision is applied (announce, effective)
-    before the next is made. Every batch, the controller decides while hand-overs are announced, so the job
-    skips versions and a decision may re-cut or move units whose state is still in flight."""
+    before the next is made. Every batch, every other decision is made after an announce batch, whose reports
+    miss the pieces in flight (the leaving slot forgot them, the new one has not installed them: the controller
+    sees those mini-groups empty), and the job skips the versions decided while it announced."""
     spec_dict = keyed_eq_spec(unique_topic, tmp_path)
     spec_dict.update(
         partitions=PARTITIONS, slots=SLOTS, max_offsets_per_trigger=PER_BATCH, allowed_lateness_ms=LATENESS_MS
