@@ -138,13 +138,17 @@ class JoinProcessor(StatefulProcessor):
             out.append((slot, DEAD, "", _ipc(pa.Table.from_pandas(dead_rows, preserve_index=False))))
         kept = live.iloc[np.concatenate([np.zeros(0, np.int64), *kept_rows])]
         self._store(meta, kept[kept["stored"].astype(bool)])  # a spread partition's probe-only copies: not here
+        # The windows as joined, reported below: a piece handed over after this batch is counted where it was
+        # joined (its new holder reports it from the next batch on), so its state never vanishes from the reports
+        # while in flight.
+        joined = dict(windows.joins)
         moved_out = self._hand_over(index, meta, windows, epoch) if epoch is not None else []
         self._expire(meta, windows)
         meta["nonce"] = windows.nonce = uuid.uuid4().hex
         self.meta_state.update((orjson.dumps(meta),))
         _CACHE[slot] = windows
         seconds = time.perf_counter() - started
-        groups = meter.report(windows.joins, seconds)
+        groups = meter.report(joined, seconds)
         stats = {
             "slot_index": index,
             "routing_version": epoch.routing.version if epoch is not None else 0,
