@@ -81,10 +81,14 @@ class AdaptedStreamReader(KafkaStreamReader):
         return epoch.to_json()
 
     def control_needs_batch(self, previous: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
-        """A routing step must run (its hand-over completes in the next batch); a new shed ratio waits for
-        records to shed (an empty batch would only dilute the next epoch's measured load)."""
-        routing = {k: v for k, v in (new or {}).items() if k != "shed_ratio"}
-        return routing != {k: v for k, v in (previous or {}).items() if k != "shed_ratio"}
+        """A routing step must run (its hand-over completes in the next batch), and so must a push or clean-up;
+        a new shed ratio waits for records to shed (an empty batch would only dilute the next epoch's measured
+        load)."""
+        if (new or {}).get("spill") or (new or {}).get("cleanup"):
+            return True  # a push or clean-up runs even when no record arrived
+        other = {"shed_ratio", "spill", "cleanup", "spill_version"}
+        routing = {k: v for k, v in (new or {}).items() if k not in other}
+        return routing != {k: v for k, v in (previous or {}).items() if k not in other}
 
     def _decided(self) -> ControlTarget | None:
         if self.feed is None:
