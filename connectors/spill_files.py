@@ -2,6 +2,8 @@
 
 Layout: ROOT/p<partition>/g<generation>/<stream>.arrow. A file is written once under a temporary name and
 renamed into place, so a reader never sees half a generation; it is deleted only when its partition is cleaned.
+The job writes a generation as one table (`write_table`, ROOT/p<partition>/g<generation>/rows.arrow), rewritten
+alike when a batch is replayed, and deletes generations one by one after their clean-up.
 """
 
 from __future__ import annotations

@@ -27,7 +27,13 @@ from windjoin.connectors.kafka_source import (
     read_range,
 )
 from windjoin.pipelines.adapter import Adapter
-from windjoin.pipelines.control_epoch import ControlEpoch, ControlFeed, ControlTarget, next_epoch
+from windjoin.pipelines.control_epoch import (
+    ControlEpoch,
+    ControlFeed,
+    ControlTarget,
+    check_spillable,
+    next_epoch,
+)
 from windjoin.pipelines.control_feed import DecisionFeed
 
 log = logging.getLogger(__name__)
@@ -78,6 +84,8 @@ class AdaptedStreamReader(KafkaStreamReader):
         for table in (epoch.routing, epoch.pending):
             if table is not None:
                 self.adapter.check_routing(table)  # on the driver: the query stops before any batch routes by it
+        if epoch.spill or epoch.cleanup:
+            check_spillable(self.adapter.spec)  # likewise before any batch pushes
         return epoch.to_json()
 
     def control_needs_batch(self, previous: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:

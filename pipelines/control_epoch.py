@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from windjoin.operators.partitioning import Group, RoutingTable
+from windjoin.operators.spec import CountWindow, JoinSpec
 
 Holders = tuple[int, ...]
 
@@ -168,6 +169,19 @@ def _routing_step(current: ControlEpoch, target: ControlTarget | None) -> Contro
         )
     # no tuple changes holders (a split or merge in place, or moves that cancel out): nothing to hand over
     return ControlEpoch(target.routing, target.shed_ratio, spill_version=current.spill_version)
+
+
+def check_spillable(spec: JoinSpec) -> None:
+    """Refuse disk pushes and clean-ups for what they do not support: count windows (a pushed tuple's place in
+    the arrival count is lost to the clean-up) and n-way tasks (the job emits pairs only)."""
+    problems = []
+    if isinstance(spec.window, CountWindow):
+        problems.append("a count window numbers every arrival, the clean-up merges generations out of order")
+    n_way = [t.name for t in spec.tasks if len(t.join) != 2]
+    if n_way:
+        problems.append(f"n-way task(s) {n_way}: the clean-up emits two-stream pairs only")
+    if problems:
+        raise ValueError("spill/cleanup: disk pushes are not supported for this spec: " + "; ".join(problems))
 
 
 def unit_holders(table: RoutingTable) -> dict[Group, Holders]:

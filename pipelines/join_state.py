@@ -57,7 +57,7 @@ from windjoin.operators.schema import LATE
 from windjoin.operators.spec import CountWindow, JoinSpec
 from windjoin.operators.spill.cleanup import missing_results
 from windjoin.pipelines.adapter import CONTROL, PUNCTUATION, SHED, field_column, key_column
-from windjoin.pipelines.control_epoch import ControlEpoch, Holders, pieces, unit_holders
+from windjoin.pipelines.control_epoch import ControlEpoch, Holders, check_spillable, pieces, unit_holders
 from windjoin.pipelines.slot_load import GroupLoadMeter
 
 OUTPUT_DDL = "slot int, kind string, name string, payload binary"
@@ -321,12 +321,7 @@ class JoinProcessor(StatefulProcessor):
     def _spill_files(self) -> SpillFiles:
         if self.spill_root is None:
             raise RuntimeError("disk pushes need a spill folder: build JoinProcessor with spill_root")
-        if isinstance(self.spec.window, CountWindow) or any(len(t.join) != 2 for t in self.spec.tasks):
-            raise ValueError(
-                "spill/cleanup: disk pushes support time windows and two-stream tasks only (this spec has "
-                f"window kind {type(self.spec.window).__name__} and tasks over "
-                f"{sorted({len(t.join) for t in self.spec.tasks})} streams)"
-            )
+        check_spillable(self.spec)
         return SpillFiles(self.spill_root)
 
     def _mine_whole(self, meta: dict[str, Any], parts: tuple[int, ...]) -> list[int]:

@@ -196,3 +196,29 @@ def test_a_push_or_clean_up_forces_a_batch_once():
     done = ControlEpoch(START, spill_version=2).to_json()
     needs = AdaptedStreamReader.control_needs_batch
     assert needs(None, steady, asked) and not needs(None, asked, done) and not needs(None, steady, steady)
+
+
+@pytest.mark.parametrize(
+    ("window", "tasks", "why"),
+    [
+        ({"kind": "count", "size": 10}, 2, "a count window numbers every arrival"),
+        ({"kind": "time", "size_ms": 10}, 3, r"n-way task\(s\) \['t'\]"),
+    ],
+)
+def test_the_job_refuses_pushes_for_count_windows_and_n_way_tasks(window, tasks, why):
+    from windjoin.connectors.kafka_source import KafkaSourceOptions
+    from windjoin.pipelines.adapted_source import AdaptedStreamReader
+    from windjoin.pipelines.control_epoch import SpillRequest
+
+    streams = {n: {"fields": {"k": "int"}, "key": "k", "topic": n.lower()} for n in "RST"[:tasks]}
+    on = [{"op": "eq", "left": f"{a}.k", "right": f"{b}.k"} for a, b in zip("RS", "ST", strict=False)][: tasks - 1]
+    spec = parse_spec({"window": window, "streams": streams, "tasks": [{"name": "t", "join": list(streams), "on": on}]})
+
+    class Feed:
+        def latest(self) -> ControlTarget:
+            return ControlTarget(START, 0.0, SpillRequest(1, spill=(2,)))
+
+    options = KafkaSourceOptions.from_options({"bootstrap.servers": "127.0.0.1:1", "topics": "r"})
+    reader = AdaptedStreamReader(options, Adapter(spec, START, (0, 1, 2)), Feed())
+    with pytest.raises(ValueError, match=f"spill/cleanup: disk pushes are not supported for this spec: {why}"):
+        reader.next_control(ControlEpoch(START).to_json())
