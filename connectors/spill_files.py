@@ -2,6 +2,8 @@
 
 Layout: ROOT/p<partition>/g<generation>/<stream>.arrow. A file is written once under a temporary name and
 renamed into place, so a reader never sees half a generation; it is deleted only when its partition is cleaned.
+The job writes a generation as one table (`write_table`, ROOT/p<partition>/g<generation>/rows.arrow), rewritten
+alike when a batch is replayed, and deletes generations one by one after their clean-up.
 """
 
 from __future__ import annotations
@@ -51,6 +53,35 @@ class SpillFiles:
             table = ipc.open_file(source).read_all()
         self.bytes_read += path.stat().st_size
         return {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
+
+    def _table_path(self, part: int, gen: int) -> Path:
+        return self.root / f"p{part}" / f"g{gen}" / "rows.arrow"
+
+    def write_table(self, part: int, gen: int, table: pa.Table) -> Path:
+        """Store a pushed generation as one table (the job's stored-row columns). Rewriting a generation is
+        allowed and atomic: a batch replayed after a failure pushes the same rows under the same number."""
+        path = self._table_path(part, gen)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        os.replace(tmp, path)
+        self.bytes_written += path.stat().st_size
+        return path
+
+    def read_table(self, part: int, gen: int) -> pa.Table:
+        """A generation written by `write_table`; a missing one is an error (its clean-up would lose pairs)."""
+        path = self._table_path(part, gen)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: generation {gen} of partition {part} is not on disk")
+        with pa.OSFile(str(path), "rb") as source:
+            table = ipc.open_file(source).read_all()
+        self.bytes_read += path.stat().st_size
+        return table
+
+    def delete_generation(self, part: int, gen: int) -> None:
+        """Forget one generation (idempotent)."""
+        shutil.rmtree(self.root / f"p{part}" / f"g{gen}", ignore_errors=True)
 
     def files(self, part: int | None = None) -> list[Path]:
         base = self.root if part is None else self.root / f"p{part}"

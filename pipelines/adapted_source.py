@@ -27,7 +27,13 @@ from windjoin.connectors.kafka_source import (
     read_range,
 )
 from windjoin.pipelines.adapter import Adapter
-from windjoin.pipelines.control_epoch import ControlEpoch, ControlFeed, ControlTarget, next_epoch
+from windjoin.pipelines.control_epoch import (
+    ControlEpoch,
+    ControlFeed,
+    ControlTarget,
+    check_spillable,
+    next_epoch,
+)
 from windjoin.pipelines.control_feed import DecisionFeed
 
 log = logging.getLogger(__name__)
@@ -78,13 +84,19 @@ class AdaptedStreamReader(KafkaStreamReader):
         for table in (epoch.routing, epoch.pending):
             if table is not None:
                 self.adapter.check_routing(table)  # on the driver: the query stops before any batch routes by it
+        if epoch.spill or epoch.cleanup:
+            check_spillable(self.adapter.spec)  # likewise before any batch pushes
         return epoch.to_json()
 
     def control_needs_batch(self, previous: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
-        """A routing step must run (its hand-over completes in the next batch); a new shed ratio waits for
-        records to shed (an empty batch would only dilute the next epoch's measured load)."""
-        routing = {k: v for k, v in (new or {}).items() if k != "shed_ratio"}
-        return routing != {k: v for k, v in (previous or {}).items() if k != "shed_ratio"}
+        """A routing step must run (its hand-over completes in the next batch), and so must a push or clean-up;
+        a new shed ratio waits for records to shed (an empty batch would only dilute the next epoch's measured
+        load)."""
+        if (new or {}).get("spill") or (new or {}).get("cleanup"):
+            return True  # a push or clean-up runs even when no record arrived
+        other = {"shed_ratio", "spill", "cleanup", "spill_version"}
+        routing = {k: v for k, v in (new or {}).items() if k not in other}
+        return routing != {k: v for k, v in (previous or {}).items() if k not in other}
 
     def _decided(self) -> ControlTarget | None:
         if self.feed is None:

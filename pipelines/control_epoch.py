@@ -20,6 +20,12 @@ fine tuning). Old and new units of a partition nest (extendible hashing), so com
 over their common refinement (the finer of each overlapping pair) says which tuples change holders; a piece is
 the unit of hand-over. A split or merge that keeps every piece on its slot changes no holder and is adopted at
 once. Spreads stay whole-partition: a split partition cannot be spread (refused here).
+
+Disk pushes and clean-ups (paper 004, `pipelines.join_state`) are decided like routing: a `SpillRequest` of the
+controller (a version, partitions to push, partitions to clean up) is copied into exactly one batch's epoch, the
+first planned after it is recorded (`spill_version` remembers the last one taken, so it is never taken twice);
+every later epoch carries no push or clean-up until a newer request. A pushed or cleaned partition must be whole
+and keep its one holder in that batch (a split, spread or moving partition is refused here).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from windjoin.operators.partitioning import Group, RoutingTable
+from windjoin.operators.spec import CountWindow, JoinSpec
 
 Holders = tuple[int, ...]
 
@@ -37,8 +44,12 @@ class ControlEpoch:
     routing: RoutingTable
     shed_ratio: float = 0.0
     pending: RoutingTable | None = None  # announced in this batch, effective in the next
+    spill: tuple[int, ...] = ()  # partitions whose holder pushes their stored tuples to disk after this batch
+    cleanup: tuple[int, ...] = ()  # partitions whose generations are merged (missing pairs emitted) in this batch
+    spill_version: int = 0  # the last SpillRequest taken into an epoch
 
     def __post_init__(self) -> None:
+        self._check_spill()
         for table in (self.routing, self.pending):
             both = table is not None and {g.partition for g, _ in table.split} & {p for p, _ in table.spread}
             if both:
@@ -46,6 +57,22 @@ class ControlEpoch:
                     f"routing version {table.version} spreads split partition(s) {sorted(both)}: a spread stores "
                     "and probes a whole partition, merge its mini-groups first"
                 )
+
+    def _check_spill(self) -> None:
+        asked = sorted(set(self.spill) | set(self.cleanup))
+        if not asked:
+            return
+        bad = [p for p in asked if not 0 <= p < self.routing.partitions]
+        if bad:
+            raise ValueError(f"spill/cleanup: partition(s) {bad} out of range 0..{self.routing.partitions - 1}")
+        split = {g.partition for g, _ in self.routing.split} | {p for p, _ in self.routing.spread}
+        moving = {g.partition for g in self.changes()}
+        refused = sorted(set(asked) & (split | moving))
+        if refused:
+            raise ValueError(
+                f"spill/cleanup of partition(s) {refused}: only a whole partition with one holder that keeps it in "
+                "this batch can be pushed or cleaned up (not a split, spread or moving one)"
+            )
 
     def changes(self) -> dict[Group, tuple[Holders, Holders]]:
         """Pieces whose holders the announced routing changes: piece -> (holders now, holders next)."""
@@ -65,6 +92,9 @@ class ControlEpoch:
             "routing": self.routing.to_json(),
             "shed_ratio": self.shed_ratio,
             "pending": None if self.pending is None else self.pending.to_json(),
+            "spill": list(self.spill),
+            "cleanup": list(self.cleanup),
+            "spill_version": self.spill_version,
         }
 
     @staticmethod
@@ -74,15 +104,39 @@ class ControlEpoch:
             RoutingTable.from_json(data["routing"]),
             float(data["shed_ratio"]),
             None if pending is None else RoutingTable.from_json(pending),
+            tuple(int(p) for p in data.get("spill", ())),
+            tuple(int(p) for p in data.get("cleanup", ())),
+            int(data.get("spill_version", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class SpillRequest:
+    """A controller decision to push partitions to disk and/or clean partitions up, taken into one batch."""
+
+    version: int
+    spill: tuple[int, ...] = ()
+    cleanup: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "spill": list(self.spill), "cleanup": list(self.cleanup)}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> SpillRequest:
+        return SpillRequest(
+            int(data["version"]),
+            tuple(int(p) for p in data.get("spill", ())),
+            tuple(int(p) for p in data.get("cleanup", ())),
         )
 
 
 @dataclass(frozen=True)
 class ControlTarget:
-    """What the controller last decided: the routing table it wants and the shed ratio."""
+    """What the controller last decided: the routing table it wants, the shed ratio, its last spill request."""
 
     routing: RoutingTable
     shed_ratio: float
+    spill: SpillRequest | None = None
 
 
 class ControlFeed(Protocol):
@@ -90,18 +144,44 @@ class ControlFeed(Protocol):
 
 
 def next_epoch(current: ControlEpoch, target: ControlTarget | None) -> ControlEpoch:
-    """The epoch of the batch after one run under `current`, steering towards `target`."""
+    """The epoch of the batch after one run under `current`, steering towards `target`: the routing step, plus
+    the target's spill request if it is newer than the last one taken (else no push and no clean-up)."""
+    epoch = _routing_step(replace(current, spill=(), cleanup=()), target)
+    request = target.spill if target is not None else None
+    if request is None or request.version <= current.spill_version:
+        return replace(epoch, spill=(), cleanup=(), spill_version=current.spill_version)
+    if epoch.changes():  # the request waits for the hand-over to complete (taken by a later epoch)
+        return replace(epoch, spill=(), cleanup=(), spill_version=current.spill_version)
+    return replace(epoch, spill=request.spill, cleanup=request.cleanup, spill_version=request.version)
+
+
+def _routing_step(current: ControlEpoch, target: ControlTarget | None) -> ControlEpoch:
     if current.pending is not None:
-        promoted = ControlEpoch(current.pending)
+        promoted = ControlEpoch(current.pending, spill_version=current.spill_version)
         return replace(promoted, shed_ratio=target.shed_ratio if target else current.shed_ratio)
     if target is None:
         return current
     if target.routing.version <= current.routing.version:
         return replace(current, shed_ratio=target.shed_ratio)
     if holder_changes(current.routing, target.routing):
-        return ControlEpoch(current.routing, target.shed_ratio, pending=target.routing)
+        return ControlEpoch(
+            current.routing, target.shed_ratio, pending=target.routing, spill_version=current.spill_version
+        )
     # no tuple changes holders (a split or merge in place, or moves that cancel out): nothing to hand over
-    return ControlEpoch(target.routing, target.shed_ratio)
+    return ControlEpoch(target.routing, target.shed_ratio, spill_version=current.spill_version)
+
+
+def check_spillable(spec: JoinSpec) -> None:
+    """Refuse disk pushes and clean-ups for what they do not support: count windows (a pushed tuple's place in
+    the arrival count is lost to the clean-up) and n-way tasks (the job emits pairs only)."""
+    problems = []
+    if isinstance(spec.window, CountWindow):
+        problems.append("a count window numbers every arrival, the clean-up merges generations out of order")
+    n_way = [t.name for t in spec.tasks if len(t.join) != 2]
+    if n_way:
+        problems.append(f"n-way task(s) {n_way}: the clean-up emits two-stream pairs only")
+    if problems:
+        raise ValueError("spill/cleanup: disk pushes are not supported for this spec: " + "; ".join(problems))
 
 
 def unit_holders(table: RoutingTable) -> dict[Group, Holders]:

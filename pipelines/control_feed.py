@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import orjson
+
 from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.pipelines.control_epoch import ControlTarget
+from windjoin.pipelines.control_epoch import ControlTarget, SpillRequest
 from windjoin.pipelines.controller import state_from_fields
 
 
@@ -18,4 +20,6 @@ class DecisionFeed:
         if fields is None:
             return None
         state, _ = state_from_fields(fields)
-        return ControlTarget(state.routing, state.shed_ratio)
+        spill = fields.get("spill")  # optional: a decision without it asks for no push or clean-up
+        request = SpillRequest.from_json(orjson.loads(spill)) if spill else None
+        return ControlTarget(state.routing, state.shed_ratio, request)

@@ -199,6 +199,11 @@ def move_root(spec: JoinSpec) -> str:
     return str(Path(spec.checkpoint).resolve() / "moves")
 
 
+def spill_root(spec: JoinSpec) -> str:
+    """Where pushed generations are written (paper 004): beside Spark's checkpoint, shared like it."""
+    return str(Path(spec.checkpoint).resolve() / "spill")
+
+
 def build_stream(
     spark: SparkSession, spec: JoinSpec, bootstrap: str, control: ControlSource | None = None
 ) -> DataFrame:
@@ -215,7 +220,7 @@ def build_stream(
         read_adapted(spark, adapter, options)
         .groupBy("slot")
         .transformWithStateInPandas(
-            statefulProcessor=JoinProcessor(spec, labels, routing, move_root(spec)),
+            statefulProcessor=JoinProcessor(spec, labels, routing, move_root(spec), spill_root(spec)),
             outputStructType=OUTPUT_DDL,
             outputMode="Append",
             timeMode="None",

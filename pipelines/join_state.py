@@ -18,6 +18,16 @@ larger of its mark and the giver's. So with p's mini-groups on different slots, 
 `allowed_lateness_ms` behind the newest tuple *its slot* saw of p, not behind the newest of all of p: a tuple
 between the two marks is joined here where a single-slot run would refuse it (never the other way round, and
 replays judge alike since the routing travels with the batch).
+
+Disk pushes and exact clean-up (paper 004, decided per batch in the control epoch): after joining a batch, the
+holder of a partition to push writes the partition's stored rows as the next *generation* file
+(`connectors.spill_files`, under <checkpoint>/spill, numbered from the slot's meta so a replayed batch rewrites
+the same file) and forgets them in state and window; its positions stay, so lateness is judged as before, and
+its later tuples form the memory-resident generation. A clean-up merges every pushed generation with the
+memory-resident one (`operators.spill.cleanup`) and emits exactly the pairs no generation produced alone, then
+takes the pushed tuples that can still join a future tuple back into the window; the merged files are deleted
+in the slot's next batch (which runs only once the clean-up batch committed, so a replay still finds them).
+Time windows and two-stream tasks only; a partition with generations cannot move.
 """
 
 from __future__ import annotations
@@ -38,14 +48,16 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from windjoin.connectors.move_store import MovedGroup, MoveStore
 from windjoin.connectors.result_table import ARROW_TYPES, EMITTED_AT
+from windjoin.connectors.spill_files import SpillFiles
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import Pairs, WindowJoin
 from windjoin.operators.mjoin import join_operator
 from windjoin.operators.partitioning import Group, RoutingTable, key_hash, mini_bits
 from windjoin.operators.schema import LATE
 from windjoin.operators.spec import CountWindow, JoinSpec
+from windjoin.operators.spill.cleanup import missing_results
 from windjoin.pipelines.adapter import CONTROL, PUNCTUATION, SHED, field_column, key_column
-from windjoin.pipelines.control_epoch import ControlEpoch, Holders, pieces, unit_holders
+from windjoin.pipelines.control_epoch import ControlEpoch, Holders, check_spillable, pieces, unit_holders
 from windjoin.pipelines.slot_load import GroupLoadMeter
 
 OUTPUT_DDL = "slot int, kind string, name string, payload binary"
@@ -69,6 +81,11 @@ class SlotWindows:
 _CACHE: dict[int, SlotWindows] = {}
 
 
+def _new_spill() -> dict[str, Any]:
+    """A partition's pushes in the slot's meta: generation numbers on disk, the next one, totals."""
+    return {"next_gen": 0, "gens": [], "pushed_tuples": 0, "pushed_bytes": 0, "cleanups": 0}
+
+
 def _new_meta() -> dict[str, Any]:
     return {"nonce": "", "next_segment": 0, "segments": [], "max_ts": {}, "counts": {}}
 
@@ -80,6 +97,7 @@ class JoinProcessor(StatefulProcessor):
         slot_labels: tuple[int, ...] = (),
         initial_routing: RoutingTable | None = None,
         move_root: str | None = None,
+        spill_root: str | None = None,
     ) -> None:
         self.spec = spec
         # grouping-key value -> slot index, for the load reports (without labels a slot reports its key)
@@ -88,6 +106,7 @@ class JoinProcessor(StatefulProcessor):
         # moved partitions' state is handed over (pipelines.control_epoch).
         self.initial_routing = initial_routing or RoutingTable.round_robin(spec.partitions, spec.slots)
         self.move_root = move_root
+        self.spill_root = spill_root  # where pushed generations are written (paper 004)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.meta_state = handle.getValueState("meta", "meta binary")
@@ -109,6 +128,7 @@ class JoinProcessor(StatefulProcessor):
         epoch = ControlEpoch.from_json(orjson.loads(control.iloc[0])) if len(control) else None
         dead = frame[reasons.notna() & ~reasons.isin([PUNCTUATION, SHED, CONTROL])]
         live = frame[reasons.isna()].sort_values(ORDER, kind="stable")
+        self._forget_retired(meta)
         moved_in = self._install(index, meta, windows, epoch) if epoch is not None else []
         self._check_held(index, meta, live)
         pairs_by_task: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
@@ -124,6 +144,14 @@ class JoinProcessor(StatefulProcessor):
                 pairs_by_task[task].append(table)
             late_rows.append(rows_p[late])
             kept_rows.append(np.delete(rows_p, late))
+        kept = live.iloc[np.concatenate([np.zeros(0, np.int64), *kept_rows])]
+        self._store(meta, kept[kept["stored"].astype(bool)])  # a spread partition's probe-only copies: not here
+        spill_stats = {"pushed_tuples": 0, "pushed_bytes": 0, "pushed": [], "cleaned": [], "cleanup_pairs": 0}
+        if epoch is not None and epoch.spill:
+            self._push(meta, windows, epoch.spill, spill_stats)
+        if epoch is not None and epoch.cleanup:
+            for pairs in self._cleanup(meta, windows, epoch.cleanup, spill_stats):
+                pairs_by_task[pairs.task].append(self._pairs_table(pairs))
         emitted_at = int(time.time() * 1000)
         for task, tables in pairs_by_task.items():
             if tables:
@@ -136,8 +164,6 @@ class JoinProcessor(StatefulProcessor):
         dead_rows = pd.concat([dead[DEAD_COLUMNS], late])
         if len(dead_rows):
             out.append((slot, DEAD, "", _ipc(pa.Table.from_pandas(dead_rows, preserve_index=False))))
-        kept = live.iloc[np.concatenate([np.zeros(0, np.int64), *kept_rows])]
-        self._store(meta, kept[kept["stored"].astype(bool)])  # a spread partition's probe-only copies: not here
         # The windows as joined, reported below: a piece handed over after this batch is counted where it was
         # joined (its new holder reports it from the next batch on), so its state never vanishes from the reports
         # while in flight.
@@ -172,6 +198,14 @@ class JoinProcessor(StatefulProcessor):
             # this worker's CPU time for the slot: its batch work undiluted by other processes on the machine
             "cpu_seconds": time.process_time() - cpu_started,
             "groups": groups,  # per hash partition, columns slot_load.GROUP_FIELDS
+            # disk pushes (paper 004): this batch's pushes and clean-ups, and the generations now on disk
+            "spill": {
+                **spill_stats,
+                "generations": {p: len(g["gens"]) for p, g in meta.get("spill", {}).items() if g["gens"]},
+                "total_pushed_tuples": sum(g["pushed_tuples"] for g in meta.get("spill", {}).values()),
+                "total_pushed_bytes": sum(g["pushed_bytes"] for g in meta.get("spill", {}).values()),
+                "cleanups": sum(g["cleanups"] for g in meta.get("spill", {}).values()),
+            },
         }
         out.append((slot, STATS, "", orjson.dumps(stats)))
         yield pd.DataFrame(out, columns=["slot", "kind", "name", "payload"])
@@ -262,6 +296,12 @@ class JoinProcessor(StatefulProcessor):
             store.put(epoch.pending.version, index, MovedGroup(piece, schema.empty_table(), positions))
         if not leaving:
             return []
+        spilled = sorted({g.partition for g in leaving if meta.get("spill", {}).get(str(g.partition), {}).get("gens")})
+        if spilled:
+            raise RuntimeError(
+                f"slot {index} would hand over partition(s) {spilled} with generations pushed to disk: moving "
+                "pushed generations is not supported, clean the partitions up before moving them"
+            )
         held = pieces(self._held(index, meta), unit_holders(epoch.pending))
         kept = {g: old for g, (old, new) in held.items() if index in new}
         rows_by_piece, rest_by_segment = self._cut_segments(meta, leaving)
@@ -279,6 +319,91 @@ class JoinProcessor(StatefulProcessor):
                 windows.forgotten.pop(part, None)
         meta["held"] = _held_json(kept)
         return leaving
+
+    # -- disk pushes and exact clean-up (paper 004) --------------------------------------------------------
+
+    def _spill_files(self) -> SpillFiles:
+        if self.spill_root is None:
+            raise RuntimeError("disk pushes need a spill folder: build JoinProcessor with spill_root")
+        check_spillable(self.spec)
+        return SpillFiles(self.spill_root)
+
+    def _mine_whole(self, meta: dict[str, Any], parts: tuple[int, ...]) -> list[int]:
+        """The partitions among `parts` this slot holds whole (their only holder: the epoch checked that)."""
+        return sorted(p for p in set(parts) if str(p) in meta.get("held", {}))
+
+    def _push(self, meta: dict[str, Any], windows: SlotWindows, parts: tuple[int, ...], stats: dict) -> None:
+        """Write each asked partition's stored rows as its next generation and forget them here (positions kept)."""
+        mine = self._mine_whole(meta, parts)
+        if not mine:
+            return
+        files = self._spill_files()
+        groups = [Group(p) for p in mine]
+        rows_by_piece, rests = self._cut_segments(meta, groups)
+        for group in groups:
+            part = group.partition
+            if not rows_by_piece[group]:
+                continue  # nothing stored: no generation
+            table = pa.concat_tables(rows_by_piece[group])
+            spill = meta.setdefault("spill", {}).setdefault(str(part), _new_spill())
+            gen = spill["next_gen"]
+            spill["next_gen"] += 1
+            path = files.write_table(part, gen, table)
+            spill["gens"].append(gen)
+            size = path.stat().st_size
+            spill["pushed_tuples"] += table.num_rows
+            spill["pushed_bytes"] += size
+            stats["pushed_tuples"] += table.num_rows
+            stats["pushed_bytes"] += size
+            stats["pushed"].append([part, gen])
+            self._rebuild(meta, windows, part, rests)
+
+    def _cleanup(self, meta: dict[str, Any], windows: SlotWindows, parts: tuple[int, ...], stats: dict) -> list[Pairs]:
+        """Merge each asked partition's generations: the pairs across generations, each once; the pushed tuples
+        a future tuple can still join go back into the window; the merged files are retired."""
+        out: list[Pairs] = []
+        for part in self._mine_whole(meta, parts):
+            spill = meta.get("spill", {}).get(str(part))
+            if not spill or not spill["gens"]:
+                continue
+            files = self._spill_files()
+            pushed = [files.read_table(part, gen) for gen in spill["gens"]]
+            memory = self._partition_rows(meta, part)
+            gens = [self._generation(t) for t in [*pushed, memory]]
+            found = [r for r in missing_results(self.spec, gens) if len(r)]
+            out.extend(found)
+            stats["cleanup_pairs"] += sum(len(r) for r in found)
+            stats["cleaned"].append(part)
+            horizon = meta["max_ts"][str(part)] - self.spec.allowed_lateness_ms - self.spec.window.size_ms
+            back = pa.concat_tables(pushed)
+            back = back.filter(pc.greater_equal(back.column("ts"), horizon))
+            self._take_rows(meta, windows, part, [back])
+            spill["retired"] = spill.get("retired", []) + spill["gens"]
+            spill["gens"] = []
+            spill["cleanups"] += 1
+        return out
+
+    def _forget_retired(self, meta: dict[str, Any]) -> None:
+        """Delete generation files merged by an earlier (so committed) batch's clean-up."""
+        for part, spill in meta.get("spill", {}).items():
+            retired = spill.pop("retired", [])
+            for gen in retired:
+                SpillFiles(self.spill_root).delete_generation(int(part), gen)
+
+    def _partition_rows(self, meta: dict[str, Any], part: int) -> pa.Table:
+        """The rows this slot stores of a partition, read from its segments (the memory-resident generation)."""
+        tables = []
+        for segment in meta["segments"]:
+            if str(part) not in segment["max_ts"]:
+                continue
+            table = pa.ipc.open_stream(self.segments.getValue((segment["id"],))[0]).read_all()
+            tables.append(table.filter(pc.equal(table.column("part"), part)))
+        return pa.concat_tables(tables) if tables else _segment_schema(self.spec).empty_table()
+
+    def _generation(self, table: pa.Table) -> dict[str, dict[str, np.ndarray]]:
+        """Stored rows as the clean-up's generation: per stream, the operator's columns."""
+        rows = table.to_pandas()
+        return {str(stream): _columns(self.spec, rows_s, str(stream)) for stream, rows_s in rows.groupby("stream")}
 
     def _cut_segments(
         self, meta: dict[str, Any], leaving: list[Group]

@@ -29,3 +29,19 @@ def test_round_trip_refuse_overwrite_and_delete(tmp_path):
     assert not list(tmp_path.rglob("*.tmp"))
     files.delete(4)
     assert files.files() == [] and files.read(4, 1, "R") is None
+
+
+def test_a_generation_table_is_rewritten_alike_on_replay_and_deleted_alone(tmp_path):
+    import pyarrow as pa
+
+    files = SpillFiles(tmp_path)
+    table = pa.table({"part": pa.array([3, 3], pa.int32()), "stream": ["R", "S"], "ts": pa.array([5, 6], pa.int64())})
+    files.write_table(3, 0, table)
+    files.write_table(3, 0, table)  # a replayed batch pushes the same rows under the same number
+    files.write_table(3, 1, table.slice(1))
+    assert files.read_table(3, 0).equals(table) and files.read_table(3, 1).num_rows == 1
+    files.delete_generation(3, 0)
+    files.delete_generation(3, 0)  # idempotent: a replayed batch deletes again
+    assert [p.parent.name for p in files.files(3)] == ["g1"]
+    with pytest.raises(FileNotFoundError, match="generation 0 of partition 3"):
+        files.read_table(3, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+import orjson
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
@@ -12,14 +13,19 @@ from pyspark.sql import SparkSession
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
+from windjoin.pipelines.control_epoch import SpillRequest
 from windjoin.pipelines.controller import routing_json
 from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
 
 
-def record_routing(store: DecisionStore, routing: RoutingTable, shed_ratio: float = 0.0) -> None:
-    """A decision as `windjoin controller` records it (the fields the job reads)."""
+def record_routing(
+    store: DecisionStore, routing: RoutingTable, shed_ratio: float = 0.0, spill: SpillRequest | None = None
+) -> None:
+    """A decision as `windjoin controller` records it (the fields the job reads), with an optional spill request."""
+    extra = {} if spill is None else {"spill": orjson.dumps(spill.to_json()).decode()}
     store.record(
         {
+            **extra,
             "epoch": routing.version,
             "routing_version": routing.version,
             "routing": routing_json(routing),

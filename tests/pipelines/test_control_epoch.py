@@ -152,3 +152,73 @@ def test_the_job_refuses_mini_groups_for_count_windows_and_n_way_tasks(window, t
     reader = AdaptedStreamReader(options, Adapter(spec, START, (0, 1, 2)), Feed())
     with pytest.raises(ValueError, match=refused):
         reader.next_control(ControlEpoch(START).to_json())
+
+
+def test_a_spill_request_is_taken_into_exactly_one_epoch():
+    from windjoin.pipelines.control_epoch import SpillRequest
+
+    request = SpillRequest(1, spill=(1, 3), cleanup=(5,))
+    taken = next_epoch(ControlEpoch(START), ControlTarget(START, 0.0, request))
+    assert (taken.spill, taken.cleanup, taken.spill_version) == ((1, 3), (5,), 1)
+    after = next_epoch(taken, ControlTarget(START, 0.0, request))  # the same request again: nothing more
+    assert (after.spill, after.cleanup, after.spill_version) == ((), (), 1)
+    assert next_epoch(after, None) == after
+    newer = next_epoch(after, ControlTarget(START, 0.0, SpillRequest(2, cleanup=(1, 3))))
+    assert (newer.spill, newer.cleanup, newer.spill_version) == ((), (1, 3), 2)
+    assert ControlEpoch.from_json(newer.to_json()) == newer
+    # offsets written before the fields existed still read (no push, no clean-up)
+    old = {k: v for k, v in ControlEpoch(START).to_json().items() if k not in ("spill", "cleanup", "spill_version")}
+    assert ControlEpoch.from_json(old) == ControlEpoch(START)
+
+
+def test_a_spill_request_waits_for_a_routing_step_and_refuses_partitions_that_are_not_whole():
+    from windjoin.pipelines.control_epoch import SpillRequest
+
+    moved = START.with_moves({Group(0): 1})
+    target = ControlTarget(moved, 0.0, SpillRequest(1, spill=(2,)))
+    announce = next_epoch(ControlEpoch(START), target)
+    assert announce.pending == moved and announce.spill == () and announce.spill_version == 0
+    effective = next_epoch(announce, target)
+    assert effective.routing == moved and effective.spill == (2,) and effective.spill_version == 1
+    with pytest.raises(ValueError, match=r"partition\(s\) \[0\].*moving"):
+        ControlEpoch(START, pending=moved, spill=(0,))
+    with pytest.raises(ValueError, match=r"partition\(s\) \[4\].*spread"):
+        ControlEpoch(START.with_spread(4, (0, 1)), cleanup=(4,))
+    with pytest.raises(ValueError, match="out of range"):
+        ControlEpoch(START, spill=(8,))
+
+
+def test_a_push_or_clean_up_forces_a_batch_once():
+    from windjoin.pipelines.adapted_source import AdaptedStreamReader
+
+    steady = ControlEpoch(START, spill_version=1).to_json()
+    asked = ControlEpoch(START, spill=(1,), spill_version=2).to_json()
+    done = ControlEpoch(START, spill_version=2).to_json()
+    needs = AdaptedStreamReader.control_needs_batch
+    assert needs(None, steady, asked) and not needs(None, asked, done) and not needs(None, steady, steady)
+
+
+@pytest.mark.parametrize(
+    ("window", "tasks", "why"),
+    [
+        ({"kind": "count", "size": 10}, 2, "a count window numbers every arrival"),
+        ({"kind": "time", "size_ms": 10}, 3, r"n-way task\(s\) \['t'\]"),
+    ],
+)
+def test_the_job_refuses_pushes_for_count_windows_and_n_way_tasks(window, tasks, why):
+    from windjoin.connectors.kafka_source import KafkaSourceOptions
+    from windjoin.pipelines.adapted_source import AdaptedStreamReader
+    from windjoin.pipelines.control_epoch import SpillRequest
+
+    streams = {n: {"fields": {"k": "int"}, "key": "k", "topic": n.lower()} for n in "RST"[:tasks]}
+    on = [{"op": "eq", "left": f"{a}.k", "right": f"{b}.k"} for a, b in zip("RS", "ST", strict=False)][: tasks - 1]
+    spec = parse_spec({"window": window, "streams": streams, "tasks": [{"name": "t", "join": list(streams), "on": on}]})
+
+    class Feed:
+        def latest(self) -> ControlTarget:
+            return ControlTarget(START, 0.0, SpillRequest(1, spill=(2,)))
+
+    options = KafkaSourceOptions.from_options({"bootstrap.servers": "127.0.0.1:1", "topics": "r"})
+    reader = AdaptedStreamReader(options, Adapter(spec, START, (0, 1, 2)), Feed())
+    with pytest.raises(ValueError, match=f"spill/cleanup: disk pushes are not supported for this spec: {why}"):
+        reader.next_control(ControlEpoch(START).to_json())
