@@ -250,6 +250,24 @@ def join_slots() -> dict:
                     "epoch, and the executors the driver had.",
                 ),
             ],
+            [
+                timeseries(
+                    "Pushed to disk (bytes/s) by slot",
+                    [(f"sum by (slot) (rate({job}_spill_pushed_bytes_total{{{sel}}}[5m]))", "slot {{slot}}")],
+                    "Bps",
+                    "Window state pushed to disk as generation files when memory ran short (paper 004).",
+                ),
+                timeseries(
+                    "Clean-up progress",
+                    [
+                        (f"sum by (slot) ({job}_spill_generations{{{sel}}})", "generations on disk, slot {{slot}}"),
+                        (f"sum(rate({job}_cleanup_partitions_total[5m]))", "partitions merged/s"),
+                        (f"sum(rate({job}_cleanup_pairs_total[5m]))", "pairs found by clean-ups/s"),
+                    ],
+                    "none",
+                    "Pushed generations still waiting for their clean-up, and what clean-ups merged and found.",
+                ),
+            ],
         ],
         [_label_variable("slot", f"{job}_window_tuples", "slot")],
     )

@@ -62,7 +62,7 @@ class JobMetrics:
     """Input rows per slot, pairs per task, dead letters by reason, production delay, per-slot batch time and
     window size, batch id; per slot and per hash partition the load the controller reads (tuples in, outputs,
     seconds, window tuples, state bytes); the control epoch applied (routing version, shed ratio), records shed
-    per stream, and the executor count.
+    per stream, disk pushes and clean-ups per slot, and the executor count.
 
     `streams`: the spec's stream names, whose shed counters are exported at 0 from the start (a labelled counter
     never incremented exports no sample, and "nothing shed" must be visible as 0, not as no data). `executors`:
@@ -159,6 +159,35 @@ class JobMetrics:
             "Executors the driver has, as of the last batch (a local master runs tasks in the driver: 1).",
             registry=r,
         )
+        # Disk pushes and clean-ups (paper 004), per slot: how much went to disk, what is still there, and the
+        # clean-up's progress (partitions merged, pairs it found).
+        self.spill_tuples = Counter(
+            "windjoin_job_spill_pushed_tuples", "Window tuples pushed to disk, by slot.", ["slot"], registry=r
+        )
+        self.spill_bytes = Counter(
+            "windjoin_job_spill_pushed_bytes",
+            "Bytes of generation files pushed to disk, by slot.",
+            ["slot"],
+            registry=r,
+        )
+        self.spill_generations = Gauge(
+            "windjoin_job_spill_generations",
+            "Pushed generations on disk awaiting clean-up after the slot's last batch, by slot.",
+            ["slot"],
+            registry=r,
+        )
+        self.cleanups = Counter(
+            "windjoin_job_cleanup_partitions",
+            "Partitions whose generations a clean-up merged, by slot.",
+            ["slot"],
+            registry=r,
+        )
+        self.cleanup_pairs = Counter(
+            "windjoin_job_cleanup_pairs",
+            "Result pairs found by clean-ups (across generations), by slot.",
+            ["slot"],
+            registry=r,
+        )
         self.delay = BulkHistogram(
             "windjoin_job_production_delay_seconds",
             "Production delay of result pairs: emission minus the later tuple's event time.",
@@ -178,6 +207,7 @@ class JobMetrics:
             self.state_bytes.labels(slot).set(stat.get("state_bytes", 0))
             self.slot_outputs.labels(slot).inc(stat.get("outputs", 0))
             self._observe_groups(int(stat.get("slot_index", stat["slot"])), stat.get("groups"))
+            self._observe_spill(slot, stat.get("spill"))
         for task, n in outcome.pairs.items():
             self.pairs.labels(task).inc(n)
         for reason, n in outcome.dead_by_reason.items():
@@ -217,6 +247,15 @@ class JobMetrics:
             self.part_window_tuples.labels(label).set(window_tuples)
             self.part_state_bytes.labels(label).set(state_bytes)
             self.part_slot.labels(label).set(slot_index)
+
+    def _observe_spill(self, slot: str, spill: dict[str, Any] | None) -> None:
+        if not spill:
+            return
+        self.spill_tuples.labels(slot).inc(spill["pushed_tuples"])
+        self.spill_bytes.labels(slot).inc(spill["pushed_bytes"])
+        self.spill_generations.labels(slot).set(sum(spill["generations"].values()))
+        self.cleanups.labels(slot).inc(len(spill["cleaned"]))
+        self.cleanup_pairs.labels(slot).inc(spill["cleanup_pairs"])
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
         """Serve /metrics on `port` from a background thread; returns (server, thread)."""

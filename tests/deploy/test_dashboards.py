@@ -107,6 +107,12 @@ def test_dashboards_chart_shedding_the_applied_control_epoch_and_executors():
         assert {"join-slots.json", "controller.json"} <= used.get(f"windjoin_job_{name}", set()), name
 
 
+def test_the_join_dashboard_charts_disk_pushes_and_clean_up_progress():
+    used = {m for m, d in _queried_metrics().items() if "join-slots.json" in d}
+    spill = ("spill_pushed_bytes_total", "spill_generations", "cleanup_partitions_total", "cleanup_pairs_total")
+    assert {f"windjoin_job_{n}" for n in spill} <= used
+
+
 def test_every_job_metric_in_a_dashboard_exists_in_the_job_registry():
     known = _names(JobMetrics().registry)
     used = {m: d for m, d in _queried_metrics().items() if m.startswith("windjoin_job_")}
@@ -139,8 +145,17 @@ def test_no_dashboard_queries_an_unknown_component():
     assert prefixes <= {"job", "proxy", "controller"}, prefixes
 
 
-# Job metrics a run without the controller's decisions leaves at 0 (no shedding, the initial routing table).
-ZERO_WITHOUT_CONTROL = {"windjoin_job_shed_records_total", "windjoin_job_shed_ratio", "windjoin_job_routing_version"}
+# Job metrics a run without the controller's decisions leaves at 0 (no shedding, the initial routing table, no
+# disk pushes or clean-ups); tests/pipelines/test_spill_e2e.py shows the spill ones updated by a run that pushes.
+ZERO_WITHOUT_CONTROL = {
+    "windjoin_job_shed_records_total",
+    "windjoin_job_shed_ratio",
+    "windjoin_job_routing_version",
+    "windjoin_job_spill_pushed_bytes_total",
+    "windjoin_job_spill_generations",
+    "windjoin_job_cleanup_partitions_total",
+    "windjoin_job_cleanup_pairs_total",
+}
 
 
 @pytest.mark.slow

@@ -44,13 +44,13 @@ def run_with_one_replay(
     bootstrap: str,
     sinks: list,
     control: ControlSource,
-    decisions: Mapping[int, RoutingTable],
+    after: Callable[[BatchOutcome], None],
     fails: Callable[[BatchOutcome], bool],
 ) -> tuple[list[BatchOutcome], int]:
-    """Run the job on what the topics hold, recording `decisions[b]` after batch b. The first batch for which
-    `fails` holds raises after its sinks wrote (the query dies); the job restarts from its checkpoint and replays
-    it. Returns every batch outcome seen (the failed batch twice) and the failed batch's id."""
-    store = DecisionStore(control.url, control.namespace)
+    """Run the job on what the topics hold, calling `after(outcome)` after each batch (to record the next
+    decision, say). The first batch for which `fails` holds raises after its sinks wrote (the query dies); the
+    job restarts from its checkpoint and replays it. Returns every batch outcome seen (the failed batch twice)
+    and the failed batch's id."""
     seen: list[BatchOutcome] = []
     failed: list[int] = []
 
@@ -59,8 +59,7 @@ def run_with_one_replay(
         if not failed and fails(outcome):
             failed.append(outcome.batch_id)
             raise RuntimeError("injected failure after the batch's sinks wrote")
-        if outcome.batch_id in decisions:
-            record_routing(store, decisions[outcome.batch_id])
+        after(outcome)
 
     query = start_job(spark, spec, bootstrap, sinks, True, on_batch, control)
     with pytest.raises(StreamingQueryException, match="injected failure"):
@@ -71,3 +70,13 @@ def run_with_one_replay(
     assert query.exception() is None
     assert [o.batch_id for o in seen].count(failed[0]) == 2, "the failed batch was not replayed"
     return seen, failed[0]
+
+
+def recording(store: DecisionStore, decisions: Mapping[int, RoutingTable]) -> Callable[[BatchOutcome], None]:
+    """An `after` for run_with_one_replay: record `decisions[b]` after batch b."""
+
+    def after(outcome: BatchOutcome) -> None:
+        if outcome.batch_id in decisions:
+            record_routing(store, decisions[outcome.batch_id])
+
+    return after

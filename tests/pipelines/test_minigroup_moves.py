@@ -19,10 +19,11 @@ import pyarrow as pa
 import pytest
 
 from tests.oracle import as_multiset, oracle_join
-from tests.pipelines.control_helpers import run_with_one_replay
+from tests.pipelines.control_helpers import recording, run_with_one_replay
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
 from tests.pipelines.test_partition_moves import TASKS
 from tests.pipelines.test_pipeline_e2e import _events, _spec
+from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.kafka_source import ARROW_SCHEMA
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
@@ -121,7 +122,7 @@ def test_mini_groups_move_split_and_merge_during_the_run_losing_and_duplicating_
         kafka_bootstrap,
         [parquet, redis],
         ControlSource(redis_url, namespace),
-        DECISIONS,
+        recording(DecisionStore(redis_url, namespace), DECISIONS),
         fails=lambda outcome: any(s["moved_out_groups"] for s in outcome.stats),  # an announce batch
     )
 

@@ -16,9 +16,10 @@ import uuid
 import pytest
 
 from tests.oracle import as_multiset, oracle_join
-from tests.pipelines.control_helpers import run_with_one_replay
+from tests.pipelines.control_helpers import recording, run_with_one_replay
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
 from tests.pipelines.test_pipeline_e2e import _events, _spec
+from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.partitioning import RoutingTable
@@ -68,7 +69,7 @@ def test_holder_changes_during_the_run_lose_and_duplicate_nothing(
         kafka_bootstrap,
         [parquet, redis],
         ControlSource(redis_url, namespace),
-        decisions,
+        recording(DecisionStore(redis_url, namespace), decisions),
         fails=lambda outcome: any(s["moved_out"] for s in outcome.stats),  # an announce batch
     )
 

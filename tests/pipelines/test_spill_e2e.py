@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
-from pyspark.errors import StreamingQueryException
 
 from tests.oracle import as_multiset, oracle_join
-from tests.pipelines.control_helpers import record_routing
+from tests.pipelines.control_helpers import record_routing, run_with_one_replay
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events
 from tests.pipelines.test_partition_moves import TASKS
 from tests.pipelines.test_pipeline_e2e import _events, _spec
@@ -29,7 +27,8 @@ from windjoin.connectors.spill_files import SpillFiles
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.control_epoch import SpillRequest
-from windjoin.pipelines.join_job import BatchOutcome, ControlSource, spill_root, start_job
+from windjoin.pipelines.job_metrics import JobMetrics
+from windjoin.pipelines.join_job import BatchOutcome, ControlSource, spill_root
 
 START = RoutingTable.round_robin(8, 2)
 # spill requests recorded after the batch id named: push p1, p3; push p3 again and p6; clean all three up
@@ -38,32 +37,6 @@ REQUESTS = {
     3: SpillRequest(2, spill=(3, 6)),
     5: SpillRequest(3, cleanup=(1, 3, 6)),
 }
-
-
-def _run_with_one_replay(
-    spark, spec, bootstrap, sinks, control: ControlSource, requests: Mapping[int, SpillRequest], fails: Callable
-) -> tuple[list[BatchOutcome], int]:
-    store = DecisionStore(control.url, control.namespace)
-    seen: list[BatchOutcome] = []
-    failed: list[int] = []
-
-    def on_batch(outcome: BatchOutcome) -> None:
-        seen.append(outcome)
-        if not failed and fails(outcome):
-            failed.append(outcome.batch_id)
-            raise RuntimeError("injected failure after the batch's sinks wrote")
-        if outcome.batch_id in requests:
-            record_routing(store, START, spill=requests[outcome.batch_id])
-
-    query = start_job(spark, spec, bootstrap, sinks, True, on_batch, control)
-    with pytest.raises(StreamingQueryException, match="injected failure"):
-        query.awaitTermination(timeout=600)
-    assert failed, "no batch met the failure condition"
-    query = start_job(spark, spec, bootstrap, sinks, True, on_batch, control)
-    query.awaitTermination(timeout=600)
-    assert query.exception() is None
-    assert [o.batch_id for o in seen].count(failed[0]) == 2, "the failed batch was not replayed"
-    return seen, failed[0]
 
 
 def _disordered(events: list[dict], seed: int, jitter: int) -> list[dict]:
@@ -85,24 +58,43 @@ def test_pushes_and_a_clean_up_during_the_run_lose_and_duplicate_nothing(
     spec = parse_spec(spec_dict)
     namespace = f"t{uuid.uuid4().hex[:8]}"
     parquet = ParquetSink(tmp_path / "parquet")
-    seen, failed = _run_with_one_replay(
+    store = DecisionStore(redis_url, namespace)
+    metrics = JobMetrics(streams=list(spec.streams))
+    committed: list[BatchOutcome] = []  # each batch once: a failed attempt never reaches `after`
+
+    def after(outcome: BatchOutcome) -> None:
+        metrics.observe(outcome)
+        committed.append(outcome)
+        if outcome.batch_id in REQUESTS:
+            record_routing(store, START, spill=REQUESTS[outcome.batch_id])
+
+    seen, _ = run_with_one_replay(
         spark,
         spec,
         kafka_bootstrap,
         [parquet],
         ControlSource(redis_url, namespace),
-        REQUESTS,
+        after,
         fails=lambda outcome: any(s["spill"]["pushed"] for s in outcome.stats),  # the first push batch
     )
 
-    spill = [s["spill"] for o in seen for s in o.stats]  # the "spill" stats exist only in this branch's workers
+    spill = [s["spill"] for o in seen for s in o.stats]
     pushed = sorted({(p, g) for s in spill for p, g in s["pushed"]})
     assert pushed == [(1, 0), (3, 0), (3, 1), (6, 0)], pushed  # p3 pushed twice: two generations
     assert max(s["generations"].get("3", 0) for s in spill) == 2
     assert sorted(p for s in spill for p in s["cleaned"]) == [1, 3, 6]
-    cleanup_pairs = sum(s["cleanup_pairs"] for s in spill)
-    assert cleanup_pairs > 0
-    assert sum(s["pushed_tuples"] for s in spill) > 0
+    # the job's metrics (windjoin run --metrics-port) show the pushes and the clean-up's progress
+    value = metrics.registry.get_sample_value
+    done = [s for o in committed for s in o.stats]
+    slots = sorted({str(s["slot"]) for s in done})
+
+    def metric(name: str) -> float:
+        return sum(value(name, {"slot": slot}) or 0 for slot in slots)
+
+    assert metric("windjoin_job_spill_pushed_tuples_total") == sum(s["spill"]["pushed_tuples"] for s in done) > 0
+    assert metric("windjoin_job_cleanup_pairs_total") == sum(s["spill"]["cleanup_pairs"] for s in done) > 0
+    assert metric("windjoin_job_cleanup_partitions_total") == 3
+    assert all(value("windjoin_job_spill_generations", {"slot": slot}) == 0 for slot in slots)
     # the clean-up's files are deleted by the slot's next batch; nothing stays on disk
     assert SpillFiles(Path(spill_root(spec))).files() == []
 
