@@ -27,6 +27,8 @@ its later tuples form the memory-resident generation. A clean-up merges every pu
 memory-resident one (`operators.spill.cleanup`) and emits exactly the pairs no generation produced alone, then
 takes the pushed tuples that can still join a future tuple back into the window; the merged files are deleted
 in the slot's next batch (which runs only once the clean-up batch committed, so a replay still finds them).
+While a partition has pushed generations, segments that may hold its tuples within W of the pushed event times
+outlive their expiry: those tuples met no pushed tuple on arrival, and the clean-up reads them from the segments.
 Time windows and two-stream tasks only; a partition with generations cannot move.
 """
 
@@ -350,6 +352,10 @@ class JoinProcessor(StatefulProcessor):
             spill["next_gen"] += 1
             path = files.write_table(part, gen, table)
             spill["gens"].append(gen)
+            ts = table.column("ts")
+            low, high = pc.min(ts).as_py(), pc.max(ts).as_py()
+            span = spill.get("span") or [low, high]
+            spill["span"] = [min(span[0], low), max(span[1], high)]  # pushed event times, until the clean-up
             size = path.stat().st_size
             spill["pushed_tuples"] += table.num_rows
             spill["pushed_bytes"] += size
@@ -379,7 +385,7 @@ class JoinProcessor(StatefulProcessor):
             back = back.filter(pc.greater_equal(back.column("ts"), horizon))
             self._take_rows(meta, windows, part, [back])
             spill["retired"] = spill.get("retired", []) + spill["gens"]
-            spill["gens"] = []
+            spill["gens"], spill["span"] = [], None
             spill["cleanups"] += 1
         return out
 
@@ -428,8 +434,9 @@ class JoinProcessor(StatefulProcessor):
             if rest.num_rows:
                 rests.append(rest)
                 self.segments.updateValue((segment["id"],), (_ipc(rest),))
-                by_part = rest.group_by("part").aggregate([("ts", "max")]).to_pydict()
+                by_part = rest.group_by("part").aggregate([("ts", "max"), ("ts", "min")]).to_pydict()
                 segment["max_ts"] = {str(p): int(t) for p, t in zip(by_part["part"], by_part["ts_max"], strict=True)}
+                segment["min_ts"] = {str(p): int(t) for p, t in zip(by_part["part"], by_part["ts_min"], strict=True)}
                 segment["ends"] = {p: v for p, v in segment["ends"].items() if p in segment["max_ts"]}
                 kept_segments.append(segment)
             else:
@@ -565,9 +572,20 @@ class JoinProcessor(StatefulProcessor):
             {
                 "id": seg_id,
                 "max_ts": {str(p): int(ts) for p, ts in by_part["ts"].max().items()},
+                "min_ts": {str(p): int(ts) for p, ts in by_part["ts"].min().items()},
                 "ends": {str(p): {s: meta["counts"][str(p)][s] for s in g["stream"].unique()} for p, g in by_part},
             }
         )
+
+    def _owed_to_cleanup(self, meta: dict[str, Any], part: str, segment: dict[str, Any]) -> bool:
+        """Whether a segment may hold tuples of `part` that pair with its pushed generations: they met no pushed
+        tuple when they arrived, so only the clean-up finds those pairs, and it reads them from the segments."""
+        span = meta.get("spill", {}).get(part, {}).get("span")
+        if not span or not meta["spill"][part]["gens"]:
+            return False
+        size = self.spec.window.size_ms
+        lowest = segment.get("min_ts", {}).get(part, -np.inf)  # not recorded: assume it reaches back far enough
+        return segment["max_ts"][part] >= span[0] - size and lowest <= span[1] + size
 
     def _expire(self, meta: dict[str, Any], windows: SlotWindows) -> None:
         """Drop segments no future tuple of any of their partitions can join (the operator's own rule)."""
@@ -583,6 +601,7 @@ class JoinProcessor(StatefulProcessor):
             else:
                 needed = any(
                     ts >= meta["max_ts"][p] - self.spec.allowed_lateness_ms - window.size_ms
+                    or self._owed_to_cleanup(meta, p, segment)
                     for p, ts in segment["max_ts"].items()
                 )
             if needed:

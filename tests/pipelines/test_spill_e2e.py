@@ -35,7 +35,7 @@ START = RoutingTable.round_robin(8, 2)
 REQUESTS = {
     1: SpillRequest(1, spill=(1, 3)),
     3: SpillRequest(2, spill=(3, 6)),
-    5: SpillRequest(3, cleanup=(1, 3, 6)),
+    7: SpillRequest(3, cleanup=(1, 3, 6)),
 }
 
 
@@ -51,7 +51,7 @@ def test_pushes_and_a_clean_up_during_the_run_lose_and_duplicate_nothing(
 ):
     window = {"kind": "time", "size_ms": 300}
     spec_dict = _spec(
-        unique_topic, tmp_path, window, keyed=True, tasks=TASKS, max_offsets_per_trigger=250, allowed_lateness_ms=5000
+        unique_topic, tmp_path, window, keyed=True, tasks=TASKS, max_offsets_per_trigger=250, allowed_lateness_ms=400
     )
     events = _disordered(_events(2400, seed=11, keys=24), seed=12, jitter=150)
     produce_events(kafka_bootstrap, spec_dict, events)
