@@ -35,14 +35,7 @@ class SpillFiles:
         path = self._path(part, gen, stream)
         if path.exists():
             raise FileExistsError(f"{path}: generation {gen} of partition {part} was already pushed")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        table = pa.table({name: pa.array(col) for name, col in columns.items()})
-        tmp = path.with_suffix(".tmp")
-        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-        os.replace(tmp, path)
-        self.bytes_written += path.stat().st_size
-        return path
+        return self._write(path, pa.table({name: pa.array(col) for name, col in columns.items()}))
 
     def read(self, part: int, gen: int, stream: str) -> dict[str, np.ndarray] | None:
         """One stream's tuples of a pushed generation as numpy columns (strings as objects); None if absent."""
@@ -60,7 +53,10 @@ class SpillFiles:
     def write_table(self, part: int, gen: int, table: pa.Table) -> Path:
         """Store a pushed generation as one table (the job's stored-row columns). Rewriting a generation is
         allowed and atomic: a batch replayed after a failure pushes the same rows under the same number."""
-        path = self._table_path(part, gen)
+        return self._write(self._table_path(part, gen), table)
+
+    def _write(self, path: Path, table: pa.Table) -> Path:
+        """Write under a temporary name, then rename: a reader never sees a half-written generation."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
