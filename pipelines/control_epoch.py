@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import CountWindow, JoinSpec
 
@@ -107,26 +108,6 @@ class ControlEpoch:
             tuple(int(p) for p in data.get("spill", ())),
             tuple(int(p) for p in data.get("cleanup", ())),
             int(data.get("spill_version", 0)),
-        )
-
-
-@dataclass(frozen=True)
-class SpillRequest:
-    """A controller decision to push partitions to disk and/or clean partitions up, taken into one batch."""
-
-    version: int
-    spill: tuple[int, ...] = ()
-    cleanup: tuple[int, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "spill": list(self.spill), "cleanup": list(self.cleanup)}
-
-    @staticmethod
-    def from_json(data: dict[str, Any]) -> SpillRequest:
-        return SpillRequest(
-            int(data["version"]),
-            tuple(int(p) for p in data.get("spill", ())),
-            tuple(int(p) for p in data.get("cleanup", ())),
         )
 
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import orjson
-
 from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.pipelines.control_epoch import ControlTarget, SpillRequest
+from windjoin.pipelines.control_epoch import ControlTarget
 from windjoin.pipelines.controller import state_from_fields
 
 
@@ -19,7 +17,5 @@ class DecisionFeed:
         fields = self.store.latest()
         if fields is None:
             return None
-        state, _ = state_from_fields(fields)
-        spill = fields.get("spill")  # optional: a decision without it asks for no push or clean-up
-        request = SpillRequest.from_json(orjson.loads(spill)) if spill else None
-        return ControlTarget(state.routing, state.shed_ratio, request)
+        state, _ = state_from_fields(fields)  # a decision without `spill` asks for no push or clean-up
+        return ControlTarget(state.routing, state.shed_ratio, state.spill)

@@ -19,10 +19,12 @@ import orjson
 
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadEntry, LoadReports, fine_histograms, slot_batches
+from windjoin.connectors.memory_reports import MemoryHistory
 from windjoin.operators.control.config import ControlConfig
 from windjoin.operators.control.declustering import UtilisationState
 from windjoin.operators.control.epoch import ControlState, Decision, control_step
 from windjoin.operators.control.load import aggregate_epoch
+from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.control.reorganise import Classes, classify
 from windjoin.operators.partitioning import Group, RoutingTable
 
@@ -47,6 +49,9 @@ class EpochOutcome:
         units = state.routing.groups()
         recut = " ".join(f"p{p}:{sum(g.partition == p for g in units)}" for p in d.retuned)
         fine = f", re-cut into units {recut}" if recut else ""
+        request = state.spill
+        if request is not None and request.version == state.epoch:  # asked this epoch
+            fine += f", push {list(request.spill)} clean up {list(request.cleanup)}"
         return (
             f"epoch {state.epoch}: {self.batches} batches, tau {d.tau:.3f}, occupancy {occupancy}, "
             f"suppliers {list(self.classes.suppliers)} consumers {list(self.classes.consumers)}, moves {moves}{hot}"
@@ -73,6 +78,7 @@ class Controller:
         # read at every decided epoch, the difference over the time between readings is the arrival rate.
         self.arrivals = arrivals
         self.arrived = (arrivals(), clock()) if arrivals is not None else None
+        self.memory = MemoryHistory()  # paper 004's per-group totals, for `memory.enabled`
         recorded = decisions.latest()
         if recorded is None:
             self.state, self.cursor = ControlState.initial(partitions, slots), "0-0"
@@ -98,8 +104,19 @@ class Controller:
         shed = shed_records(entries)
         seconds = sum({e.batch_id: e.interval_s for e in entries}.values())  # a replayed batch counts once
         fine = fine_histograms(entries) if self.config.fine_tuning.enabled else None
+        memory = None
+        if self.config.memory.enabled:
+            self.memory.add(entries)
+            memory = self.memory.view(self.state.slots)
         decision = control_step(
-            self.state, load, self.config, shed=shed, seconds=seconds, arrival_rate=self._arrival_rate(), fine=fine
+            self.state,
+            load,
+            self.config,
+            shed=shed,
+            seconds=seconds,
+            arrival_rate=self._arrival_rate(),
+            fine=fine,
+            memory=memory,
         )
         outcome = EpochOutcome(decision, load.batches, occupancy, classes, entries[-1].entry_id, shed)
         self.decisions.record(decision_fields(outcome, self.clock()))
@@ -119,7 +136,11 @@ class Controller:
 def decision_fields(outcome: EpochOutcome, decided_at: float) -> dict[str, str | int | float]:
     """The recorded form of a decision (Redis hash / stream fields); `state_from_fields` reads it back."""
     d, state = outcome.decision, outcome.decision.state
+    # the latest disk request, in every decision until a newer one: the job takes each version once
+    spill = {} if state.spill is None else {"spill": orjson.dumps(state.spill.to_json()).decode()}
     return {
+        **spill,
+        "forced_bytes": state.forced_bytes,
         "epoch": state.epoch,
         "routing_version": state.routing.version,
         "routing": routing_json(state.routing),
@@ -159,7 +180,16 @@ def state_from_fields(fields: dict[str, str]) -> tuple[ControlState, str]:
     """The control state and load cursor of a recorded decision."""
     table = RoutingTable.from_json({**orjson.loads(fields["routing"]), "version": fields["routing_version"]})
     sustained = UtilisationState(int(fields["sustained_above"]), int(fields["sustained_below"]))
-    state = ControlState(int(fields["epoch"]), table, int(fields["slots"]), float(fields["shed_ratio"]), sustained)
+    spill = SpillRequest.from_json(orjson.loads(fields["spill"])) if fields.get("spill") else None
+    state = ControlState(
+        int(fields["epoch"]),
+        table,
+        int(fields["slots"]),
+        float(fields["shed_ratio"]),
+        sustained,
+        spill,
+        int(fields.get("forced_bytes", 0)),
+    )
     return state, fields["load_cursor"]
 
 

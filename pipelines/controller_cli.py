@@ -79,7 +79,8 @@ def _interrupt(signum: int, frame: Any) -> None:
     "--config",
     "config_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Controller thresholds (YAML: reorganisation, declustering, utilisation, shedding, fine_tuning, scaling).",
+    help="Controller thresholds (YAML sections: reorganisation, declustering, utilisation, shedding, fine_tuning, "
+    "hot, memory, scaling).",
 )
 @click.option("--redis-url", help="Redis holding the load reports (default: the spec's Redis sink).")
 @BOOTSTRAP_OPTION
@@ -163,10 +164,12 @@ def controller(
     durations to lead and fails if it does not."""
     spec = load_spec_or_fail(spec_path)
     config = load_control_config(config_path)
-    # Spreads and mini-groups cut a partition's window over slots: only pairwise time windows survive that (the
-    # job refuses them otherwise), so refuse here before any decision is recorded.
+    # Spreads and mini-groups cut a partition's window over slots, disk pushes cut it in generations: only
+    # pairwise time windows survive that (the job refuses them otherwise), so refuse here before any decision.
     if isinstance(spec.window, CountWindow) or any(len(t.join) > 2 for t in spec.tasks):
-        for key, on in (("hot.spread", config.hot.spread), ("fine_tuning.enabled", config.fine_tuning.enabled)):
+        cutting = (("hot.spread", config.hot.spread), ("fine_tuning.enabled", config.fine_tuning.enabled))
+        # disk pushes: the clean-up merges generations out of arrival order and emits pairs only
+        for key, on in (*cutting, ("memory.enabled", config.memory.enabled)):
             if on:
                 raise click.UsageError(
                     f"{config_path}: {key}: true needs two-stream tasks over a time window ({spec_path} has a "

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# "shed": records the adapter shed, per stream (the controller adds them back to the offered load)
+# "shed": records the adapter shed, per stream (the controller adds them back to the offered load); "spill": the
+# slot's generations on disk and the last spill request it took (the controller's memory adaptation)
 REPORT_KEYS = (
     "rows",
     "joined",
@@ -26,6 +27,7 @@ REPORT_KEYS = (
     "cpu_seconds",
     "groups",
     "shed",
+    "spill",
 )
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from windjoin.operators.control.finetune import FINE_DEPTH
+from windjoin.operators.spill.config import MemoryAdaptationConfig
 
 
 class ControlConfigError(ValueError):
@@ -126,6 +127,24 @@ class HotConfig(_Strict):
     max_width: Annotated[int, Field(ge=2)] = 4
 
 
+class MemoryConfig(MemoryAdaptationConfig):
+    """Paper 004 decided by the controller: pushes, relocations and clean-ups from the slots' reported memory
+    (the planner's knobs, see MemoryAdaptationConfig; `memory_bytes` is each slot's budget). `query_bytes` is
+    M_q, the query's expected memory need, which bounds active-disk's forced pushes (required for it)."""
+
+    enabled: bool = False
+    query_bytes: Annotated[int, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _active_disk_bound(self) -> MemoryConfig:
+        if self.enabled and self.policy == "active_disk" and self.query_bytes is None:
+            raise ValueError(
+                "memory.query_bytes: required with policy 'active_disk' (the query's expected memory need in bytes, "
+                "> 0: it bounds the forced pushes)"
+            )
+        return self
+
+
 class ControlConfig(_Strict):
     # who sets the slot count: S2J's utilisation thresholds, or paper 000's supplier/consumer rule
     scaling: Literal["utilisation", "declustering"] = "utilisation"
@@ -135,6 +154,20 @@ class ControlConfig(_Strict):
     shedding: SheddingConfig = SheddingConfig()
     fine_tuning: FineTuningConfig = FineTuningConfig()
     hot: HotConfig = HotConfig()
+    memory: MemoryConfig = MemoryConfig()
+
+    @model_validator(mode="after")
+    def _whole_partitions_for_memory(self) -> ControlConfig:
+        # the job pushes and cleans up whole partitions with one holder only (pipelines.control_epoch)
+        clashes = [
+            k for k, on in (("hot.spread", self.hot.spread), ("fine_tuning.enabled", self.fine_tuning.enabled)) if on
+        ]
+        if self.memory.enabled and clashes:
+            raise ValueError(
+                f"memory.enabled: cannot be combined with {' or '.join(clashes)} (disk pushes and clean-ups take "
+                "whole partitions with one holder; spreads and mini-groups split them); accepted: one or the other"
+            )
+        return self
 
 
 def parse_control_config(data: Any) -> ControlConfig:

@@ -12,6 +12,11 @@ With `fine_tuning.enabled`, the epoch first re-cuts partitions into mini-groups 
 (paper 000's fine tuning, control.finetune): a new mini-group stays on its parent's slot, buddies merge only on
 one slot, and the drain or reorganisation that follows moves mini-groups like partitions, weighing each by its
 share of its partition's tuples. So a slot hot with one big partition gets units it can yield.
+
+With `memory.enabled` (paper 004, control.memory), the epoch first plans memory adaptation from the reported
+memory: pushes and clean-ups become the epoch's spill request, and a relocation is the epoch's only routing
+change (no concurrent adaptations: the reorganisation waits for the next epoch). Partitions with generations on
+disk, or in a request the job has not taken yet, are frozen: no reorganisation or drain moves them.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from windjoin.operators.control.declustering import (
 from windjoin.operators.control.finetune import retune_routing, unit_weights
 from windjoin.operators.control.hot import plan_spread
 from windjoin.operators.control.load import GROUP_MEASURE, EpochLoad, group_weights, utilisation
+from windjoin.operators.control.memory import MemoryView, SpillRequest, memory_step
 from windjoin.operators.control.reorganise import Move, classify, plan_reorganisation
 from windjoin.operators.control.shedding import shed_ratio
 from windjoin.operators.partitioning import Group, RoutingTable
@@ -46,6 +52,8 @@ class ControlState:
     slots: int  # active slots 0..slots-1
     shed_ratio: float = 0.0
     sustained: UtilisationState = UtilisationState()
+    spill: SpillRequest | None = None  # the latest disk request (memory adaptation), recorded until a newer one
+    forced_bytes: int = 0  # active-disk's forced pushes so far (bounded by memory.query_bytes)
 
     @staticmethod
     def initial(partitions: int, slots: int) -> ControlState:
@@ -70,12 +78,13 @@ def control_step(
     seconds: float = 0.0,
     arrival_rate: float | None = None,
     fine: Mapping[int, np.ndarray] | None = None,
+    memory: MemoryView | None = None,
 ) -> Decision:
     """The next control state from this epoch's load; `shed`: records the adapter shed in the epoch's batches,
     `seconds`: the wall-clock span of those batches (for `utilisation.measure: rate`), `arrival_rate`: records
     per second appended to the input topics since the last epoch (for `arrivals`; without it, `rate` is used),
     `fine`: each partition's latest window tuples by mini bits (for `fine_tuning`; partitions missing keep
-    their units).
+    their units), `memory`: the slots' memory as reported (for `memory`; without it nothing is decided there).
 
     S2J's w is the incoming workload. The load reports count the tuples that reached the join, so the shed
     ones are added back: otherwise an epoch shedding a ratio SR would measure tau * (1 - SR), switch shedding
@@ -100,23 +109,41 @@ def control_step(
         routing = retune_routing(routing, fine, tuning.theta, tuning.max_depth, frozen)
     changed = {g for g, _ in routing.split} ^ {g for g, _ in state.routing.split}  # mini-groups made or merged
     retuned = tuple(sorted({g.partition for g in changed}))
-    if slots < state.slots:
-        drained = _drain(routing, unit_weights(group_weights(load), routing, fine), slots, state.slots, in_flight)
+    spill, forced_bytes = state.spill, state.forced_bytes
+    unmovable = set(in_flight)
+    relocated: tuple[Move, ...] = ()
+    if config.memory.enabled and memory is not None:
+        mem = config.memory
+        disk = memory_step(memory, mem, routing, state.epoch + 1, spill, forced_bytes, mem.query_bytes)
+        spill, forced_bytes, relocated = disk.request, disk.forced_bytes, disk.moves
+        unmovable |= {Group(p) for p in disk.frozen}
+    if relocated:
+        slots, moves = state.slots, relocated
+        routing = routing.with_moves({mv.group: mv.target for mv in moves})
+    if not relocated and slots < state.slots:
+        drained = _drain(routing, unit_weights(group_weights(load), routing, fine), slots, state.slots, unmovable)
         if drained is None:
             slots = state.slots  # a released slot still waits for state: shrink in a later epoch
         else:
             moves = tuple(drained)
             routing = routing.with_moves({m.group: m.target for m in moves}) if moves else routing
-    if slots >= state.slots:
+    if not relocated and slots >= state.slots:
         weights = unit_weights(group_weights(load, GROUP_MEASURE[r.occupancy]), routing, fine)
         plan = plan_reorganisation(
-            routing, occupancy, r.th_sup, r.th_con, state.epoch, r.seed, in_flight, r.pick, weights
+            routing, occupancy, r.th_sup, r.th_con, state.epoch, r.seed, unmovable, r.pick, weights
         )
         moves, hot, routing = plan.moves, plan.hot, plan.routing
         if config.hot.spread:
             routing = _spread_hot(routing, hot, occupancy, config)
     new_state = replace(
-        state, epoch=state.epoch + 1, routing=routing, slots=slots, shed_ratio=ratio, sustained=sustained
+        state,
+        epoch=state.epoch + 1,
+        routing=routing,
+        slots=slots,
+        shed_ratio=ratio,
+        sustained=sustained,
+        spill=spill,
+        forced_bytes=forced_bytes,
     )
     return Decision(new_state, tau, moves, hot, retuned)
 

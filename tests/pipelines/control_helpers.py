@@ -11,9 +11,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
-from windjoin.pipelines.control_epoch import SpillRequest
 from windjoin.pipelines.controller import routing_json
 from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
 

@@ -155,7 +155,7 @@ def test_the_job_refuses_mini_groups_for_count_windows_and_n_way_tasks(window, t
 
 
 def test_a_spill_request_is_taken_into_exactly_one_epoch():
-    from windjoin.pipelines.control_epoch import SpillRequest
+    from windjoin.operators.control.memory import SpillRequest
 
     request = SpillRequest(1, spill=(1, 3), cleanup=(5,))
     taken = next_epoch(ControlEpoch(START), ControlTarget(START, 0.0, request))
@@ -172,7 +172,7 @@ def test_a_spill_request_is_taken_into_exactly_one_epoch():
 
 
 def test_a_spill_request_waits_for_a_routing_step_and_refuses_partitions_that_are_not_whole():
-    from windjoin.pipelines.control_epoch import SpillRequest
+    from windjoin.operators.control.memory import SpillRequest
 
     moved = START.with_moves({Group(0): 1})
     target = ControlTarget(moved, 0.0, SpillRequest(1, spill=(2,)))
@@ -207,8 +207,8 @@ def test_a_push_or_clean_up_forces_a_batch_once():
 )
 def test_the_job_refuses_pushes_for_count_windows_and_n_way_tasks(window, tasks, why):
     from windjoin.connectors.kafka_source import KafkaSourceOptions
+    from windjoin.operators.control.memory import SpillRequest
     from windjoin.pipelines.adapted_source import AdaptedStreamReader
-    from windjoin.pipelines.control_epoch import SpillRequest
 
     streams = {n: {"fields": {"k": "int"}, "key": "k", "topic": n.lower()} for n in "RST"[:tasks]}
     on = [{"op": "eq", "left": f"{a}.k", "right": f"{b}.k"} for a, b in zip("RS", "ST", strict=False)][: tasks - 1]

@@ -24,9 +24,9 @@ from tests.pipelines.test_pipeline_e2e import _events, _spec
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.spill_files import SpillFiles
+from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.control_epoch import SpillRequest
 from windjoin.pipelines.job_metrics import JobMetrics
 from windjoin.pipelines.join_job import BatchOutcome, ControlSource, spill_root
 
