@@ -1,9 +1,10 @@
 """The controller's view of memory, built from the join job's load reports (paper 004's measures per group).
 
 A slot's report carries each partition's window bytes, outputs and tuples in for the batch, and the slot's disk
-pushes (`spill`: generations and their bytes per partition, the last spill request taken). Paper 004's P_o
-(results over a group's life) and inserted bytes are sums over every batch, so they are accumulated here across
-epochs; a restarted controller starts them afresh (they order which group goes first, never what is correct).
+pushes (`spill`: generations per partition, the window bytes a clean-up reads back, the last spill request
+taken). Paper 004's P_o (results over a group's life) and inserted bytes are sums over every batch, so they are
+accumulated here across epochs; a restarted controller starts them afresh (they order which group goes first,
+never what is correct).
 T_u is the wall time (ms) of the newest batch in which the group took a tuple: inactivity is measured on the
 reports' own clock, not in event time.
 """
@@ -76,7 +77,7 @@ class MemoryHistory:
         groups = report.get("groups") or {}
         held = dict(zip((int(p) for p in groups.get("part", [])), groups.get("state_bytes", []), strict=True))
         generations = {int(p): int(n) for p, n in (spill.get("generations") or {}).items()}
-        disk_bytes = {int(p): int(n) for p, n in (spill.get("disk_bytes") or {}).items()}
+        reload_bytes = {int(p): int(n) for p, n in (spill.get("reload_bytes") or {}).items()}
         stats = {
             p: GroupStats(
                 size_bytes=int(held.get(p, 0)),
@@ -84,7 +85,7 @@ class MemoryHistory:
                 last_insert_ts=self.last_insert.get(p),
                 disk_generations=generations.get(p, 0),
                 inserted_bytes=int(self.inserted.get(p, 0.0)),
-                pushed_bytes=disk_bytes.get(p, 0),
+                pushed_bytes=reload_bytes.get(p, 0),
             )
             for p in sorted(set(held) | set(generations))
         }

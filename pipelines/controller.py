@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
@@ -122,6 +122,19 @@ class Controller:
         self.decisions.record(decision_fields(outcome, self.clock()))
         self.state, self.cursor = decision.state, outcome.cursor
         return outcome
+
+    def request_cleanup(self) -> SpillRequest:
+        """Record a request to merge every partition's generations on disk (paper 004's clean-up at the end of a
+        bounded run): the job emits the pairs still missing in its next batch, which runs even when no record
+        arrives. A partition without generations is left as it is; a request not taken yet is replaced."""
+        whole = tuple(p for p in range(self.state.routing.partitions) if len(self.state.routing.holders(p)) == 1)
+        split = {g.partition for g, _ in self.state.routing.split}
+        request = SpillRequest(self.state.epoch + 1, cleanup=tuple(p for p in whole if p not in split))
+        state = replace(self.state, epoch=self.state.epoch + 1, spill=request)
+        outcome = EpochOutcome(Decision(state, 0.0, (), ()), 0, {}, Classes((), (), ()), self.cursor)
+        self.decisions.record(decision_fields(outcome, self.clock()))
+        self.state = state
+        return request
 
     def _arrival_rate(self) -> float | None:
         """Records/s appended to the input topics since the previous decided epoch (None without a reader)."""

@@ -73,6 +73,13 @@ def _interrupt(signum: int, frame: Any) -> None:
 @SPEC_ARGUMENT
 @click.option("--once", is_flag=True, help="Decide one epoch over the reports published so far, then exit.")
 @click.option(
+    "--clean-up",
+    "clean_up",
+    is_flag=True,
+    help="Record a request to merge every partition's generations on disk (memory adaptation's clean-up at the end "
+    "of a bounded run: the job emits the missing pairs in its next batch), then exit.",
+)
+@click.option(
     "--epoch-s", type=click.FloatRange(min=0.1), default=20.0, show_default=True, help="Reorganisation epoch length."
 )
 @click.option(
@@ -143,6 +150,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 def controller(
     spec_path: Path,
     once: bool,
+    clean_up: bool,
     epoch_s: float,
     config_path: Path | None,
     redis_url: str | None,
@@ -234,6 +242,10 @@ def controller(
             if control is None:
                 control = resume()
                 metrics.leader.set(1)
+            if clean_up:
+                request = control.request_cleanup()
+                click.echo(f"epoch {request.version}: clean-up of every partition's generations requested")
+                return
             outcome = control.step()
             if outcome is None:
                 click.echo(f"epoch {control.state.epoch + 1}: no load reports since the last epoch, no decision")

@@ -60,7 +60,7 @@ from windjoin.operators.spec import CountWindow, JoinSpec
 from windjoin.operators.spill.cleanup import missing_results
 from windjoin.pipelines.adapter import CONTROL, PUNCTUATION, SHED, field_column, key_column
 from windjoin.pipelines.control_epoch import ControlEpoch, Holders, check_spillable, pieces, unit_holders
-from windjoin.pipelines.slot_load import GroupLoadMeter
+from windjoin.pipelines.slot_load import GroupLoadMeter, join_state
 
 OUTPUT_DDL = "slot int, kind string, name string, payload binary"
 PAIRS, DEAD, STATS = "pairs", "dead", "stats"
@@ -85,7 +85,7 @@ _CACHE: dict[int, SlotWindows] = {}
 
 def _new_spill() -> dict[str, Any]:
     """A partition's pushes in the slot's meta: generation numbers on disk, the next one, totals."""
-    return {"next_gen": 0, "gens": [], "pushed_tuples": 0, "pushed_bytes": 0, "disk_bytes": 0, "cleanups": 0}
+    return {"next_gen": 0, "gens": [], "pushed_tuples": 0, "pushed_bytes": 0, "reload_bytes": 0, "cleanups": 0}
 
 
 def _new_meta() -> dict[str, Any]:
@@ -205,7 +205,7 @@ class JoinProcessor(StatefulProcessor):
                 **spill_stats,
                 "spill_version": epoch.spill_version if epoch is not None else 0,  # the last request taken
                 "generations": {p: len(g["gens"]) for p, g in meta.get("spill", {}).items() if g["gens"]},
-                "disk_bytes": {p: g.get("disk_bytes", 0) for p, g in meta.get("spill", {}).items() if g["gens"]},
+                "reload_bytes": {p: g.get("reload_bytes", 0) for p, g in meta.get("spill", {}).items() if g["gens"]},
                 "total_pushed_tuples": sum(g["pushed_tuples"] for g in meta.get("spill", {}).values()),
                 "total_pushed_bytes": sum(g["pushed_bytes"] for g in meta.get("spill", {}).values()),
                 "cleanups": sum(g["cleanups"] for g in meta.get("spill", {}).values()),
@@ -361,7 +361,9 @@ class JoinProcessor(StatefulProcessor):
             size = path.stat().st_size
             spill["pushed_tuples"] += table.num_rows
             spill["pushed_bytes"] += size
-            spill["disk_bytes"] = spill.get("disk_bytes", 0) + size  # what a clean-up reads back (until it runs)
+            # the window bytes pushed, as the load reports count them: what a clean-up brings back into memory
+            held = join_state(windows.joins[part])[1] if part in windows.joins else 0
+            spill["reload_bytes"] = spill.get("reload_bytes", 0) + held
             stats["pushed_tuples"] += table.num_rows
             stats["pushed_bytes"] += size
             stats["pushed"].append([part, gen])
@@ -388,7 +390,7 @@ class JoinProcessor(StatefulProcessor):
             back = back.filter(pc.greater_equal(back.column("ts"), horizon))
             self._take_rows(meta, windows, part, [back])
             spill["retired"] = spill.get("retired", []) + spill["gens"]
-            spill["gens"], spill["span"], spill["disk_bytes"] = [], None, 0
+            spill["gens"], spill["span"], spill["reload_bytes"] = [], None, 0
             spill["cleanups"] += 1
         return out
 

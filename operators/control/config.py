@@ -136,12 +136,22 @@ class MemoryConfig(MemoryAdaptationConfig):
     query_bytes: Annotated[int, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
-    def _active_disk_bound(self) -> MemoryConfig:
+    def _bounded(self) -> MemoryConfig:
+        problems = []
         if self.enabled and self.policy == "active_disk" and self.query_bytes is None:
-            raise ValueError(
+            problems.append(
                 "memory.query_bytes: required with policy 'active_disk' (the query's expected memory need in bytes, "
                 "> 0: it bounds the forced pushes)"
             )
+        # A clean-up filling memory past theta_m would be pushed again the next epoch: pushes and clean-ups would
+        # alternate for as long as the job runs, each forcing a batch (a bounded run would never finish).
+        if self.cleanup_below is not None and self.cleanup_below > self.theta_m:
+            problems.append(
+                f"memory.cleanup_below: must be <= theta_m (got cleanup_below={self.cleanup_below}, "
+                f"theta_m={self.theta_m}): a clean-up over theta_m is pushed again at once"
+            )
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
 

@@ -31,7 +31,7 @@ def test_outputs_and_inserted_bytes_add_up_over_batches_and_a_replay_counts_once
     second = LoadEntry("2-0", 1, 11.0, 1.0, [report(0, {2: (5, 7, 15, 600)}), report(1, {3: (0, 0, 4, 80)})])
     history.add([first, second])
     history.add([LoadEntry("3-0", 1, 12.0, 1.0, second.slots)])  # batch 1 replayed after a failure
-    spill = {"spill_version": 3, "generations": {"5": 2}, "disk_bytes": {"5": 900}}
+    spill = {"spill_version": 3, "generations": {"5": 2}, "reload_bytes": {"5": 900}}
     history.add(
         [LoadEntry("4-0", 2, 13.0, 1.0, [report(0, {2: (0, 0, 15, 600)}), report(1, {3: (0, 0, 0, 0)}, spill)])]
     )

@@ -122,3 +122,5 @@ def test_memory_needs_whole_partitions_and_active_disk_needs_a_query_bound():
         parse_control_config({"memory": {"enabled": True}, "fine_tuning": {"enabled": True}})
     with pytest.raises(ControlConfigError, match=r"memory.query_bytes: required with policy 'active_disk'"):
         parse_control_config({"memory": {"enabled": True, "policy": "active_disk"}})
+    with pytest.raises(ControlConfigError, match=r"memory.cleanup_below: must be <= theta_m"):
+        parse_control_config({"memory": {"enabled": True, "theta_m": 0.6, "cleanup_below": 0.9}})

@@ -1,0 +1,106 @@
+"""Memory adaptation decided by the controller and applied by the job (paper 004; real Kafka, Redis, Spark).
+
+The controller reads the job's load reports every batch with a slot budget far below what the windows hold, so
+its planner pushes the least productive partitions to disk, relocates partitions when one slot holds much more
+than the other, and cleans pushed partitions up when memory allows. The first batch that pushes fails after its
+sinks wrote and is replayed. When the topics are drained, `request_cleanup` (as `windjoin controller
+--clean-up`) asks for the end-of-run clean-up and the restarted job merges what is left on disk in a batch with
+no new record. Normal run plus clean-ups must equal the brute-force oracle: a pair lost or produced twice by a
+push, a relocation, a clean-up or the replay shows up as a difference.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import orjson
+import pytest
+
+from tests.oracle import as_multiset, oracle_join
+from tests.pipelines.control_helpers import run_with_one_replay
+from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events
+from tests.pipelines.test_partition_moves import TASKS
+from tests.pipelines.test_pipeline_e2e import _events, _spec
+from tests.pipelines.test_spill_e2e import _disordered
+from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.load_reports import LoadReports
+from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.operators.control.config import parse_control_config
+from windjoin.operators.spec import parse_spec
+from windjoin.pipelines.controller import Controller, recorded_moves
+from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.load_publisher import LoadPublisher
+
+CONTROL = {
+    "utilisation": {"capacity": 1e12, "min_workers": 2, "max_workers": 2},  # no shedding, no scaling
+    "reorganisation": {"occupancy": "tuples", "th_sup": 0.95, "th_con": 0.05},  # no CPU moves: memory decides
+    "memory": {"enabled": True, "memory_bytes": 12_000, "theta_m": 0.6, "cleanup_below": 0.5},
+}
+
+
+@pytest.mark.slow
+def test_controller_pushes_relocates_and_cleans_up_without_losing_a_pair(
+    spark, kafka_bootstrap, redis_url, unique_topic, tmp_path
+):
+    window = {"kind": "time", "size_ms": 300}
+    spec_dict = _spec(
+        unique_topic, tmp_path, window, keyed=True, tasks=TASKS, max_offsets_per_trigger=250, allowed_lateness_ms=400
+    )
+    events = _disordered(_events(2400, seed=21, keys=24), seed=22, jitter=150)
+    produce_events(kafka_bootstrap, spec_dict, events)
+    spec = parse_spec(spec_dict)
+    namespace = f"t{uuid.uuid4().hex[:8]}"
+    decisions = DecisionStore(redis_url, namespace)
+    controller = Controller(
+        LoadReports(redis_url, namespace), decisions, parse_control_config(CONTROL), spec.partitions, spec.slots
+    )
+    publish = LoadPublisher(LoadReports(redis_url, namespace), trigger_s=0.0)
+    parquet = ParquetSink(tmp_path / "parquet")
+    control = ControlSource(redis_url, namespace)
+
+    def after(outcome: BatchOutcome) -> None:  # a control epoch after every committed batch
+        publish(outcome)
+        controller.step()
+
+    seen, _ = run_with_one_replay(
+        spark,
+        spec,
+        kafka_bootstrap,
+        [parquet],
+        control,
+        after,
+        fails=lambda outcome: any(s["spill"]["pushed"] for s in outcome.stats),
+    )
+    request = controller.request_cleanup()  # the end of the bounded run
+    final: list[BatchOutcome] = []
+    query = start_job(spark, spec, kafka_bootstrap, [parquet], True, final.append, control)
+    query.awaitTermination(timeout=600)
+    assert query.exception() is None
+
+    history = [fields for _, fields in decisions.history()]
+    asked = [orjson.loads(f["spill"]) for f in history if "spill" in f]
+    pushes = {p for r in asked for p in r["spill"]}
+    spill = [s["spill"] for o in [*seen, *final] for s in o.stats]
+    pushed = {p for s in spill for p, _ in s["pushed"]}
+    cleaned = [p for s in spill for p in s["cleaned"]]
+    relocated = [m for f in history for m in recorded_moves(f)]
+    trace = f"asked {asked}, pushed {sorted(pushed)}, cleaned {cleaned}, relocated {relocated}"
+    assert pushed and pushed <= pushes, trace  # the job pushed what the controller decided, and only that
+    assert [r["version"] for r in asked] == sorted(r["version"] for r in asked), trace
+    in_run = [p for o in seen for s in o.stats for p in s["spill"]["cleaned"]]
+    print(
+        "DEBUG",
+        [
+            (o.batch_id, [(s["slot_index"], s["state_bytes"], s["spill"]["reload_bytes"]) for s in o.stats])
+            for o in seen
+        ],
+    )
+    assert in_run, f"no clean-up while memory allowed: {trace}"
+    assert relocated, f"no relocation: {trace}"
+    assert final and any(s["spill"]["cleaned"] for o in final for s in o.stats), trace
+    assert all(not s["spill"]["generations"] for s in final[-1].stats), "generations left on disk after the clean-up"
+    assert request.version == max(r["version"] for r in asked)
+
+    expected, late = oracle_join(spec_dict, events)
+    assert not late and len(expected) > 1000
+    assert as_multiset(parquet_pairs(parquet, spec_dict)) == as_multiset(expected)
