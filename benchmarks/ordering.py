@@ -51,7 +51,7 @@ TASK = "band"
 
 def band_spec() -> JoinSpec:
     spec = copy.deepcopy(BAND_SPEC)
-    spec["window"] = {"kind": "time", "size_ms": 2 * WINDOW_TUPLES}  # two tuples (one R, one S) per ms
+    spec["window"] = {"kind": "time", "size_ms": 2 * WINDOW_TUPLES}  # one tuple per ms, R and S alternating
     return parse_spec(spec)
 
 
