@@ -119,6 +119,14 @@ class BatchOutcome:
         return sum(s["window_tuples"] for s in self.stats)
 
 
+def batch_table(schema: pa.Schema, parts: list[pa.Table], batch_id: int) -> pa.Table:
+    """A task's result table of one batch (`result_schema`) from its slots' tables (pairs plus `emitted_at`), in
+    the order the slots' tables are given, not yet ordered by `output_order`."""
+    table = pa.concat_tables(parts)
+    table = table.append_column(BATCH_ID, pa.array(np.full(len(table), batch_id), pa.int64()))
+    return table.select(schema.names).cast(schema)
+
+
 @dataclass
 class BatchSink:
     """foreachBatch: collect the slots' result blobs and hand them to every sink with the batch id.
@@ -152,10 +160,9 @@ class BatchSink:
             if not parts:  # still handed over, so every sink records the batch as committed for the task
                 results[task] = schema.empty_table()
                 continue
-            table = pa.concat_tables(parts)
-            table = table.append_column(BATCH_ID, pa.array(np.full(len(table), batch_id), pa.int64()))
+            table = batch_table(schema, parts, batch_id)
             ordering_started = time.perf_counter()
-            results[task] = order_results(table.select(schema.names).cast(schema), self.spec.output_order)
+            results[task] = order_results(table, self.spec.output_order)
             outcome.order_seconds += time.perf_counter() - ordering_started
             outcome.pairs[task] = len(table)
             delays.append(table.column(EMITTED_AT).to_numpy() - result_times(results[task]))

@@ -153,7 +153,7 @@ class JoinProcessor(StatefulProcessor):
             self._push(meta, windows, epoch.spill, spill_stats)
         if epoch is not None and epoch.cleanup:
             for pairs in self._cleanup(meta, windows, epoch.cleanup, spill_stats):
-                pairs_by_task[pairs.task].append(self._pairs_table(pairs))
+                pairs_by_task[pairs.task].append(pairs_table(self.spec, pairs))
         emitted_at = int(time.time() * 1000)
         for task, tables in pairs_by_task.items():
             if tables:
@@ -525,7 +525,7 @@ class JoinProcessor(StatefulProcessor):
             )
         )
         self._note_positions(meta, part, join, windows.forgotten.get(part, {}))
-        tables = [(pairs.task, self._pairs_table(pairs)) for pairs in result.pairs if len(pairs)]
+        tables = [(pairs.task, pairs_table(self.spec, pairs)) for pairs in result.pairs if len(pairs)]
         return tables, late
 
     def _windows(self, slot: int, meta: dict[str, Any]) -> SlotWindows:
@@ -547,16 +547,6 @@ class JoinProcessor(StatefulProcessor):
             stores = windows.joins.setdefault(int(part), join_operator(self.spec)).stores
             windows.forgotten[int(part)] = {s: n - stores[s].count for s, n in counts.items()}
         return windows
-
-    def _pairs_table(self, pairs: Pairs) -> pa.Table:
-        arrays, names = [], []
-        for stream, columns in pairs.sides.items():
-            s = self.spec.streams[stream]
-            types = {s.timestamp: pa.int64(), **{f: ARROW_TYPES[t] for f, t in s.fields.items()}}
-            children = [pa.array(columns[name], type=types[name]) for name in types]
-            arrays.append(pa.StructArray.from_arrays(children, names=list(types)))
-            names.append(stream)
-        return pa.Table.from_arrays(arrays, names=names)
 
     def _note_positions(self, meta: dict[str, Any], part: int, join: WindowJoin, forgotten: dict[str, int]) -> None:
         key = str(part)
@@ -614,6 +604,19 @@ class JoinProcessor(StatefulProcessor):
             else:
                 self.segments.removeKey((segment["id"],))
         meta["segments"] = live
+
+
+def pairs_table(spec: JoinSpec, pairs: Pairs) -> pa.Table:
+    """A task's pairs as the Arrow table a slot hands over: one struct column per joined stream (its timestamp
+    first, then its fields), in the layout of `connectors.result_table` without `batch_id` and `emitted_at`."""
+    arrays, names = [], []
+    for stream, columns in pairs.sides.items():
+        s = spec.streams[stream]
+        types = {s.timestamp: pa.int64(), **{f: ARROW_TYPES[t] for f, t in s.fields.items()}}
+        children = [pa.array(columns[name], type=types[name]) for name in types]
+        arrays.append(pa.StructArray.from_arrays(children, names=list(types)))
+        names.append(stream)
+    return pa.Table.from_arrays(arrays, names=names)
 
 
 def _columns(spec: JoinSpec, rows: pd.DataFrame, stream: str) -> dict[str, np.ndarray]:
