@@ -44,7 +44,7 @@ def test_controller_pushes_relocates_and_cleans_up_without_losing_a_pair(
 ):
     window = {"kind": "time", "size_ms": 300}
     spec_dict = _spec(
-        unique_topic, tmp_path, window, keyed=True, tasks=TASKS, max_offsets_per_trigger=250, allowed_lateness_ms=400
+        unique_topic, tmp_path, window, keyed=True, tasks=TASKS, max_offsets_per_trigger=250, allowed_lateness_ms=800
     )
     events = _disordered(_events(2400, seed=21, keys=24), seed=22, jitter=150)
     produce_events(kafka_bootstrap, spec_dict, events)
@@ -88,19 +88,15 @@ def test_controller_pushes_relocates_and_cleans_up_without_losing_a_pair(
     assert pushed and pushed <= pushes, trace  # the job pushed what the controller decided, and only that
     assert [r["version"] for r in asked] == sorted(r["version"] for r in asked), trace
     in_run = [p for o in seen for s in o.stats for p in s["spill"]["cleaned"]]
-    print(
-        "DEBUG",
-        [
-            (o.batch_id, [(s["slot_index"], s["state_bytes"], s["spill"]["reload_bytes"]) for s in o.stats])
-            for o in seen
-        ],
-    )
     assert in_run, f"no clean-up while memory allowed: {trace}"
     assert relocated, f"no relocation: {trace}"
     assert final and any(s["spill"]["cleaned"] for o in final for s in o.stats), trace
     assert all(not s["spill"]["generations"] for s in final[-1].stats), "generations left on disk after the clean-up"
     assert request.version == max(r["version"] for r in asked)
 
+    # Kafka partitions are read at even offsets, not even event times (800 ms lateness allows for that; 400 ms
+    # did not for this seed): the job dead-letters nothing, so a tuple judged late shows here, not as missing pairs
+    assert not any(o.dead for o in [*seen, *final])
     expected, late = oracle_join(spec_dict, events)
     assert not late and len(expected) > 1000
     assert as_multiset(parquet_pairs(parquet, spec_dict)) == as_multiset(expected)
