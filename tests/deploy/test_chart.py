@@ -175,7 +175,25 @@ def test_controller_args_name_options_that_windjoin_controller_has(helm):
             assert arg.split("=")[0] in help_text, arg
 
 
+def test_controller_config_renders_as_thresholds_windjoin_controller_accepts(helm):
+    """The controller value set's `controller.config` reaches the pod as control.yaml, which the controller's own
+    validation accepts with every key kept; the Deployment reads it with --config."""
+    from windjoin.operators.control.config import parse_control_config
+
+    docs = _render(helm, "controller")
+    spec_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-spec"))
+    values = yaml.safe_load((CHART / "ci" / "controller-values.yaml").read_text())["controller"]["config"]
+    rendered = yaml.safe_load(spec_map["data"]["control.yaml"])
+    assert rendered == values
+    config = parse_control_config(rendered)
+    assert config.memory.enabled and config.utilisation.capacity == 50000
+    deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("controller"))
+    assert "--config=/etc/windjoin/control.yaml" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
 BAD_VALUES = [
+    (["--set", "controller.config.colour.x=1"], "/controller/config"),
+    (["--set", "controller.epochSeconds=0"], "/controller/epochSeconds"),
     (["--set", "redis.bundled=false"], "/redis/url"),
     (["--set", "redis.bundled=false", "--set", "redis.url=http://cache:6379"], "/redis/url"),
     (["--set", "kafka.bootstrap=kafka"], "/kafka/bootstrap"),
