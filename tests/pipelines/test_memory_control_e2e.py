@@ -2,7 +2,8 @@
 
 The controller reads the job's load reports every batch with a slot budget far below what the windows hold, so
 its planner pushes the least productive partitions to disk, relocates partitions when one slot holds much more
-than the other, and cleans pushed partitions up when memory allows. The first batch that pushes fails after its
+than the other, and cleans pushed partitions up when memory allows; under active-disk it also forces pushes on
+the slot with the lower output rate. The first batch that pushes fails after its
 sinks wrote and is replayed. When the topics are drained, `request_cleanup` (as `windjoin controller
 --clean-up`) asks for the end-of-run clean-up and the restarted job merges what is left on disk in a batch with
 no new record. Normal run plus clean-ups must equal the brute-force oracle: a pair lost or produced twice by a
@@ -39,8 +40,9 @@ CONTROL = {
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("policy", ["lazy_disk", "active_disk"])
 def test_controller_pushes_relocates_and_cleans_up_without_losing_a_pair(
-    spark, kafka_bootstrap, redis_url, unique_topic, tmp_path
+    spark, kafka_bootstrap, redis_url, unique_topic, tmp_path, policy
 ):
     window = {"kind": "time", "size_ms": 300}
     spec_dict = _spec(
@@ -51,9 +53,9 @@ def test_controller_pushes_relocates_and_cleans_up_without_losing_a_pair(
     spec = parse_spec(spec_dict)
     namespace = f"t{uuid.uuid4().hex[:8]}"
     decisions = DecisionStore(redis_url, namespace)
-    controller = Controller(
-        LoadReports(redis_url, namespace), decisions, parse_control_config(CONTROL), spec.partitions, spec.slots
-    )
+    memory = {**CONTROL["memory"], "policy": policy, "query_bytes": 60_000}  # M_q: 2.5x the cluster's budget
+    config = parse_control_config({**CONTROL, "memory": memory})
+    controller = Controller(LoadReports(redis_url, namespace), decisions, config, spec.partitions, spec.slots)
     publish = LoadPublisher(LoadReports(redis_url, namespace), trigger_s=0.0)
     parquet = ParquetSink(tmp_path / "parquet")
     control = ControlSource(redis_url, namespace)
@@ -93,6 +95,8 @@ def test_controller_pushes_relocates_and_cleans_up_without_losing_a_pair(
     assert final and any(s["spill"]["cleaned"] for o in final for s in o.stats), trace
     assert all(not s["spill"]["generations"] for s in final[-1].stats), "generations left on disk after the clean-up"
     assert request.version == max(r["version"] for r in asked)
+    forced = int(history[-1]["forced_bytes"])  # active-disk's pushes on the slot with the lowest output rate
+    assert (forced > 0) == (policy == "active_disk"), f"forced {forced} bytes under {policy}"
 
     # Kafka partitions are read at even offsets, not even event times (800 ms lateness allows for that; 400 ms
     # did not for this seed): the job dead-letters nothing, so a tuple judged late shows here, not as missing pairs
