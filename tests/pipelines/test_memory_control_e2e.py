@@ -19,10 +19,8 @@ import pytest
 
 from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.control_helpers import run_with_one_replay
-from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events
-from tests.pipelines.test_partition_moves import TASKS
-from tests.pipelines.test_pipeline_e2e import _events, _spec
-from tests.pipelines.test_spill_e2e import _disordered
+from tests.pipelines.pipeline_helpers import parquet_pairs
+from tests.pipelines.test_spill_e2e import spill_workload
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadReports
 from windjoin.connectors.parquet_sink import ParquetSink
@@ -44,12 +42,7 @@ CONTROL = {
 def test_controller_pushes_relocates_and_cleans_up_without_losing_a_pair(
     spark, kafka_bootstrap, redis_url, unique_topic, tmp_path, policy
 ):
-    window = {"kind": "time", "size_ms": 300}
-    spec_dict = _spec(
-        unique_topic, tmp_path, window, keyed=True, tasks=TASKS, max_offsets_per_trigger=250, allowed_lateness_ms=800
-    )
-    events = _disordered(_events(2400, seed=21, keys=24), seed=22, jitter=150)
-    produce_events(kafka_bootstrap, spec_dict, events)
+    spec_dict, events = spill_workload(unique_topic, tmp_path, kafka_bootstrap, seed=21, lateness_ms=800)
     spec = parse_spec(spec_dict)
     namespace = f"t{uuid.uuid4().hex[:8]}"
     decisions = DecisionStore(redis_url, namespace)

@@ -45,16 +45,29 @@ def _disordered(events: list[dict], seed: int, jitter: int) -> list[dict]:
     return [{**e, "ts": e["ts"] + rng.randint(-jitter, jitter)} for e in events]
 
 
+def spill_workload(unique_topic, tmp_path, bootstrap: str, seed: int, lateness_ms: int) -> tuple[dict, list[dict]]:
+    """The spill tests' spec (time window 300 ms, 8 partitions on 2 slots, 250 records per batch) and 2,400
+    disordered events over 24 keys, produced to its topics."""
+    window = {"kind": "time", "size_ms": 300}
+    spec_dict = _spec(
+        unique_topic,
+        tmp_path,
+        window,
+        keyed=True,
+        tasks=TASKS,
+        max_offsets_per_trigger=250,
+        allowed_lateness_ms=lateness_ms,
+    )
+    events = _disordered(_events(2400, seed=seed, keys=24), seed=seed + 1, jitter=150)
+    produce_events(bootstrap, spec_dict, events)
+    return spec_dict, events
+
+
 @pytest.mark.slow
 def test_pushes_and_a_clean_up_during_the_run_lose_and_duplicate_nothing(
     spark, kafka_bootstrap, redis_url, unique_topic, tmp_path
 ):
-    window = {"kind": "time", "size_ms": 300}
-    spec_dict = _spec(
-        unique_topic, tmp_path, window, keyed=True, tasks=TASKS, max_offsets_per_trigger=250, allowed_lateness_ms=400
-    )
-    events = _disordered(_events(2400, seed=11, keys=24), seed=12, jitter=150)
-    produce_events(kafka_bootstrap, spec_dict, events)
+    spec_dict, events = spill_workload(unique_topic, tmp_path, kafka_bootstrap, seed=11, lateness_ms=400)
     spec = parse_spec(spec_dict)
     namespace = f"t{uuid.uuid4().hex[:8]}"
     parquet = ParquetSink(tmp_path / "parquet")
