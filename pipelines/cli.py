@@ -11,6 +11,7 @@ import yaml
 
 from windjoin.operators.spec import load_spec
 from windjoin.pipelines.band_workload import BAND_SPEC, band_events
+from windjoin.pipelines.bench_cli import bench
 from windjoin.pipelines.cli_options import SPEC_ARGUMENT, load_spec_or_fail
 from windjoin.pipelines.controller_cli import controller
 from windjoin.pipelines.join_file import DEFAULT_CHUNK, JoinFileReport, Refusal, join_file
@@ -33,6 +34,7 @@ for command in (services, produce, generate, run, proxy, query):
 cli.add_command(plan)
 cli.add_command(controller)
 cli.add_command(sites)
+cli.add_command(bench)
 
 
 @cli.command("join-file")
