@@ -43,6 +43,7 @@ import orjson
 
 from benchmarks.machine import machine_facts
 from benchmarks.params_cli import add_param_flags, params_from
+from benchmarks.results_file import write_results
 from windjoin.connectors.jsonl_file import read_events
 from windjoin.operators.arrivals import ChunkBuilder
 from windjoin.operators.batch import Arrivals
@@ -525,14 +526,9 @@ def print_table(result: dict[str, Any]) -> None:
             )
 
 
-def plot(result: dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
     names = list(result["workloads"])
     fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4.2))
     for ax, name in zip(np.atleast_1d(axes), names, strict=True):
@@ -567,7 +563,6 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return True
 
 
 def main() -> None:
@@ -610,13 +605,7 @@ def main() -> None:
         raise SystemExit(1)
     ratios(result["workloads"])
     print_table(result)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    png = args.out.with_suffix(".png")
-    print(
-        f"load {result['uptime']}\nwritten: {args.out}"
-        + (f", {png}" if plot(result, png) else " (no matplotlib: no plot)")
-    )
+    print(f"load {result['uptime']}\n{write_results(result, args.out, plot)}")
 
 
 if __name__ == "__main__":

@@ -44,8 +44,11 @@ def _chunks(size: int, rng: np.random.Generator) -> list[dict[str, Arrivals]]:
     ]
 
 
-def measure(window: int, chunk: int, use_indexes: bool, seconds: float, seed: int = 0) -> dict[str, float]:
-    spec = copy.deepcopy(BAND_SPEC)
+def measure(
+    window: int, chunk: int, use_indexes: bool, seconds: float, seed: int = 0, base_spec: dict | None = None
+) -> dict[str, float]:
+    """Rates and S2J's P of the first task of `base_spec` (default: the band join) over windows of `window`."""
+    spec = copy.deepcopy(base_spec or BAND_SPEC)
     spec["window"] = {"kind": "count", "size": window}
     join = WindowJoin(parse_spec(spec), use_indexes=use_indexes)
     rng = np.random.default_rng(seed)
@@ -54,7 +57,7 @@ def measure(window: int, chunk: int, use_indexes: bool, seconds: float, seed: in
             join.preload(stream, band_columns(stream, min(1 << 18, window - start), rng))
     pool = _chunks(chunk, rng)
     join.process(pool[0])  # warm-up: first indexes built
-    counters = join.counters["band"]
+    counters = join.counters[spec["tasks"][0]["name"]]
     before = (counters.comparisons, counters.outputs)
     counters.delay = DelayHistogram()  # delays of the timed chunks only
     done, started = 0, time.perf_counter()

@@ -70,6 +70,7 @@ import yaml
 
 from benchmarks.machine import machine_facts
 from benchmarks.params_cli import add_param_flags, params_from
+from benchmarks.results_file import write_results
 from benchmarks.teardown import tear_down
 
 RESULTS = Path(__file__).parent / "results" / "pipeline.json"
@@ -806,14 +807,9 @@ def _kept(run: dict | None) -> str:
     return f"{'yes' if run['kept_up'] else 'no'} ({run['backlog_rows_at_end']:,})"
 
 
-def plot(result: dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     names = ["windjoin", "built-in"]
     rates = [result["windjoin"]["throughput"]["rows_per_s"] or 0, result["builtin"]["throughput"]["rows_per_s"] or 0]
@@ -833,7 +829,6 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return True
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -973,10 +968,7 @@ def main() -> None:
         "windjoin_p99_delay_under_2s_at_80pct": bool(p99 is not None and p99 < 2000 and wj["paced"]["kept_up"]),
     }
     print_table(result)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    png = args.out.with_suffix(".png")
-    print(f"written: {args.out}" + (f", {png}" if plot(result, png) else " (no matplotlib: no plot)"))
+    print(write_results(result, args.out, plot))
 
 
 if __name__ == "__main__":
