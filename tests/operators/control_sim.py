@@ -11,11 +11,11 @@ import numpy as np
 
 from windjoin.operators.arrivals import ChunkBuilder
 from windjoin.operators.control.move_protocol import Disposition, MoveAudit, SlotControl
+from windjoin.operators.control.window_rows import take_rows
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.partitioning import Group, RoutingTable, key_hash, mini_bits, partition_of_hash
 from windjoin.operators.results import pair_records
 from windjoin.operators.spec import JoinSpec, parse_spec
-from windjoin.operators.window import Block
 
 NO_LATENESS = 10**12  # slots see their groups' tuples at different times; lateness is not what is tested here
 
@@ -38,23 +38,6 @@ def group_of(key: int, routing: RoutingTable) -> Group:
     found = [g for g in routing.groups() if g.contains(parts, bits)[0]]
     assert len(found) == 1, f"key {key} is in {found}"
     return found[0]
-
-
-def take_rows(join: WindowJoin, stream: str, select) -> dict[str, np.ndarray]:
-    """Remove the stored tuples of `stream` for which select(columns) is True; return them in arrival order."""
-    store = join.stores[stream]
-    taken, kept = [], []
-    for block in store.blocks:
-        mask = select(block.tuples.columns)
-        if mask.any():
-            taken.append(block.tuples.take(np.flatnonzero(mask)))
-        if not mask.all():
-            kept.append(Block(block.tuples.take(np.flatnonzero(~mask))))
-    store.blocks = kept
-    names = list(join.spec.streams[stream].fields) + [join.spec.streams[stream].timestamp]
-    if not taken:
-        return {n: np.zeros(0, dtype=np.int64) for n in names}
-    return {n: np.concatenate([t.columns[n] for t in taken]) for n in names}
 
 
 class SimSlot:

@@ -8,10 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.operators.control_sim import SimSlot, equi_spec, take_rows
+from tests.operators.control_sim import SimSlot, equi_spec
 from tests.oracle import as_multiset, oracle_join
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.control.hot import Spread, plan_spread, spread_width
+from windjoin.operators.control.window_rows import take_rows
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
