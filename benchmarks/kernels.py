@@ -32,7 +32,8 @@ BYTES_PER_COMPARISON = 16  # the stored join columns a nested-loop comparison re
 POOL = 8  # distinct pre-generated chunks, cycled, so data generation stays out of the timing
 
 
-def _chunks(size: int, rng: np.random.Generator) -> list[dict[str, Arrivals]]:
+def chunk_pool(size: int, rng: np.random.Generator) -> list[dict[str, Arrivals]]:
+    """`POOL` chunks of `size` tuples, R and S alternating in arrival order, event times 0..size/2 - 1."""
     order = np.arange(size)
     half = size // 2
     return [
@@ -44,25 +45,53 @@ def _chunks(size: int, rng: np.random.Generator) -> list[dict[str, Arrivals]]:
     ]
 
 
-def measure(
-    window: int, chunk: int, use_indexes: bool, seconds: float, seed: int = 0, base_spec: dict | None = None
-) -> dict[str, float]:
-    """Rates and S2J's P of the first task of `base_spec` (default: the band join) over windows of `window`."""
+def shifted(chunk: dict[str, Arrivals], offset: int) -> dict[str, Arrivals]:
+    """The chunk with its event times moved `offset` ms on (a cycled chunk arrives after those before it)."""
+    return {s: Arrivals({**a.columns, "ts": a.columns["ts"] + offset}, a.order) for s, a in chunk.items()}
+
+
+def filled_join(
+    window: dict, fill: int, use_indexes: bool, rng: np.random.Generator, base_spec: dict | None = None
+) -> WindowJoin:
+    """The join of `base_spec` (default: the band join) over `window` (a spec window), `fill` tuples per stream
+    stored, event times 0..fill-1 ms."""
     spec = copy.deepcopy(base_spec or BAND_SPEC)
-    spec["window"] = {"kind": "count", "size": window}
+    spec["window"] = window
     join = WindowJoin(parse_spec(spec), use_indexes=use_indexes)
-    rng = np.random.default_rng(seed)
     for stream in "RS":
-        for start in range(0, window, 1 << 18):
-            join.preload(stream, band_columns(stream, min(1 << 18, window - start), rng))
-    pool = _chunks(chunk, rng)
-    join.process(pool[0])  # warm-up: first indexes built
-    counters = join.counters[spec["tasks"][0]["name"]]
+        for start in range(0, fill, 1 << 18):
+            join.preload(stream, band_columns(stream, min(1 << 18, fill - start), rng, start_ts=start))
+    return join
+
+
+def measure(
+    window: int,
+    chunk: int,
+    use_indexes: bool,
+    seconds: float,
+    seed: int = 0,
+    base_spec: dict | None = None,
+    time_ms: int | None = None,
+) -> dict[str, float]:
+    """Rates, S2J's P and delays of the first task of `base_spec` (default: the band join) over a count window
+    of `window` tuples per stream, or (`time_ms`) a time window of that many ms holding `window` tuples per stream
+    (one tuple per stream per ms of event time). Chunk latency: wall time from a chunk's arrival (the call) to its
+    results (the return), per chunk."""
+    spec_window = {"kind": "time", "size_ms": time_ms} if time_ms else {"kind": "count", "size": window}
+    rng = np.random.default_rng(seed)
+    join = filled_join(spec_window, window, use_indexes, rng, base_spec)
+    pool = chunk_pool(chunk, rng)
+    step = chunk // 2  # event-time ms per chunk
+    join.process(shifted(pool[0], window))  # warm-up: first indexes built
+    counters = join.counters[join.spec.tasks[0].name]
     before = (counters.comparisons, counters.outputs)
     counters.delay = DelayHistogram()  # delays of the timed chunks only
+    latencies = []
     done, started = 0, time.perf_counter()
     while True:
-        join.process(pool[done % POOL])
+        chunk_started = time.perf_counter()
+        join.process(shifted(pool[done % POOL], window + (done + 1) * step))
+        latencies.append(time.perf_counter() - chunk_started)
         done += 1
         elapsed = time.perf_counter() - started
         if elapsed >= seconds and done >= 2:
@@ -79,6 +108,9 @@ def measure(
         "efficiency_P": outputs / comparisons if comparisons else 1.0,
         "delay_p50_ms": counters.delay.quantile_ns(0.5) / 1e6,
         "delay_p99_ms": counters.delay.quantile_ns(0.99) / 1e6,
+        "chunk_latency_p50_ms": float(np.percentile(latencies, 50) * 1e3),
+        "chunk_latency_p99_ms": float(np.percentile(latencies, 99) * 1e3),
+        "chunks": done,
         "seconds": elapsed,
     }
 

@@ -293,11 +293,13 @@ def topic_rows(bootstrap: str, topics: tuple[str, ...]) -> int:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def start_windjoin(spark: Any, spec: dict[str, Any], bootstrap: str, sink: WindjoinSink, outcomes: list) -> Any:
+def start_windjoin(
+    spark: Any, spec: dict[str, Any], bootstrap: str, sink: WindjoinSink, outcomes: list, extra: tuple = ()
+) -> Any:
     from windjoin.operators.spec import parse_spec
     from windjoin.pipelines.join_job import start_job
 
-    return start_job(spark, parse_spec(spec), bootstrap, [sink], on_batch=outcomes.append)
+    return start_job(spark, parse_spec(spec), bootstrap, [*extra, sink], on_batch=outcomes.append)
 
 
 def start_builtin(
@@ -418,9 +420,17 @@ class Bench:
         self.spark = spark
         self.log = workdir / "generator.log"
 
+    def spec_dict(self, topics: tuple[str, str], checkpoint: Path, max_offsets: int | None) -> dict[str, Any]:
+        """The join spec of this run's windjoin queries (a subclass benchmarks another workload)."""
+        return spec_dict(self.params, topics, checkpoint, max_offsets)
+
+    def extra_sinks(self, label: str) -> tuple:
+        """Sinks a windjoin query writes to besides the counting one (none: the pipeline's cheapest end)."""
+        return ()
+
     def _spec_file(self, topics: tuple[str, str], label: str, max_offsets: int | None) -> tuple[dict, Path]:
         checkpoint = self.workdir / f"ckpt-{label}-{uuid.uuid4().hex[:6]}"
-        spec = spec_dict(self.params, topics, checkpoint, max_offsets)
+        spec = self.spec_dict(topics, checkpoint, max_offsets)
         path = self.workdir / f"spec-{label}.yaml"
         path.write_text(yaml.safe_dump(spec))
         return spec, path
@@ -452,7 +462,7 @@ class Bench:
         sink, outcomes = WindjoinSink(), []
         stages = SparkStages(self.spark)
         started = time.perf_counter()
-        query = start_windjoin(self.spark, spec, self.bootstrap, sink, outcomes)
+        query = start_windjoin(self.spark, spec, self.bootstrap, sink, outcomes, self.extra_sinks("wj-thr"))
         try:
             wait_rows(query, self.needed_rows(total, mopt), timeout_s=self.params.throughput_seconds)
         finally:
@@ -539,7 +549,7 @@ class Bench:
         outcomes: list = []
         if system == "windjoin":
             sink: Any = WindjoinSink(since_ms=2**62)
-            query = start_windjoin(self.spark, spec, self.bootstrap, sink, outcomes)
+            query = start_windjoin(self.spark, spec, self.bootstrap, sink, outcomes, self.extra_sinks("paced"))
         else:
             sink = BuiltinSink(since_ms=2**62)
             checkpoint = self.workdir / f"ckpt-paced-bi-{uuid.uuid4().hex[:6]}"
@@ -568,6 +578,7 @@ class Bench:
         busy = [x for x in progress if int(x["numInputRows"]) > 0]
         result: dict[str, Any] = {
             "rate": rate,
+            "topics": list(topics),
             "seconds": p.paced_seconds,
             "produced": produced,
             "generator_wall_s": gen_wall,
@@ -880,13 +891,32 @@ def parse_args() -> tuple[argparse.Namespace, Params]:
     return args, params_from(args, Params(), QUICK)
 
 
-def main() -> None:
-    args, params = parse_args()
+def open_session(state_dir: Path, app_name: str) -> tuple[str, Any]:
+    """The embedded Kafka broker (state under `state_dir`) and a local[2] SparkSession set up for windjoin with
+    its monitoring REST API on a free loopback port; returns the bootstrap address and the session."""
     from windjoin.connectors import services
     from windjoin.connectors.processes import free_port
     from windjoin.connectors.spark_session import build_local_spark
     from windjoin.pipelines.join_job import STATE_CONF
 
+    [kafka] = services.up(services.ServicesConfig(state_dir=state_dir, redis=False))
+    spark = build_local_spark(
+        app_name=app_name,
+        conf={
+            **STATE_CONF,
+            "spark.driver.memory": "4g",
+            "spark.sql.streaming.numRecentProgressUpdates": "1000",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.ui.enabled": "true",  # for stage timings from the monitoring REST API
+            "spark.ui.port": str(free_port()),
+        },
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return kafka.service.url, spark
+
+
+def main() -> None:
+    args, params = parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="windjoin-bench-pipeline-"))
     workdir.mkdir(parents=True, exist_ok=True)
     state_dir = workdir / "services"
@@ -907,20 +937,7 @@ def main() -> None:
     started = time.perf_counter()
     spark = None
     try:
-        [kafka] = services.up(services.ServicesConfig(state_dir=state_dir, redis=False))
-        bootstrap = kafka.service.url
-        spark = build_local_spark(
-            app_name="windjoin-bench-pipeline",
-            conf={
-                **STATE_CONF,
-                "spark.driver.memory": "4g",
-                "spark.sql.streaming.numRecentProgressUpdates": "1000",
-                "spark.ui.showConsoleProgress": "false",
-                "spark.ui.enabled": "true",  # for stage timings from the monitoring REST API
-                "spark.ui.port": str(free_port()),
-            },
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        bootstrap, spark = open_session(state_dir, "windjoin-bench-pipeline")
         bench = Bench(params, workdir, bootstrap, spark)
         print(f"workdir {workdir}; broker {bootstrap}; load {load_avg()}", flush=True)
         result["adapter_alone"] = adapter_rate(params)
