@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from benchmarks.band_count import band_pairs
 from benchmarks.machine import machine_facts
 from benchmarks.params_cli import add_param_flags, params_from
 from benchmarks.results_file import write_results
@@ -226,21 +227,7 @@ def reference_pairs(workload: str, spec: dict[str, Any], path: Path) -> int:
         lo = np.searchsorted(composite, base + np.maximum(r["ts"] - window, 0), side="left")
         hi = np.searchsorted(composite, base + r["ts"] + window, side="right")
         return int((hi - lo).sum())
-    width = spec["tasks"][0]["on"][0]["width"]
-    order = np.argsort(s["a"], kind="stable")
-    a, b, ts = s["a"][order], s["b"][order], s["ts"][order]
-    total = 0
-    step = 1 << 14
-    for start in range(0, len(r["x"]), step):
-        x, y, rts = (r[k][start : start + step] for k in ("x", "y", "ts"))
-        lo = np.searchsorted(a, x - width, side="left")
-        hi = np.searchsorted(a, x + width, side="right")
-        counts = hi - lo
-        probe = np.repeat(np.arange(len(x)), counts)
-        stored = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
-        ok = (np.abs(y[probe] - b[stored]) <= width) & (np.abs(rts[probe] - ts[stored]) <= window)
-        total += int(ok.sum())
-    return total
+    return band_pairs(r, s, spec["tasks"][0]["on"][0]["width"], window)
 
 
 # ---------------------------------------------------------------------------------------------------------

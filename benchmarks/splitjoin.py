@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.band_count import band_pairs
 from benchmarks.kernels import chunk_pool, filled_join, measure, shifted
 from benchmarks.machine import machine_facts, pin_to_one_core
 from benchmarks.pipeline import Bench, Params, load_avg, open_session
@@ -172,23 +173,6 @@ def read_back(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     return records
 
 
-def exact_pairs(r: dict[str, np.ndarray], s: dict[str, np.ndarray], window_ms: int, block: int = 1 << 14) -> int:
-    """Pairs with |x - a| <= 10, |y - b| <= 10, |ts_r - ts_s| <= window_ms: S sorted by a, each R row's candidate
-    range found by binary search, candidates checked vectorised (in blocks of R rows)."""
-    order = np.argsort(s["a"], kind="stable")
-    a, b, ts_s = s["a"][order], s["b"][order], s["ts"][order]
-    total = 0
-    for start in range(0, len(r["x"]), block):
-        x, y, ts_r = (r[k][start : start + block] for k in ("x", "y", "ts"))
-        lo, hi = np.searchsorted(a, x - BAND, "left"), np.searchsorted(a, x + BAND, "right")
-        counts = hi - lo
-        rows = np.repeat(np.arange(len(x)), counts)
-        cand = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
-        ok = (np.abs(y[rows] - b[cand]) <= BAND) & (np.abs(ts_r[rows] - ts_s[cand]) <= window_ms)
-        total += int(ok.sum())
-    return total
-
-
 def columns(records: list[dict[str, Any]], names: tuple[str, ...]) -> dict[str, np.ndarray]:
     return {n: np.array([rec[n] for rec in records]) for n in names}
 
@@ -237,7 +221,7 @@ def e2e(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         check = out["paced"][-1]
         r = columns(read_back(bootstrap, check["topics"][0]), ("ts", "x", "y"))
         s = columns(read_back(bootstrap, check["topics"][1]), ("ts", "a", "b"))
-        exact = exact_pairs(r, s, timed["size_ms"])
+        exact = band_pairs(r, s, BAND, timed["size_ms"])
         out["check"] = {
             "window": timed,
             "events": len(r["ts"]) + len(s["ts"]),
