@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+
+from tests.benchmark_runs import run_benchmark
 
 
 @pytest.mark.slow
 def test_kernels_benchmark_quick_run(tmp_path):
     out = tmp_path / "kernels.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.kernels", "--quick", "--seconds", "0.3", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(out.read_text())
+    result, _ = run_benchmark("kernels", out, "--quick", "--seconds", "0.3", timeout=300)
     assert [r["window_per_stream"] for r in result["rows"]] == [1 << 16, 1 << 18]
     for row in result["rows"]:
         assert row["indexed"]["tuples_per_s"] > 0 and row["nested_loop"]["comparisons_per_s"] > 0

@@ -3,21 +3,13 @@ mini-groups, the adaptive degree of declustering follows the load, and both plot
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+from tests.benchmark_runs import run_benchmark
 
 
 def test_finetune_benchmark_quick_run(tmp_path):
     out = tmp_path / "finetune.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.finetune", "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr  # a pair mismatch against the uncontrolled run exits non-zero
-    result = json.loads(out.read_text())
+    # a pair mismatch against the uncontrolled run exits non-zero
+    result, _ = run_benchmark("finetune", out, "--quick", timeout=300)
     for row in result["fig7_8"]["rows"]:
         assert row["static"]["pairs"] == row["whole"]["pairs"] == row["fine"]["pairs"] > 0
         assert row["static"]["checksum"] == row["whole"]["checksum"] == row["fine"]["checksum"]

@@ -7,14 +7,12 @@ at |R.ts - S.ts| = W or at equal timestamps: the test checks both systems agree 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
+from tests.benchmark_runs import run_benchmark
 from tests.oracle import oracle_join
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,15 +27,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.mark.slow
 def test_quick_run_pair_counts_equal_the_oracle(tmp_path):
     out, data = tmp_path / "flink.json", tmp_path / "data"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.flink_peer", "--quick", "--out", str(out), "--data-dir", str(data)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(out.read_text())
+    result, _ = run_benchmark("flink_peer", out, "--quick", "--data-dir", str(data), timeout=600)
     assert out.with_suffix(".png").exists()
     assert result["machine"]["cpu_model"] and len(result["load_before"]) == 3
     for name in ("equi", "band"):

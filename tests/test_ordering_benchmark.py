@@ -3,13 +3,11 @@ strict) or not (none), and ordering neither loses nor adds results."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from tests.benchmark_runs import run_benchmark
 
 
 def _times(path):
@@ -22,14 +20,7 @@ def _times(path):
 
 def test_ordering_benchmark_quick_run(tmp_path):
     out, released = tmp_path / "ordering.json", tmp_path / "released"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.ordering", "--quick", "--out", str(out), "--released", str(released)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(out.read_text())
+    result, _ = run_benchmark("ordering", out, "--quick", "--released", str(released), timeout=120)
     assert [row["interval"] for row in result["rows"]] == [64, 1024, 16384]
     assert out.with_suffix(".png").stat().st_size > 0 and result["machine"]["cpu_model"]
     for row in result["rows"]:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+
+from tests.benchmark_runs import run_benchmark
 
 
 @pytest.mark.slow
@@ -24,14 +22,7 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         "--paced-warmup-s": "2",
     }
     args = [arg for pair in tiny.items() for arg in pair]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.pipeline", "--quick", *args, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result, _ = run_benchmark("pipeline", out, "--quick", *args, timeout=420)
     assert result["machine"]["cpu_model"] and result["date"]
     for system in ("windjoin", "builtin"):
         assert result[system]["throughput"]["rows_per_s"] > 0

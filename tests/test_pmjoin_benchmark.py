@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+
+from tests.benchmark_runs import run_benchmark
 
 
 def test_pmjoin_benchmark_quick_run(tmp_path):
     out = tmp_path / "pmjoin.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.pmjoin", "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(out.read_text())
+    result, _ = run_benchmark("pmjoin", out, "--quick", timeout=300)
     assert out.with_suffix(".png").stat().st_size > 0
     assert result["example1"]["best_centralized"] == pytest.approx(100.1)
     assert result["example1"]["distributed_unpartitioned"] == pytest.approx(54.0316)

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+from tests.benchmark_runs import run_benchmark
 
 
 def test_s2j_benchmark_quick_run(tmp_path):
     out = tmp_path / "s2j.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.s2j", "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(out.read_text())
+    result, _ = run_benchmark("s2j", out, "--quick", timeout=120)
     assert (tmp_path / "s2j.png").stat().st_size > 0
     assert result["machine"]["cpu_model"]
     assert len(result["efficiency"]) == 2

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+
+from tests.benchmark_runs import run_benchmark
 
 
 @pytest.mark.slow
@@ -24,14 +22,7 @@ def test_shedding_benchmark_quick_run(tmp_path):
         "--drain-s": "60",
     }
     args = [arg for pair in tiny.items() for arg in pair]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.shedding", "--quick", *args, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result, printed = run_benchmark("shedding", out, "--quick", *args, timeout=600)
     shed, base = result["shedding_run"], result["baseline_run"]
     assert shed["kept_up"] and base["kept_up"]
     assert shed["decisions_follow_formula"] and base["decisions_follow_formula"]
@@ -42,4 +33,4 @@ def test_shedding_benchmark_quick_run(tmp_path):
     for fit in shed["shed_fit"].values():
         assert fit["z"] is None or abs(fit["z"]) < 5
     assert out.with_suffix(".png").stat().st_size > 0
-    assert "p99 delay in the burst" in proc.stdout
+    assert "p99 delay in the burst" in printed

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+
+from tests.benchmark_runs import run_benchmark
 
 
 @pytest.mark.slow
 def test_spill_benchmark_tiny_run(tmp_path):
     out = tmp_path / "spill.json"
     args = ["--partitions", "6", "--seconds", "24", "--rate", "150", "--window", "6", "--chunk", "2"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.spill", *args, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(out.read_text())
+    result, _ = run_benchmark("spill", out, *args, timeout=600)
     for fig in ("fig11", "fig21"):
         assert result[fig]["exact"]  # normal run + clean-up equals the in-memory run's results in every run
         assert len(result[fig]["runs"]) == 3

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+
+from tests.benchmark_runs import run_benchmark
 
 
 @pytest.mark.slow
 def test_splitjoin_benchmark_quick_run(tmp_path):
     out = tmp_path / "splitjoin.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.splitjoin", "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result, _ = run_benchmark("splitjoin", out, "--quick", timeout=300)
     assert result["machine"]["cpu_model"] and result["date"] and len(result["load_avg_start"]) == 3
     assert [r["window"] for r in result["kernel"]] == ["2^12", "2^14", "5 min"]
     for row in result["kernel"]:
