@@ -160,8 +160,8 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
         wave(1500)
         timings["waves 3-4 joined"] = _wait("waves 3 and 4 joined", all_joined, 120, log)
     finally:
+        watch.stop()  # before the driver: its executors go when it stops, which is not a scaling step
         processes.stop(driver, grace_s=10.0)
-        watch.stop()
         decisions.close()
     print("seconds:", timings, "executors seen by the master:", watch.changes)
 
@@ -241,9 +241,9 @@ def test_executors_follow_the_controller_on_load(cluster, kafka_bootstrap, redis
         timings["all joined"] = _wait("all events joined", lambda: _joined(sink, spec, events), 90, log)
     finally:
         trickling.clear()
+        watch.stop()  # before the driver: its executors go when it stops, which is not a scaling step
         processes.stop(controller, grace_s=5.0)
         processes.stop(driver, grace_s=10.0)
-        watch.stop()
     print("seconds:", timings, "executors seen by the master:", watch.changes)
     print(processes.log_tail(control_log, 30))
 
