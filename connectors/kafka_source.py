@@ -192,12 +192,19 @@ def split_key(key: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-def make_offset(positions: Mapping[str, int], epoch: int, control: dict[str, Any] | None = None) -> dict[str, Any]:
+def make_offset(
+    positions: Mapping[str, int],
+    epoch: int,
+    control: dict[str, Any] | None = None,
+    event_time: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The offset dict Spark stores: positions in a canonical (sorted) key order, plus the control epoch (and,
-    for a reader that plans with one, its control state)."""
+    for a reader that plans with them, its control state and event time, connectors.event_time)."""
     offset = {"partitions": {k: int(positions[k]) for k in sorted(positions)}, "epoch": int(epoch)}
     if control is not None:
         offset["control"] = control
+    if event_time is not None:
+        offset["event_time"] = event_time
     return offset
 
 
@@ -247,19 +254,26 @@ def fair_split(available: Mapping[str, int], limit: int) -> dict[str, int]:
     return grant
 
 
-def plan_end(start: Mapping[str, int], bounds: Mapping[str, tuple[int, int]], limit: int | None) -> dict[str, int]:
+def plan_end(
+    start: Mapping[str, int],
+    bounds: Mapping[str, tuple[int, int]],
+    limit: int | None,
+    caps: Mapping[str, int] | None = None,
+) -> dict[str, int]:
     """End positions for the next batch, given each partition's (low, high) watermarks in `bounds`.
 
-    A known partition advances towards its high watermark (never backwards), all of them together by at most
-    `limit` records (`fair_split`). A partition that is not in `start` (created since) enters at its low
-    watermark without being read, so its start is recorded in an offset before any of it is read and a
-    replay of the next batch reads the same records.
+    A known partition advances towards its high watermark (never backwards), by at most its entry in `caps`
+    (event-time alignment), all of them together by at most `limit` records (`fair_split`). A partition that
+    is not in `start` (created since) enters at its low watermark without being read, so its start is recorded
+    in an offset before any of it is read and a replay of the next batch reads the same records.
     """
     ends = dict(start)
     available: dict[str, int] = {}
     for key, (low, high) in bounds.items():
         if key in start:
             available[key] = max(0, int(high) - int(start[key]))
+            if caps is not None and key in caps:
+                available[key] = min(available[key], max(0, int(caps[key])))
         else:
             ends[key] = int(low)
     grant = available if limit is None else fair_split(available, limit)
@@ -575,8 +589,14 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
 
     def initialOffset(self) -> dict[str, Any]:
         pick = 0 if self.options.starting_offsets == "earliest" else 1
-        positions = {key: bound[pick] for key, bound in self._bounds().items()}
-        offset = make_offset(positions, read_control_epoch(self.options.control_path), self.next_control(None))
+        bounds = self._bounds()
+        positions = {key: bound[pick] for key, bound in bounds.items()}
+        offset = make_offset(
+            positions,
+            read_control_epoch(self.options.control_path),
+            self.next_control(None),
+            self.next_event_time(None, positions, bounds),
+        )
         self._last_end = offset
         return offset
 
@@ -610,22 +630,39 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
                 )
             if self._last_end is None:
                 end = {key: high for key, (_, high) in bounds.items()}
-                offset = make_offset(end, read_control_epoch(self.options.control_path), self.next_control(None))
+                offset = make_offset(
+                    end,
+                    read_control_epoch(self.options.control_path),
+                    self.next_control(None),
+                    self.next_event_time(None, end, bounds),
+                )
                 self._last_end = offset
                 return offset
             start, limit = self._last_end, None
         positions, _ = parse_offset(start)
-        end = plan_end(positions, bounds, getattr(limit, "max_rows", None))
+        event_time = self.next_event_time(start.get("event_time"), positions, bounds)
+        end = plan_end(positions, bounds, getattr(limit, "max_rows", None), self.read_caps(event_time, positions))
         control = self.next_control(start.get("control"))
         if end == positions and not self.control_needs_batch(start.get("control"), control):
             return start
-        offset = make_offset(end, read_control_epoch(self.options.control_path), control)
+        offset = make_offset(end, read_control_epoch(self.options.control_path), control, event_time)
         self._last_end = offset
         return offset
 
     def next_control(self, previous: dict[str, Any] | None) -> dict[str, Any] | None:
         """The control state of the next batch given the last one's (None before the first batch). This reader
         plans none; see pipelines/adapted_source."""
+        return None
+
+    def next_event_time(
+        self, previous: dict[str, Any] | None, positions: dict[str, int], bounds: dict[str, tuple[int, int]]
+    ) -> dict[str, Any] | None:
+        """The event-time state of the next batch (connectors.event_time) given the last one's (None before the
+        first). This reader does not decode records, so it tracks none; see pipelines/adapted_source."""
+        return None
+
+    def read_caps(self, event_time: dict[str, Any] | None, positions: dict[str, int]) -> dict[str, int] | None:
+        """Per partition, the most records the next batch may read (event-time alignment); None: no caps."""
         return None
 
     def control_needs_batch(self, previous: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:

@@ -4,7 +4,10 @@ Each chunk is appended to its streams' windows first (but probe-only rows, see `
 tuple probes the opposite window for partners that arrived before it (so a pair whose two tuples share a chunk
 is found once, by the later one) and that are inside its window: |Δts| <= size_ms (time) or among the opposite
 stream's `size` most recent arrivals (count). Time windows refuse tuples older than the running maximum event time minus
-`allowed_lateness_ms` (reported as late), which is what makes dropping expired blocks exact.
+`allowed_lateness_ms` (reported as late), which is what makes dropping expired blocks exact. A caller that reads
+several input partitions (the Spark job) gives the watermark instead (`set_watermark`): the minimum over its input
+partitions' newest event times less the lateness, so a tuple in order within its own partition is never late
+however far other partitions have run ahead.
 """
 
 from __future__ import annotations
@@ -86,6 +89,8 @@ class WindowJoin:
         self.stores = {name: WindowStore(spec.window) for name in spec.streams if name in joined}
         self._next_seq = 0
         self._max_ts: int | None = None
+        self._given_watermark = False  # set_watermark was called: lateness follows the caller's watermark
+        self._watermark: int | None = None
 
     @property
     def counters(self) -> dict[str, TaskCounters]:
@@ -98,10 +103,21 @@ class WindowJoin:
 
     @property
     def watermark_ms(self) -> int | None:
-        """Event time below which a tuple is late (time windows), or None before any tuple."""
-        if isinstance(self.spec.window, CountWindow) or self._max_ts is None:
+        """Event time below which a tuple is late (time windows), or None before any tuple (or any watermark)."""
+        if isinstance(self.spec.window, CountWindow):
             return None
-        return self._max_ts - self.spec.allowed_lateness_ms
+        if self._given_watermark:
+            return self._watermark
+        return None if self._max_ts is None else self._max_ts - self.spec.allowed_lateness_ms
+
+    def set_watermark(self, watermark_ms: int | None) -> None:
+        """Judge lateness and expire against the caller's watermark from now on (it never moves back), not
+        against this join's own newest tuple: the caller sees every input partition, this join only its tuples."""
+        self._given_watermark = True
+        if watermark_ms is not None:
+            self._watermark = watermark_ms if self._watermark is None else max(self._watermark, watermark_ms)
+        for store in self.stores.values():
+            store.expire(self.watermark_ms)
 
     def preload(self, stream: str, columns: Mapping[str, np.ndarray]) -> None:
         """Store tuples in a window without probing them (warming a window, restoring stored state)."""
@@ -179,7 +195,10 @@ class WindowJoin:
             return everything, {s: np.zeros(0, dtype=np.int64) for s in chunk}
         start = self._max_ts if self._max_ts is not None else ts[0]
         running = np.maximum.accumulate(np.concatenate([[start], ts]))
-        is_late = ts < running[:-1] - self.spec.allowed_lateness_ms
+        if not self._given_watermark:
+            is_late = ts < running[:-1] - self.spec.allowed_lateness_ms
+        else:
+            is_late = ts < (self._watermark if self._watermark is not None else np.iinfo(np.int64).min)
         self._max_ts = int(running[-1])
         accepted = {s: np.sort(row[(owner == i) & ~is_late]) for i, s in enumerate(streams)}
         late = {s: np.sort(row[(owner == i) & is_late]) for i, s in enumerate(streams)}

@@ -125,6 +125,9 @@ class SinksSpec(_Strict):
     parquet: ParquetSinkSpec | None = None
 
 
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
+
+
 class JoinSpec(_Strict):
     window: Window
     allowed_lateness_ms: Annotated[int, Field(ge=0)] = 0
@@ -134,7 +137,14 @@ class JoinSpec(_Strict):
     partitions: Annotated[int, Field(ge=1, le=65536)] = 64
     slots: Annotated[int, Field(ge=1, le=4096)] = 2
     trigger_ms: Annotated[int, Field(ge=0)] = 1000
-    max_offsets_per_trigger: Annotated[int, Field(ge=1)] | None = None
+    # Records per micro-batch at most, over all input partitions: a backlog is caught up in batches that fit the
+    # driver's and executors' memory (null: everything available, for bounded runs over small inputs only).
+    max_offsets_per_trigger: Annotated[int, Field(ge=1)] | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER
+    # Event time per input partition (time windows): a Kafka partition read to its end whose end has not moved
+    # for this long stops holding the watermark back; and while catching up, no partition is read further than
+    # `alignment_ms` ahead of the slowest in event time (null: no alignment), so state stays bounded.
+    idle_timeout_ms: Annotated[int, Field(ge=0)] = 10_000
+    alignment_ms: Annotated[int, Field(ge=0)] | None = 10_000
     # Results of a batch as the sinks get them (SplitJoin's ordering levels): "none" as the slots produced them,
     # "outer" by result time (the later tuple's), "strict" by result time then the earlier tuples' times.
     output_order: Literal["none", "outer", "strict"] = "none"

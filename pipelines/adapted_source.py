@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import logging
 import pickle
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -18,6 +19,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from windjoin.connectors.event_time import (
+    EventTime,
+    EventTimeConfig,
+    aligned_caps,
+    first_event_time,
+    next_event_time,
+)
 from windjoin.connectors.kafka_source import (
     KafkaDataSource,
     KafkaInputPartition,
@@ -26,6 +34,8 @@ from windjoin.connectors.kafka_source import (
     KafkaStreamReader,
     read_range,
 )
+from windjoin.connectors.mark_reports import MarkReports
+from windjoin.operators.spec import TimeWindow
 from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.control_epoch import (
     ControlEpoch,
@@ -42,6 +52,7 @@ ADAPTED_SOURCE_NAME = "windjoin_adapted_kafka"
 ADAPTER_OPTION = "windjoin.adapter"  # the Adapter, pickled and base64-encoded (options are strings)
 CONTROL_REDIS_OPTION = "windjoin.control.redis"  # Redis URL of the controller's decisions (none: static)
 CONTROL_NAMESPACE_OPTION = "windjoin.control.namespace"
+MARKS_OPTION = "windjoin.marks.path"  # folder of the batches' event-time marks (connectors.mark_reports)
 
 
 def encode_adapter(adapter: Adapter) -> str:
@@ -56,12 +67,21 @@ def decode_adapter(options: Any) -> Adapter:
 
 
 class ControlledPartition(KafkaInputPartition):
-    """A Kafka range (or, with none, the batch's control rows) with the batch's control epoch (JSON)."""
+    """A Kafka range (or, with none, the batch's control rows) with the batch's control epoch (JSON) and its
+    event-time clock (`{"seq": n, "watermark": ms | None}`)."""
 
-    def __init__(self, rng: KafkaRange | None, control: dict[str, Any]) -> None:
-        InputPartition.__init__(self, (rng, control))
+    def __init__(self, rng: KafkaRange | None, control: dict[str, Any], clock: dict[str, Any]) -> None:
+        InputPartition.__init__(self, (rng, control, clock))
         self.range = rng
         self.control = control
+        self.clock = clock
+
+
+def event_time_config(spec: Any) -> EventTimeConfig | None:
+    """The spec's event-time settings; None for count windows (no event time, nothing is late)."""
+    if not isinstance(spec.window, TimeWindow):
+        return None
+    return EventTimeConfig(spec.allowed_lateness_ms, spec.idle_timeout_ms, spec.alignment_ms)
 
 
 class AdaptedStreamReader(KafkaStreamReader):
@@ -70,10 +90,18 @@ class AdaptedStreamReader(KafkaStreamReader):
     Plans each batch's control epoch (pipelines.control_epoch) on the driver from the previous batch's and the
     controller's latest decision (`feed`; none: the adapter's routing forever, no shedding)."""
 
-    def __init__(self, options: KafkaSourceOptions, adapter: Adapter, feed: ControlFeed | None = None) -> None:
+    def __init__(
+        self,
+        options: KafkaSourceOptions,
+        adapter: Adapter,
+        feed: ControlFeed | None = None,
+        marks: MarkReports | None = None,
+    ) -> None:
         super().__init__(options)
         self.adapter = adapter
         self.feed = feed
+        self.marks = marks  # where the job reports each batch's marks (none: marks are never learnt)
+        self.event_time = event_time_config(adapter.spec)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "feed": None}  # the feed is read on the driver only
@@ -87,6 +115,28 @@ class AdaptedStreamReader(KafkaStreamReader):
         if epoch.spill or epoch.cleanup:
             check_spillable(self.adapter.spec)  # likewise before any batch pushes
         return epoch.to_json()
+
+    def next_event_time(
+        self, previous: dict[str, Any] | None, positions: dict[str, int], bounds: dict[str, tuple[int, int]]
+    ) -> dict[str, Any] | None:
+        if self.event_time is None:
+            return None
+        last = EventTime.from_json(previous) if previous is not None else first_event_time(positions)
+        reported = self.marks.read(last.seq) if self.marks is not None and previous is not None else None
+        now_ms = int(time.time() * 1000)
+        return next_event_time(last, reported, positions, bounds, now_ms, self.event_time).to_json()
+
+    def read_caps(self, event_time: dict[str, Any] | None, positions: dict[str, int]) -> dict[str, int] | None:
+        if self.event_time is None or event_time is None:
+            return None
+        # In a bounded run (Trigger.AvailableNow) a partition read to the end gets nothing more: it must not hold
+        # the others back, or the run would stop before its end.
+        done = (
+            frozenset()
+            if self._target is None
+            else frozenset(key for key, (_, high) in self._target.items() if positions.get(key, high) >= high)
+        )
+        return aligned_caps(EventTime.from_json(event_time), positions, self.event_time, done)
 
     def control_needs_batch(self, previous: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
         """A routing step must run (its hand-over completes in the next batch), and so must a push or clean-up;
@@ -109,14 +159,16 @@ class AdaptedStreamReader(KafkaStreamReader):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         control = end["control"]
-        ranges = [ControlledPartition(p.range, control) for p in super().partitions(start, end)]
-        return [*ranges, ControlledPartition(None, control)]
+        event_time = EventTime.from_json(end.get("event_time"))
+        clock = {"seq": event_time.seq, "watermark": event_time.watermark}
+        ranges = [ControlledPartition(p.range, control, clock) for p in super().partitions(start, end)]
+        return [*ranges, ControlledPartition(None, control, clock)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ControlledPartition)
         epoch = ControlEpoch.from_json(partition.control)
         if partition.range is None:
-            yield self.adapter.control_rows(epoch)
+            yield self.adapter.control_rows(epoch, partition.clock)
         else:
             yield from self.adapter(read_range(self.options, partition.range), epoch)
 
@@ -134,7 +186,13 @@ class AdaptedKafkaSource(KafkaDataSource):
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         feed_url = self.options.get(CONTROL_REDIS_OPTION)
         feed = DecisionFeed(feed_url, self.options.get(CONTROL_NAMESPACE_OPTION, "windjoin")) if feed_url else None
-        return AdaptedStreamReader(KafkaSourceOptions.from_options(self.options), decode_adapter(self.options), feed)
+        marks_path = self.options.get(MARKS_OPTION)
+        return AdaptedStreamReader(
+            KafkaSourceOptions.from_options(self.options),
+            decode_adapter(self.options),
+            feed,
+            MarkReports(marks_path) if marks_path else None,
+        )
 
 
 def read_adapted(spark: SparkSession, adapter: Adapter, options: dict[str, str]) -> DataFrame:

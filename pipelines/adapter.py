@@ -120,10 +120,11 @@ class Adapter:
                 + " (turn fine_tuning off in the controller's config)"
             )
 
-    def control_rows(self, epoch: ControlEpoch) -> pa.RecordBatch:
-        """One control row per slot of the epoch, so every slot runs in every batch and learns the epoch."""
+    def control_rows(self, epoch: ControlEpoch, clock: dict | None = None) -> pa.RecordBatch:
+        """One control row per slot of the epoch, so every slot runs in every batch and learns the epoch and the
+        batch's event-time clock (`{"seq": n, "watermark": ms | None}`, under the key "clock")."""
         slots = epoch.slots()
-        detail = orjson.dumps(epoch.to_json()).decode()
+        detail = orjson.dumps({**epoch.to_json(), "clock": clock}).decode()
         rows = {name: [None] * slots for name in self.schema.names}
         rows["slot"] = [self.slot_labels[s] for s in range(slots)]
         rows["part"] = [-1] * slots

@@ -18,12 +18,18 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from windjoin.connectors.mark_reports import MarkReports
 from windjoin.connectors.move_store import MoveStore
 from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
 from windjoin.connectors.snapshots import Snapshot
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
-from windjoin.pipelines.adapted_source import CONTROL_NAMESPACE_OPTION, CONTROL_REDIS_OPTION, read_adapted
+from windjoin.pipelines.adapted_source import (
+    CONTROL_NAMESPACE_OPTION,
+    CONTROL_REDIS_OPTION,
+    MARKS_OPTION,
+    read_adapted,
+)
 from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.checkpoint_layout import check_layout
 from windjoin.pipelines.dead_letters import write_dead_letters
@@ -109,6 +115,13 @@ class BatchOutcome:
     shed_ratio: float = 0.0  # the shed ratio applied to the batch's records (control epoch)
     shed: dict[str, int] = field(default_factory=dict)  # records shed by the adapter, per stream
     order_seconds: float = 0.0  # time spent putting the results in the spec's output_order
+    # Event time (connectors.event_time): the watermark the batch judged lateness by, the (oldest, newest) event
+    # time it read per input partition, and the widest event-time span of any partition's state after it: of its
+    # live tuples, and of all it holds (segments expire whole).
+    watermark: int | None = None
+    input_marks: dict[str, tuple[int, int]] = field(default_factory=dict)
+    state_span_ms: int = 0
+    held_span_ms: int = 0
 
     @property
     def records(self) -> int:
@@ -140,6 +153,7 @@ class BatchSink:
     on_batch: Callable[[BatchOutcome], None] | None = None
     move_root: str | None = None
     pruned_below: int = 0  # handed-over states of routing versions below this are deleted
+    marks: MarkReports | None = None  # where the batch's input marks go for the next batch's plan
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         outcome = BatchOutcome(batch_id)
@@ -154,6 +168,7 @@ class BatchSink:
                 outcome.stats.append({"slot": row["slot"], **orjson.loads(row["payload"])})
         outcome.punctuations = sum(s.get("punctuations", 0) for s in outcome.stats)
         self._note_control(outcome)
+        clock_seq = self._note_event_time(outcome)
         results, delays = {}, []
         for task, parts in tables.items():
             schema = result_schema(self.spec, task)
@@ -181,9 +196,24 @@ class BatchSink:
                 outcome.dead = write_dead_letters(self.bootstrap, self.spec.dead_letter_topic, refused)
         if delays:
             outcome.delays_ms = np.concatenate(delays)
+        if self.marks is not None and clock_seq is not None:  # after the sinks, before Spark commits the batch
+            self.marks.write(clock_seq, outcome.input_marks)
         outcome.finished_at = time.time()
         if self.on_batch is not None:
             self.on_batch(outcome)
+
+    def _note_event_time(self, outcome: BatchOutcome) -> int | None:
+        """The batch's watermark, input marks (maxima over slots) and state span; returns its clock's seq."""
+        for stat in outcome.stats:
+            for key, (oldest, newest) in stat.get("marks", {}).items():
+                lo, hi = outcome.input_marks.get(key, (oldest, newest))
+                outcome.input_marks[key] = (min(lo, oldest), max(hi, newest))
+        watermarks = [s["watermark"] for s in outcome.stats if s.get("watermark") is not None]
+        outcome.watermark = max(watermarks, default=None)
+        outcome.state_span_ms = max((s.get("state_span_ms", 0) for s in outcome.stats), default=0)
+        outcome.held_span_ms = max((s.get("held_span_ms", 0) for s in outcome.stats), default=0)
+        seqs = [s["clock_seq"] for s in outcome.stats if s.get("clock_seq") is not None]
+        return max(seqs, default=None)
 
     def _note_control(self, outcome: BatchOutcome) -> None:
         """The batch's control epoch as its slots saw it; prune handed-over states no batch can need again."""
@@ -211,6 +241,11 @@ def spill_root(spec: JoinSpec) -> str:
     return str(Path(spec.checkpoint).resolve() / "spill")
 
 
+def marks_root(spec: JoinSpec) -> str:
+    """Where each batch's input marks are reported to the next batch's plan: beside Spark's checkpoint."""
+    return str(Path(spec.checkpoint).resolve() / "marks")
+
+
 def build_stream(
     spark: SparkSession, spec: JoinSpec, bootstrap: str, control: ControlSource | None = None
 ) -> DataFrame:
@@ -218,7 +253,7 @@ def build_stream(
     labels = slot_labels(spark, spec.partitions)  # a label for every slot the controller may open
     routing = RoutingTable.round_robin(spec.partitions, spec.slots)
     adapter = Adapter(spec, routing, labels)
-    options = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest"}
+    options = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest", MARKS_OPTION: marks_root(spec)}
     if spec.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
     if control is not None:
@@ -251,7 +286,9 @@ def start_job(
         spark.conf.set(key, value)
     writer = (
         build_stream(spark, spec, bootstrap, control)
-        .writeStream.foreachBatch(BatchSink(spec, bootstrap, sinks, on_batch, move_root(spec)))
+        .writeStream.foreachBatch(
+            BatchSink(spec, bootstrap, sinks, on_batch, move_root(spec), marks=MarkReports(marks_root(spec)))
+        )
         .option("checkpointLocation", str(Path(spec.checkpoint).resolve()))
         .queryName("windjoin")
     )

@@ -127,7 +127,12 @@ class JoinProcessor(StatefulProcessor):
         shed_rows = frame[reasons == SHED]
         shed = {str(k): int(v) for k, v in shed_rows.groupby("stream")["koffset"].sum().items()}
         control = frame["detail"][reasons == CONTROL]
-        epoch = ControlEpoch.from_json(orjson.loads(control.iloc[0])) if len(control) else None
+        detail = orjson.loads(control.iloc[0]) if len(control) else None
+        epoch = ControlEpoch.from_json(detail) if detail is not None else None
+        clock = (detail or {}).get("clock") or {}
+        _take_watermark(meta, clock.get("watermark"))
+        for join in windows.joins.values():  # every partition's window expires, whether rows came for it or not
+            join.set_watermark(meta.get("watermark"))
         dead = frame[reasons.notna() & ~reasons.isin([PUNCTUATION, SHED, CONTROL])]
         live = frame[reasons.isna()].sort_values(ORDER, kind="stable")
         self._forget_retired(meta)
@@ -162,7 +167,7 @@ class JoinProcessor(StatefulProcessor):
                 out.append((slot, PAIRS, task, _ipc(table)))
         late = live.iloc[np.concatenate([np.zeros(0, np.int64), *late_rows])]
         # a late tuple of a spread partition is reported once, by the slot that would have stored it
-        late = late[late["stored"].astype(bool)][DEAD_COLUMNS].assign(reason=LATE, detail=_LATE_DETAIL)
+        late = late[late["stored"].astype(bool)][DEAD_COLUMNS].assign(reason=LATE, detail=_late_detail(meta))
         dead_rows = pd.concat([dead[DEAD_COLUMNS], late])
         if len(dead_rows):
             out.append((slot, DEAD, "", _ipc(pa.Table.from_pandas(dead_rows, preserve_index=False))))
@@ -177,6 +182,7 @@ class JoinProcessor(StatefulProcessor):
         _CACHE[slot] = windows
         seconds = time.perf_counter() - started
         groups = meter.report(joined, seconds)
+        spans = _state_spans(meta, getattr(self.spec.window, "size_ms", None))
         stats = {
             "slot_index": index,
             "routing_version": epoch.routing.version if epoch is not None else 0,
@@ -193,6 +199,13 @@ class JoinProcessor(StatefulProcessor):
             "dead": len(dead_rows),
             "punctuations": punctuations,
             "segments": len(meta["segments"]),
+            # event time: the batch's clock and watermark, the newest event time read per input partition (the
+            # driver reports their maxima over slots to the next batch's plan), the event-time span of the state
+            "clock_seq": clock.get("seq"),
+            "watermark": meta.get("watermark"),
+            "marks": _input_marks(frame),
+            "state_span_ms": spans[0],
+            "held_span_ms": spans[1],
             "window_tuples": sum(groups["window_tuples"]),
             "state_bytes": sum(groups["state_bytes"]),
             "outputs": sum(groups["outputs"]),
@@ -385,7 +398,8 @@ class JoinProcessor(StatefulProcessor):
             out.extend(found)
             stats["cleanup_pairs"] += sum(len(r) for r in found)
             stats["cleaned"].append(part)
-            horizon = meta["max_ts"][str(part)] - self.spec.allowed_lateness_ms - self.spec.window.size_ms
+            watermark = meta.get("watermark")
+            horizon = -np.inf if watermark is None else watermark - self.spec.window.size_ms
             back = pa.concat_tables(pushed)
             back = back.filter(pc.greater_equal(back.column("ts"), horizon))
             self._take_rows(meta, windows, part, [back])
@@ -516,6 +530,7 @@ class JoinProcessor(StatefulProcessor):
         """Join one partition's rows (positions in the batch, in arrival order): its result tables and which of
         its rows (positions in `rows`) were late."""
         join = windows.joins.setdefault(part, join_operator(self.spec))
+        join.set_watermark(meta.get("watermark"))
         result = join.process(columns.chunk(rows))
         streams = columns.stream_codes[rows]
         late = np.sort(
@@ -594,9 +609,9 @@ class JoinProcessor(StatefulProcessor):
                     for s, end in ends.items()
                 )
             else:
-                needed = any(
-                    ts >= meta["max_ts"][p] - self.spec.allowed_lateness_ms - window.size_ms
-                    or self._owed_to_cleanup(meta, p, segment)
+                watermark = meta.get("watermark")
+                needed = watermark is None or any(
+                    ts >= watermark - window.size_ms or self._owed_to_cleanup(meta, p, segment)
                     for p, ts in segment["max_ts"].items()
                 )
             if needed:
@@ -680,7 +695,43 @@ class _StreamColumns:
         return out
 
 
-_LATE_DETAIL = "event time is over allowed_lateness_ms behind the latest event time of its partition"
+def _take_watermark(meta: dict[str, Any], watermark: int | None) -> None:
+    """The batch's watermark (planned with its offsets, so a replay gets the same); it never moves back."""
+    if watermark is not None:
+        meta["watermark"] = max(meta.get("watermark", watermark), watermark)
+
+
+def _late_detail(meta: dict[str, Any]) -> str:
+    return (
+        f"event time is behind the watermark {meta.get('watermark')} (the newest event time of the slowest "
+        "input partition, less allowed_lateness_ms)"
+    )
+
+
+def _input_marks(frame: pd.DataFrame) -> dict[str, list[int]]:
+    """The oldest and newest event time of each input (Kafka) partition among the batch's rows of this slot."""
+    rows = frame[frame["ts"].notna()]
+    if rows.empty:
+        return {}
+    span = rows.groupby(["topic", "kpartition"])["ts"].agg(["min", "max"])
+    return {f"{topic}:{int(part)}": [int(lo), int(hi)] for (topic, part), lo, hi in span.itertuples(name=None)}
+
+
+def _state_spans(meta: dict[str, Any], window_ms: int | None) -> tuple[int, int]:
+    """The widest event-time span of a partition's state in this slot: of its live tuples (from the oldest one a
+    future tuple can still join, the watermark less the window, to the newest), and of all it holds (segments
+    expire whole, so one that still holds a live tuple keeps its expired ones too)."""
+    low: dict[str, int] = {}
+    high: dict[str, int] = {}
+    for segment in meta["segments"]:
+        for part, ts in segment["max_ts"].items():
+            high[part] = max(high.get(part, ts), ts)
+            first = segment.get("min_ts", {}).get(part, ts)
+            low[part] = min(low.get(part, first), first)
+    watermark = meta.get("watermark")
+    horizon = -np.inf if watermark is None or window_ms is None else watermark - window_ms
+    live = max((high[p] - max(low[p], horizon) for p in high), default=0)
+    return int(max(live, 0)), max((high[p] - low[p] for p in high), default=0)
 
 
 @functools.lru_cache(maxsize=8)
