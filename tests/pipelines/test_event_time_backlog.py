@@ -111,9 +111,10 @@ def _check_results(spec, parquet, redis_sink, outcomes: list[BatchOutcome], even
 
 def _check_state_span(outcomes: list[BatchOutcome]) -> None:
     """After every batch, each partition's live state (from the watermark less the window to its newest tuple)
-    spans at most window + lateness + alignment of event time (plus the density estimate's error). All it holds spans at most two alignments more:
-    a segment holds one batch's tuples, from the slowest partition's to up to an alignment ahead, and goes only
-    once the watermark, which moves a batch at a time (up to an alignment), has passed its newest."""
+    spans at most window + lateness + alignment of event time (plus the density estimate's error). All it holds
+    spans at most two alignments more: a segment holds one batch's tuples, from the slowest partition's to up to
+    an alignment ahead, and goes only once the watermark, which moves a batch at a time (up to an alignment),
+    has passed its newest."""
     # Reading is aligned by each partition's density as measured so far (connectors.event_time); a partition a
     # little sparser than measured overshoots by that error, which stays well under a quarter of the alignment.
     bound = WINDOW_MS + LATENESS_MS + ALIGNMENT_MS + ALIGNMENT_MS // 4
