@@ -109,6 +109,18 @@ class JobMetrics:
         self.slot_outputs = Counter(
             "windjoin_job_slot_outputs", "Result pairs a slot produced, by slot.", ["slot"], registry=r
         )
+        self.watermark = Gauge(
+            "windjoin_job_watermark_ms",
+            "Event time (epoch ms) below which a tuple is late: the slowest input partition's newest less lateness.",
+            registry=r,
+        )
+        self.state_span = Gauge(
+            "windjoin_job_state_span_ms",
+            "Widest event-time span of a partition's state after the last batch: of its live tuples, and of all it "
+            "holds (segments expire whole).",
+            ["kind"],
+            registry=r,
+        )
         # Per hash partition (the unit the controller moves), labelled by partition only, so a move between
         # slots continues the same series; windjoin_job_partition_slot says where it ran last.
         self.part_tuples = Counter(
@@ -216,6 +228,10 @@ class JobMetrics:
             self.shed.labels(stream).inc(n)
         self.shed_ratio.set(outcome.shed_ratio)
         self.routing_version.set(outcome.routing_version)
+        if outcome.watermark is not None:
+            self.watermark.set(outcome.watermark)
+        self.state_span.labels("live").set(outcome.state_span_ms)
+        self.state_span.labels("held").set(outcome.held_span_ms)
         if self._executors is not None:
             try:
                 self.executors.set(self._executors())

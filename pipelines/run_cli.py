@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,19 @@ class Progress:
         return (
             f"batch {outcome.batch_id}: {outcome.records:,} records, {pairs:,} pairs{rates}{delay}, "
             f"dead letters {outcome.dead}, window {outcome.window_tuples:,} tuples, slowest slot {slowest:.2f} s"
-            f"{_snapshot_note(outcome)}"
+            f"{_event_time_note(outcome)}{_snapshot_note(outcome)}"
         )
+
+
+def _event_time_note(outcome: BatchOutcome) -> str:
+    """The batch's watermark and its state's event-time span (live, and held with whole segments)."""
+    if outcome.watermark is None:
+        return ", no watermark yet"
+    watermark = datetime.fromtimestamp(outcome.watermark / 1000, UTC).isoformat(timespec="milliseconds")
+    return (
+        f", watermark {watermark}, state spans {outcome.state_span_ms / 1000:.1f} s"
+        f" (held {outcome.held_span_ms / 1000:.1f} s)"
+    )
 
 
 def _snapshot_note(outcome: BatchOutcome) -> str:
