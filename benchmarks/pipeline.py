@@ -98,6 +98,8 @@ class Params:
     rate_fraction: float = 0.8
     stage_batches: int = 3  # batches of the source-only and source+adapter profile queries
     calibrate: bool = True  # prefill at the density windjoin sustains (probed first at prefill_rate)
+    catchup_events: int = 2_000_000  # the catch-up phase's backlog (both streams), drained at the spec's defaults
+    catchup_seconds: float = 600.0  # the catch-up phase stops after this long at the latest
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -479,6 +481,70 @@ class Bench:
         )
         return result
 
+    def catch_up(self, events: int) -> dict[str, Any]:
+        """A job started over a backlog of `events` rows (down for a while, or started after its producers), with
+        the spec's default batch size and aligned reading: rows/s over the whole drain, the steady rate within
+        it, and per batch its rows, time, state spans and the driver's memory (which must not grow with the
+        backlog)."""
+        p = self.params
+        topics = new_topics("catchup")
+        _, gen_path = self._spec_file(topics, "catchup-gen", None)
+        proc = run_generator(
+            generate_cmd(gen_path, self.bootstrap, p, self.density, events / self.density, False), self.log
+        )
+        if proc.wait() != 0:
+            raise RuntimeError(f"catch-up generator failed, see {self.log}")
+        total = topic_rows(self.bootstrap, topics)
+        spec, _ = self._spec_file(topics, "catchup", None)
+        sink, outcomes, batches = WindjoinSink(), [], []
+        load_before = load_avg()
+        started = time.perf_counter()
+
+        def on_batch(outcome: Any) -> None:
+            outcomes.append(outcome)
+            batches.append(
+                {
+                    "batch_id": outcome.batch_id,
+                    "rows": outcome.records,
+                    "at_s": time.perf_counter() - started,
+                    "state_span_ms": outcome.state_span_ms,
+                    "held_span_ms": outcome.held_span_ms,
+                    "late": outcome.dead_by_reason.get("late", 0),
+                    **driver_memory(self.spark),
+                }
+            )
+
+        from windjoin.operators.spec import parse_spec
+        from windjoin.pipelines.join_job import start_job
+
+        query = start_job(self.spark, parse_spec(spec), self.bootstrap, [sink], on_batch=on_batch)
+        try:
+            drained = wait_rows(query, total, timeout_s=p.catchup_seconds)
+        finally:
+            query.stop()
+        wall = batches[-1]["at_s"] if batches else time.perf_counter() - started
+        rows = sum(b["rows"] for b in batches)
+        steady = sustained(progress_rows(query), self.warmup_rows())
+        half = len(batches) // 2
+        return {
+            "backlog_rows": total,
+            "drained": drained,
+            "rows": rows,
+            "batches": len(batches),
+            "max_offsets_per_trigger": spec.get("max_offsets_per_trigger", "default"),
+            "rows_per_s": rows / wall if wall else None,
+            "steady_rows_per_s": steady["rows_per_s"],
+            "late": sum(b["late"] for b in batches),
+            "pairs": sink.pairs,
+            "max_state_span_ms": max((b["state_span_ms"] for b in batches), default=0),
+            "max_held_span_ms": max((b["held_span_ms"] for b in batches), default=0),
+            # the driver's memory in the first and second half of the drain: equal, not growing with the backlog
+            "driver_rss_mb_first_half_max": max((b["driver_rss_mb"] for b in batches[:half]), default=None),
+            "driver_rss_mb_second_half_max": max((b["driver_rss_mb"] for b in batches[half:]), default=None),
+            "per_batch": batches,
+            "load_avg": [load_before, load_avg()],
+        }
+
     def stage_rates(self, total: int) -> dict[str, Any]:
         """Rows/s of windjoin's leading stages alone, same topics and batch size: the Kafka source, then the
         source with the adapter inside its reader (the join job's input), each to a count sink; the first batch
@@ -749,6 +815,23 @@ def adapter_rate(params: Params, n: int = 100_000) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def driver_memory(spark: Any) -> dict[str, float]:
+    """The driver's resident memory (its Python process plus the JVM it started) and the JVM's heap in use, MB."""
+    rss = _rss_mb(os.getpid())
+    proc = getattr(spark.sparkContext._gateway, "proc", None)  # the local JVM, when pyspark launched it
+    jvm_rss = _rss_mb(proc.pid) if proc is not None else 0.0
+    runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
+    heap = (runtime.totalMemory() - runtime.freeMemory()) / 2**20
+    return {"driver_rss_mb": rss + jvm_rss, "python_rss_mb": rss, "jvm_rss_mb": jvm_rss, "jvm_heap_mb": heap}
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def load_avg() -> list[float]:
     return list(os.getloadavg())
 
@@ -858,6 +941,8 @@ QUICK = {
     "paced_warmup_s": 4.0,
     "paced_builtin_own": False,
     "calibrate": False,
+    "catchup_events": 60_000,
+    "catchup_seconds": 120.0,
 }
 
 
@@ -884,6 +969,9 @@ def best_of(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
 def parse_args() -> tuple[argparse.Namespace, Params]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small prefill, 2 s window, short paced runs")
+    parser.add_argument(
+        "--catch-up-only", action="store_true", help="only the catch-up phase (after calibration), into --out"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--workdir", type=Path, default=None, help="checkpoints, specs, logs (default: a temp dir)")
     add_param_flags(parser, Params())
@@ -913,6 +1001,24 @@ def open_session(state_dir: Path, app_name: str) -> tuple[str, Any]:
     )
     spark.sparkContext.setLogLevel("ERROR")
     return kafka.service.url, spark
+
+
+def _catch_up_line(run: dict[str, Any]) -> str:
+    return (
+        f"{run['rows']:,} of {run['backlog_rows']:,} rows in {run['batches']} batches, "
+        f"{_fmt(run['rows_per_s'])} rows/s (steady {_fmt(run['steady_rows_per_s'])}), late {run['late']}, "
+        f"state span <= {run['max_state_span_ms']} ms "
+        f"(held {run['max_held_span_ms']}), driver RSS {_fmt(run['driver_rss_mb_first_half_max'])} -> "
+        f"{_fmt(run['driver_rss_mb_second_half_max'])} MB"
+    )
+
+
+def finish_catch_up_only(result: dict[str, Any], out: Path) -> None:
+    """Put a catch-up-only run into the results file beside the last full run's figures (and say so)."""
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    previous["catch_up"] = {**result["catch_up"], "date": result["date"], "machine": result["machine"]}
+    previous["catch_up"]["note"] = "measured by --catch-up-only, not in the same run as the other phases"
+    print(write_results(previous, out, plot))
 
 
 def main() -> None:
@@ -957,6 +1063,10 @@ def main() -> None:
         print(
             f"prefill: {prefill['events']:,} events, density {density:,.0f}/s, {prefill['seconds']:.1f} s", flush=True
         )
+        if args.catch_up_only:
+            result["catch_up"] = bench.catch_up(params.catchup_events)
+            print(f"catch-up: {_catch_up_line(result['catch_up'])}", flush=True)
+            return finish_catch_up_only(result, args.out)
         wj = best_of("windjoin", [bench.windjoin_throughput(prefill["events"], m) for m in offsets])
         result["stages_alone"] = bench.stage_rates(prefill["events"])
         stages = {k: _fmt(v["rows_per_s"]) for k, v in result["stages_alone"].items()}
@@ -973,6 +1083,8 @@ def main() -> None:
             bi["paced_own"] = bench.paced("builtin", own)
             print(f"built-in paced at {own:,.0f}: {bi['paced_own']['delay_sink']}; load {load_avg()}", flush=True)
         result["windjoin"], result["builtin"] = wj, bi
+        result["catch_up"] = bench.catch_up(params.catchup_events)
+        print(f"catch-up: {_catch_up_line(result['catch_up'])}", flush=True)
     finally:
         tear_down(spark, state_dir, workdir if args.workdir is None else None)
     result["load_avg_end"] = load_avg()

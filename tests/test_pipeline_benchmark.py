@@ -20,6 +20,7 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         "--stage-batches": "2",
         "--paced-seconds": "6",
         "--paced-warmup-s": "2",
+        "--catchup-events": "20000",
     }
     args = [arg for pair in tiny.items() for arg in pair]
     result, _ = run_benchmark("pipeline", out, "--quick", *args, timeout=420)
@@ -31,6 +32,9 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         assert paced["delay_sink"]["p99_ms"] is not None
     assert result["windjoin"]["paced"]["delay_emitted"]["p50_ms"] is not None
     assert result["ratio_throughput"] > 0
+    catch_up = result["catch_up"]  # a backlog drained at the spec's defaults, nothing late
+    assert catch_up["drained"] and catch_up["rows"] == catch_up["backlog_rows"] > 0 and catch_up["late"] == 0
+    assert catch_up["rows_per_s"] > 0 and catch_up["driver_rss_mb_first_half_max"] > 0
     assert set(result["targets"]) == {
         "windjoin_at_least_3x_builtin_throughput",
         "windjoin_p99_delay_under_2s_at_80pct",
