@@ -26,7 +26,7 @@ from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.adapted_source import CONTROL_NAMESPACE_OPTION, CONTROL_REDIS_OPTION, read_adapted
 from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.checkpoint_layout import check_layout
-from windjoin.pipelines.dead_letters import write_dead_letters
+from windjoin.pipelines.dead_letters import DeadLetterWriter
 from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinProcessor
 from windjoin.pipelines.snapshot_committer import SnapshotCommitter
 
@@ -140,6 +140,11 @@ class BatchSink:
     on_batch: Callable[[BatchOutcome], None] | None = None
     move_root: str | None = None
     pruned_below: int = 0  # handed-over states of routing versions below this are deleted
+    dead_letters: DeadLetterWriter | None = field(default=None, init=False)  # reads the topic's limit once
+
+    def __post_init__(self) -> None:
+        if self.spec.dead_letter_topic:
+            self.dead_letters = DeadLetterWriter(self.bootstrap, self.spec.dead_letter_topic)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         outcome = BatchOutcome(batch_id)
@@ -177,8 +182,8 @@ class BatchSink:
 
             refused = pd.concat(dead)
             outcome.dead_by_reason = {str(k): int(v) for k, v in refused["reason"].value_counts().items()}
-            if self.spec.dead_letter_topic:
-                outcome.dead = write_dead_letters(self.bootstrap, self.spec.dead_letter_topic, refused)
+            if self.dead_letters is not None:
+                outcome.dead = self.dead_letters.write(refused)
         if delays:
             outcome.delays_ms = np.concatenate(delays)
         outcome.finished_at = time.time()
