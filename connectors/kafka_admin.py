@@ -1,4 +1,5 @@
-"""Topic administration over confluent-kafka's AdminClient: create (and wait until visible), delete, list.
+"""Topic administration over confluent-kafka's AdminClient: create (and wait until visible), delete, list,
+read a topic's config.
 
 Creation waits for the metadata to show every partition with a leader, because a producer or Spark source
 that asks too early sees an unknown topic or too few partitions.
@@ -10,7 +11,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 
 def admin_client(bootstrap: str, config: Mapping[str, object] | None = None) -> AdminClient:
@@ -26,6 +27,18 @@ def list_topics(bootstrap: str, timeout_s: float = 10.0) -> dict[str, int]:
         for name, topic in metadata.topics.items()
         if topic.error is None and not name.startswith("__")
     }
+
+
+def topic_config(bootstrap: str, topic: str, timeout_s: float = 10.0) -> dict[str, str]:
+    """The config entries the broker reports for `topic` (name → value; entries without a value left out).
+
+    Raises KafkaException when the broker refuses or does not answer (an unknown topic, no permission).
+    A broker may leave out entries it only knows as defaults (Tansu reports only those set on the topic).
+    """
+    admin = admin_client(bootstrap)  # kept until the answer is in: a collected client cancels its requests
+    [future] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=timeout_s).values()
+    entries = future.result(timeout=timeout_s)
+    return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
 
 def create_topics(

@@ -86,7 +86,11 @@ class WindowJoin:
         self.use_indexes = use_indexes
         self.tasks = [_TaskRuntime(t) for t in spec.tasks]
         joined = {s for t in spec.tasks for s in t.join}
-        self.stores = {name: WindowStore(spec.window) for name in spec.streams if name in joined}
+        self.stores = {
+            name: WindowStore(spec.window, lateness_ms=spec.allowed_lateness_ms)
+            for name in spec.streams
+            if name in joined
+        }
         self._next_seq = 0
         self._max_ts: int | None = None
         self._given_watermark = False  # set_watermark was called: lateness follows the caller's watermark

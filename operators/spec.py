@@ -42,7 +42,7 @@ class _Strict(BaseModel):
 
 class TimeWindow(_Strict):
     kind: Literal["time"]
-    size_ms: Annotated[int, Field(gt=0)]
+    size_ms: Annotated[int, Field(ge=0)]  # 0 pairs equal event times only (an interval join over [0, 0])
 
 
 class CountWindow(_Strict):

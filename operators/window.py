@@ -57,14 +57,18 @@ class Block:
 class WindowStore:
     """The stored window of one stream, shared by every task that joins the stream."""
 
-    def __init__(self, window: TimeWindow | CountWindow, max_block_rows: int = MAX_BLOCK_ROWS) -> None:
+    def __init__(
+        self, window: TimeWindow | CountWindow, max_block_rows: int = MAX_BLOCK_ROWS, lateness_ms: int = 0
+    ) -> None:
         self.window = window
         if isinstance(window, CountWindow):
             self.max_block_rows = max(1024, min(max_block_rows, window.size // 8))
             self.max_block_span_ms = None
         else:
             self.max_block_rows = max_block_rows
-            self.max_block_span_ms = max(1, window.size_ms // 8)
+            # A block expires whole, so its span is how long a stale tuple may outlive expiry: an eighth of the
+            # window; a zero-size window holds only the tuples within the lateness, so an eighth of that.
+            self.max_block_span_ms = max(1, (window.size_ms or lateness_ms) // 8)
         self.blocks: list[Block] = []
         self.count = 0  # tuples ever stored: the next tuple's sseq
 

@@ -32,7 +32,7 @@ from windjoin.pipelines.adapted_source import (
 )
 from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.checkpoint_layout import check_layout
-from windjoin.pipelines.dead_letters import write_dead_letters
+from windjoin.pipelines.dead_letters import DeadLetterWriter
 from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinProcessor
 from windjoin.pipelines.snapshot_committer import SnapshotCommitter
 
@@ -154,6 +154,11 @@ class BatchSink:
     move_root: str | None = None
     pruned_below: int = 0  # handed-over states of routing versions below this are deleted
     marks: MarkReports | None = None  # where the batch's input marks go for the next batch's plan
+    dead_letters: DeadLetterWriter | None = field(default=None, init=False)  # reads the topic's limit once
+
+    def __post_init__(self) -> None:
+        if self.spec.dead_letter_topic:
+            self.dead_letters = DeadLetterWriter(self.bootstrap, self.spec.dead_letter_topic)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         outcome = BatchOutcome(batch_id)
@@ -192,8 +197,8 @@ class BatchSink:
 
             refused = pd.concat(dead)
             outcome.dead_by_reason = {str(k): int(v) for k, v in refused["reason"].value_counts().items()}
-            if self.spec.dead_letter_topic:
-                outcome.dead = write_dead_letters(self.bootstrap, self.spec.dead_letter_topic, refused)
+            if self.dead_letters is not None:
+                outcome.dead = self.dead_letters.write(refused)
         if delays:
             outcome.delays_ms = np.concatenate(delays)
         if self.marks is not None and clock_seq is not None:  # after the sinks, before Spark commits the batch

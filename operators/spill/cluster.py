@@ -131,10 +131,10 @@ class AdaptiveCluster:
         return decisions
 
     def _recently_forced(self) -> int:
-        """Bytes force-pushed within the last window of event time. The paper bounds forced pushes by M_q - M_c
-        over the run, its states only grow; with a sliding window the state is replaced every window, so the
-        allowance renews with it."""
-        since = self.now_ts - self.spec.window.size_ms
+        """Bytes force-pushed within the last window (plus lateness) of event time. The paper bounds forced pushes
+        by M_q - M_c over the run, its states only grow; with a sliding window the state is replaced every window
+        and lateness (the span a tuple is held), so the allowance renews with it (never at once: size_ms may be 0)."""
+        since = self.now_ts - self.spec.window.size_ms - self.spec.allowed_lateness_ms
         return sum(b for ts, b in self.log.forced_at if ts > since)
 
     def _move(self, move: Move) -> None:

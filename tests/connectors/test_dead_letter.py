@@ -1,8 +1,10 @@
-"""Dead-letter records: exact round trips through the JSON form, and rejection of malformed ones."""
+"""Dead-letter records: exact round trips through the JSON form, letters cut to fit a byte limit (truncated,
+flagged, with the originals' sizes and digests), version 1 letters still read, and rejection of malformed ones."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -13,7 +15,14 @@ from hypothesis import strategies as st
 
 from windjoin.connectors import codec_errors
 from windjoin.connectors.codec_errors import DecodeError
-from windjoin.connectors.dead_letter import DeadLetter, decode_dead_letter, encode_dead_letter
+from windjoin.connectors.dead_letter import (
+    CUT_MARK,
+    MAX_DETAIL_CHARS,
+    DeadLetter,
+    decode_dead_letter,
+    encode_dead_letter,
+    fit_dead_letter,
+)
 from windjoin.connectors.json_codec import JsonCodec
 
 reason_names = st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True)
@@ -84,7 +93,7 @@ def test_encoded_form_is_plain_json_with_base64_bytes(record: DeadLetter) -> Non
 def test_known_encoding() -> None:
     document = json.loads(encode_dead_letter(sample()))
     assert document == {
-        "version": 1,
+        "version": 2,
         "reason": "bad_avro",
         "detail": "body does not decode",
         "stream": "clicks",
@@ -93,8 +102,34 @@ def test_known_encoding() -> None:
         "offset": 1207,
         "key_b64": "dXNlci0xNw==",
         "value_b64": "AAAAACr/",
+        "truncated": False,
+        "key_size": 7,
+        "value_size": 6,
+        "key_sha256": hashlib.sha256(b"user-17").hexdigest(),
+        "value_sha256": hashlib.sha256(b"\x00\x00\x00\x00\x2a\xff").hexdigest(),
         "dead_lettered_at": "2026-11-22T01:46:07.123456Z",
     }
+
+
+def test_a_version_1_letter_is_still_read() -> None:
+    """Letters written before version 2 (no sizes, digests or flag) decode, complete, with sizes and digests."""
+    v1 = {
+        "version": 1,
+        "reason": "bad_avro",
+        "detail": "body does not decode",
+        "stream": "clicks",
+        "topic": "clicks-v1",
+        "partition": 3,
+        "offset": 1207,
+        "key_b64": "dXNlci0xNw==",
+        "value_b64": None,
+        "dead_lettered_at": "2026-11-22T01:46:07.123456Z",
+    }
+    letter = decode_dead_letter(json.dumps(v1).encode())
+    assert letter == sample(value=None)
+    assert not letter.truncated
+    assert (letter.key_size, letter.key_sha256) == (7, hashlib.sha256(b"user-17").hexdigest())
+    assert (letter.value_size, letter.value_sha256) == (None, None)
 
 
 def test_a_non_utc_time_is_kept_as_the_same_instant() -> None:
@@ -162,7 +197,16 @@ def _tampered(**changes: Any) -> bytes:
     [
         (b"not json", "not JSON"),
         (b"[1, 2]", "not a JSON object"),
-        (_tampered(version=2), "version"),
+        (_tampered(version=3), "version"),
+        (_tampered(version=True), "version"),
+        (_tampered(truncated=...), "truncated"),
+        (_tampered(truncated="no"), "truncated"),
+        (_tampered(value_size=5), "value_size"),
+        (_tampered(key_sha256="0" * 64), "key_sha256"),
+        (_tampered(truncated=True, value_size=None), "value_size"),
+        (_tampered(truncated=True, value_size=2), "value_size"),
+        (_tampered(truncated=True, key_sha256="ABC"), "key_sha256"),
+        (_tampered(key_b64=None), "key_size"),
         (_tampered(version=...), "version"),
         (_tampered(offset=...), "offset"),
         (_tampered(surprise=1), "surprise"),
@@ -177,3 +221,78 @@ def _tampered(**changes: Any) -> bytes:
 def test_malformed_dead_letters_are_refused(data: bytes, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         decode_dead_letter(data)
+
+
+def _assert_describes(letter: DeadLetter, original: DeadLetter) -> None:
+    """``letter`` (decoded) is ``original`` or a flagged cut of it: prefixes, the originals' sizes and digests."""
+    for part in ("key", "value"):
+        kept, whole = getattr(letter, part), getattr(original, part)
+        if whole is None:
+            assert kept is None
+            continue
+        assert whole.startswith(kept)
+        assert getattr(letter, f"{part}_size") == len(whole)
+        assert getattr(letter, f"{part}_sha256") == hashlib.sha256(whole).hexdigest()
+    assert (letter.reason, letter.stream, letter.topic, letter.partition, letter.offset) == (
+        original.reason,
+        original.stream,
+        original.topic,
+        original.partition,
+        original.offset,
+    )
+    assert letter.dead_lettered_at == original.dead_lettered_at
+    if letter.detail != original.detail:
+        assert letter.detail.endswith(CUT_MARK)
+        assert original.detail.startswith(letter.detail.removesuffix(CUT_MARK))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    record=dead_letters,
+    big_value=st.none() | st.integers(0, 300_000),
+    big_detail=st.integers(0, 20_000),
+    max_bytes=st.integers(600, 400_000),
+)
+def test_a_fitted_letter_is_within_the_limit_and_describes_the_original(
+    record: DeadLetter, big_value: int | None, big_detail: int, max_bytes: int
+) -> None:
+    """Whatever the sizes of key, value and detail (escaped characters included): the letter fits, and it is
+    complete and unflagged exactly when the complete letter (with a detail within bounds) fits."""
+    if big_value is not None:
+        record = sample(value=bytes(range(256)) * (big_value // 256), detail="\x01é" * big_detail)
+    fitted = fit_dead_letter(record, max_bytes)
+    assert len(fitted) <= max_bytes
+    letter = decode_dead_letter(fitted)
+    _assert_describes(letter, record)
+    complete = len(record.detail) <= MAX_DETAIL_CHARS and len(encode_dead_letter(record)) <= max_bytes
+    assert letter.truncated is not complete
+    if complete:
+        assert letter == record
+
+
+def test_an_oversize_value_is_cut_to_fill_the_limit() -> None:
+    value = b"\xff" * 1_500_000
+    fitted = fit_dead_letter(sample(value=value, detail="x" * 1_000_000), 1_048_000)
+    letter = decode_dead_letter(fitted)
+    assert letter.truncated and letter.value_size == 1_500_000
+    assert letter.value_sha256 == hashlib.sha256(value).hexdigest()
+    assert letter.key == b"user-17"  # a short key is kept whole
+    assert len(letter.detail) == MAX_DETAIL_CHARS and letter.detail.endswith(CUT_MARK)
+    assert 1_048_000 - 4 <= len(fitted) <= 1_048_000  # the room goes to the value, to the last base64 quantum
+    assert len(letter.value) > 780_000
+
+
+def test_a_huge_key_gets_at_most_half_the_room() -> None:
+    letter = decode_dead_letter(fit_dead_letter(sample(key=b"k" * 100_000, value=b"v" * 100_000), 20_000))
+    assert letter.truncated and 0 < len(letter.key) <= len(letter.value) + 3  # up to one base64 quantum
+
+
+def test_a_long_detail_is_cut_even_when_the_letter_fits() -> None:
+    letter = decode_dead_letter(fit_dead_letter(sample(detail="d" * 50_000), 1_000_000))
+    assert letter.truncated and len(letter.detail) == MAX_DETAIL_CHARS
+    assert letter.value == sample().value and letter.value_size == len(letter.value)
+
+
+def test_a_limit_too_small_for_the_fixed_fields_is_refused() -> None:
+    with pytest.raises(ValueError, match="over the limit of 100"):
+        fit_dead_letter(sample(), 100)

@@ -122,6 +122,36 @@ def test_one_hot_key_matches_oracle(spec, evs, chunk_size):
     check_against_oracle(spec, evs, chunk_size)
 
 
+@SETTINGS
+@given(spec=specs(), evs=events(), chunk_size=st.integers(1, 80))
+def test_a_zero_size_window_matches_oracle(spec, evs, chunk_size):
+    """size_ms 0: only tuples with equal event times pair (ties across streams are common in `events`)."""
+    check_against_oracle({**spec, "window": {"kind": "time", "size_ms": 0}}, evs, chunk_size)
+
+
+def test_a_zero_size_window_pairs_exactly_the_equal_times():
+    spec = {
+        "window": {"kind": "time", "size_ms": 0},
+        "allowed_lateness_ms": 5,
+        "streams": STREAMS,
+        "tasks": [{"name": "all", "join": ["R", "S"], "on": []}],
+    }
+    r = {"k": 0, "x": 0, "y": 0.0, "z": "", "f": True}
+    s = {"k": 0, "a": 0, "b": 0.0, "c": "", "d": True}
+    evs = [
+        {"stream": "R", "ts": 10, **r},
+        {"stream": "S", "t": 10, **s},  # pairs with the R at 10
+        {"stream": "S", "t": 11, **s},
+        {"stream": "S", "t": 9, **s},  # out of order, within the lateness: pairs with nothing
+        {"stream": "R", "ts": 11, **r},  # pairs with the S at 11
+        {"stream": "R", "ts": 10, **r},  # pairs with the S at 10
+    ]
+    got, late, _ = run_join(spec, evs, 2)
+    assert not late
+    assert sorted((left["ts"], right["t"]) for _, left, right in got) == [(10, 10), (10, 10), (11, 11)]
+    check_against_oracle(spec, evs, 1)
+
+
 @settings(max_examples=100, deadline=None)
 @given(spec=specs(), evs=events())
 def test_result_does_not_depend_on_chunking(spec, evs):
@@ -220,7 +250,7 @@ def test_long_runs_with_merged_and_expired_blocks():
             ],
         },
     ]
-    for window in ({"kind": "time", "size_ms": 40}, {"kind": "count", "size": 150}):
+    for window in ({"kind": "time", "size_ms": 40}, {"kind": "time", "size_ms": 0}, {"kind": "count", "size": 150}):
         spec = {"window": window, "allowed_lateness_ms": 8, "streams": STREAMS, "tasks": tasks}
         evs = _long_run(window["kind"], seed=7)
         for chunk_size in (1, 37, 1000):

@@ -40,7 +40,7 @@ def test_issue_example_is_accepted():
     ("mutate", "expected"),
     [
         (lambda d: d["window"].update(kind="tumble"), ["window", "'time', 'count'", "tumble"]),
-        (lambda d: d["window"].update(size_ms=0), ["window.size_ms", "greater than 0", "0"]),
+        (lambda d: d["window"].update(size_ms=-1), ["window.size_ms", "greater than or equal to 0", "-1"]),
         (lambda d: d["window"].update(size_ms="big"), ["window.size_ms", "integer", "big"]),
         (lambda d: d.update(allowed_lateness_ms=-5), ["allowed_lateness_ms", "greater than or equal to 0"]),
         (lambda d: d.update(windw=1), ["windw", "Extra inputs"]),
@@ -69,6 +69,13 @@ def test_errors_name_key_value_and_accepted(mutate, expected):
         parse_spec(data)
     for fragment in expected:
         assert fragment in str(err.value)
+
+
+def test_a_zero_size_time_window_is_accepted():
+    """size_ms 0 pairs tuples with equal event times; only a negative size is refused."""
+    data = copy.deepcopy(BASE)
+    data["window"]["size_ms"] = 0
+    assert parse_spec(data).window.size_ms == 0
 
 
 def test_all_problems_reported_at_once():

@@ -66,7 +66,8 @@ def specs(draw, n: int, partitions: int = PARTITIONS):
             pred["width"] = draw(st.sampled_from([0, 1, 1.5]))
         filters.append(pred)
     two_tasks = n == 3 and draw(st.booleans())
-    return spec_dict(n, draw(st.integers(1, 25)), draw(st.integers(0, 8)), filters, two_tasks, partitions)
+    window_ms = draw(st.integers(0, 25))  # 0: only equal event times pair
+    return spec_dict(n, window_ms, draw(st.integers(0, 8)), filters, two_tasks, partitions)
 
 
 @st.composite

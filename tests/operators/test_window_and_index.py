@@ -53,6 +53,16 @@ def test_time_window_memory_is_bounded():
         assert len(store) <= (2000 + 2000 // 8 + 500) * 0.6  # about half the tuples of each ms per stream
 
 
+def test_a_zero_size_window_holds_the_lateness_in_few_blocks():
+    """size_ms 0 keeps only the tuples within the lateness, in blocks spanning an eighth of it (not one a ms)."""
+    spec = _spec({"kind": "time", "size_ms": 0}, [{"op": "eq", "left": "R.k", "right": "S.k"}])
+    join = WindowJoin(parse_spec({**spec, "allowed_lateness_ms": 2000}))
+    _feed(join, n_chunks=2000, chunk=10, keys=50)  # one tuple per ms, small chunks: blocks must merge
+    for store in join.stores.values():
+        assert len(store) <= (2000 + 2000 // 8 + 10) * 0.6
+        assert len(store.blocks) <= 40
+
+
 def test_indexes_cut_comparisons():
     window = {"kind": "count", "size": 2000}
     eq = WindowJoin(parse_spec(_spec(window, [{"op": "eq", "left": "R.k", "right": "S.k"}])))

@@ -6,6 +6,11 @@ second run also gets records that are late (event time over `allowed_lateness_ms
 latest, which only a later batch can see). Then: the job never failed; the dead-letter topic holds exactly one
 letter per malformed record, with the expected reason, its stream and coordinates, and its original key and
 value bytes; the sinks hold exactly the oracle's pairs over the good events.
+
+The dead-letter topic is limited to 1 MiB (`max.message.bytes`) and some refused records are larger (up to
+1.5 MB, whose base64 would make a 2 MB letter): their letters are truncated and flagged, keep the originals'
+sizes and digests, and each produced record fits the limit. (The embedded broker does not enforce the limit, so
+the sizes are checked here.)
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from fastavro import parse_schema, schemaless_writer
 
 from tests.oracle import as_multiset, oracle_join
+from tests.pipelines.dead_letter_helpers import describes, record_batch_bytes
 from tests.pipelines.pipeline_helpers import parquet_pairs, redis_pairs
 from windjoin.connectors.dead_letter import DeadLetter, decode_dead_letter
 from windjoin.connectors.kafka_admin import create_topics
@@ -35,6 +41,7 @@ STEP_MS = 10
 LATENESS_MS = 5_000
 SCHEMA_ID = 7
 OVERSIZE_BYTES = 1_100_000  # over the codecs' default max_message_bytes (1 MiB)
+DEAD_TOPIC_LIMIT = 1_048_576  # the dead-letter topic's max.message.bytes
 # The broker takes records this big when the producer allows them (librdkafka's default is 1,000,000 bytes).
 BIG_PRODUCER = {"message.max.bytes": 8_000_000}
 A_SCHEMA = {
@@ -98,6 +105,8 @@ def _bad_records(ts: int) -> list[tuple[str, bytes | None, str]]:
         ("B", _json({"ts": ts, "k": 1.5, "a": 1}), "wrong_type"),
         ("B", _json({"ts": ts, "k": 1, "a": 2**60}), "out_of_range"),
         ("B", _json({"ts": ts, "k": 1, "a": 1, "pad": "p" * OVERSIZE_BYTES}), "oversize"),
+        ("B", b"{" + b"\xfe" * 1_500_000, "oversize"),  # 1.5 MB, not JSON: a letter of it cannot be whole
+        ("A", b"\x00" + bytes(range(256)) * 6_000, "oversize"),
     ]
 
 
@@ -124,8 +133,8 @@ def _produce(bootstrap: str, per_topic: dict[str, list]) -> None:
             producer.produce_batch(topic, records)
 
 
-def _read_all(bootstrap: str, topic: str) -> list[DeadLetter]:
-    """Every record of `topic`, read to the end of each partition with assign() (no consumer group)."""
+def _read_all(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
+    """Every record (key, value) of `topic`, read to the end of each partition with assign() (no consumer group)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -144,7 +153,7 @@ def _read_all(bootstrap: str, topic: str) -> list[DeadLetter]:
                 break
             for msg in consumer.consume(num_messages=500, timeout=0.2):
                 if msg.error() is None:
-                    letters.append(decode_dead_letter(msg.value()))
+                    letters.append((msg.key(), msg.value()))
                 elif msg.error().code() == KafkaError._PARTITION_EOF:
                     pending.discard(msg.partition())
                 else:
@@ -190,7 +199,7 @@ def test_malformed_and_late_records_are_dead_lettered_once_and_the_rest_joins(
     }
     spec = parse_spec({**spec_dict, "base_dir": str(tmp_path)})
     create_topics(kafka_bootstrap, [s.topic for s in spec.streams.values()], 2)
-    create_topics(kafka_bootstrap, [spec.dead_letter_topic], 1)
+    create_topics(kafka_bootstrap, [spec.dead_letter_topic], 1, config={"max.message.bytes": str(DEAD_TOPIC_LIMIT)})
     parquet = ParquetSink(tmp_path / "parquet")
     redis_sink = RedisSink(redis_url, retain_ms=10**12, namespace=f"t{uuid.uuid4().hex[:8]}")
 
@@ -216,7 +225,10 @@ def test_malformed_and_late_records_are_dead_lettered_once_and_the_rest_joins(
     _produce(kafka_bootstrap, per_topic)
     _run(spark, spec, kafka_bootstrap, [parquet, redis_sink])
 
-    letters = _read_all(kafka_bootstrap, spec.dead_letter_topic)
+    produced = _read_all(kafka_bootstrap, spec.dead_letter_topic)
+    oversize = [(k, v) for k, v in produced if record_batch_bytes(k, v) > DEAD_TOPIC_LIMIT]
+    assert not oversize, f"{len(oversize)} letters over the topic's limit: {[k for k, _ in oversize]}"
+    letters = [decode_dead_letter(value) for _, value in produced]
     by_key: dict[bytes | None, list[DeadLetter]] = {}
     for letter in letters:
         by_key.setdefault(letter.key, []).append(letter)
@@ -229,14 +241,17 @@ def test_malformed_and_late_records_are_dead_lettered_once_and_the_rest_joins(
         letter = found[0]
         if (letter.reason, letter.stream, letter.topic) != (reason, stream, spec.streams[stream].topic):
             problems.append(f"{key!r}: reason/stream/topic {letter.reason, letter.stream, letter.topic}, want {reason}")
-        if letter.value != value:
-            problems.append(f"{key!r} ({reason}): the value is not the original bytes")
+        if not (describes(letter, "key", key) and describes(letter, "value", value)):
+            problems.append(f"{key!r} ({reason}): the letter does not describe the original key and value")
+        if letter.truncated is (letter.value == value):  # whole letters are complete, cut ones flagged
+            problems.append(f"{key!r} ({reason}): truncated is {letter.truncated} for a value of {len(value or b'')}")
         if not letter.detail:
             problems.append(f"{key!r} ({reason}): no detail")
     for key, extra in by_key.items():  # good events refused, or letters nobody asked for
         problems += [f"unexpected dead letter {key!r}: {x.reason} {x.detail}" for x in extra]
     assert not problems, "\n".join(problems)
     assert len(expected_bad) >= 30
+    assert sum(letter.truncated for letter in letters) >= 5 and max(len(v) for _, v in produced) > 1_000_000
 
     good = sorted(good_1 + good_2, key=lambda e: e["ts"])
     expected, late = oracle_join(spec_dict, good)

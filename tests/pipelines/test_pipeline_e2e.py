@@ -37,7 +37,8 @@ def _spec(unique_topic, tmp_path, window: dict, keyed: bool, tasks: list[dict], 
     return spec
 
 
-def _events(n: int, seed: int, keys: int) -> list[dict]:
+def _events(n: int, seed: int, keys: int, per_ms: int = 1) -> list[dict]:
+    """`n` events of R or S at random, `per_ms` of them at each millisecond in turn."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -45,7 +46,7 @@ def _events(n: int, seed: int, keys: int) -> list[dict]:
             out.append(
                 {
                     "stream": "R",
-                    "ts": 1_700_000_000_000 + i,
+                    "ts": 1_700_000_000_000 + i // per_ms,
                     "k": rng.randrange(keys),
                     "x": rng.randrange(50),
                     "y": rng.uniform(0, 50),
@@ -55,7 +56,7 @@ def _events(n: int, seed: int, keys: int) -> list[dict]:
             out.append(
                 {
                     "stream": "S",
-                    "ts": 1_700_000_000_000 + i,
+                    "ts": 1_700_000_000_000 + i // per_ms,
                     "k": rng.randrange(keys),
                     "a": rng.randrange(50),
                     "b": rng.uniform(0, 50),
@@ -75,7 +76,14 @@ def _run(spark, spec_dict: dict, bootstrap: str, redis_url: str, tmp_path) -> tu
 
 
 @pytest.mark.slow
-def test_equi_join_time_window_over_partitions_and_batches(spark, kafka_bootstrap, redis_url, unique_topic, tmp_path):
+@pytest.mark.parametrize(
+    ("size_ms", "per_ms", "keys"),
+    [(40, 1, 30), (0, 8, 5)],  # size 0 pairs only equal event times: 8 events a millisecond over few keys
+    ids=["size40", "size0"],
+)
+def test_equi_join_time_window_over_partitions_and_batches(
+    spark, kafka_bootstrap, redis_url, unique_topic, tmp_path, size_ms: int, per_ms: int, keys: int
+):
     tasks = [
         {"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},
         {
@@ -89,11 +97,11 @@ def test_equi_join_time_window_over_partitions_and_batches(spark, kafka_bootstra
     ]
     # Batches cut each topic by offsets, so one stream runs ahead of the other inside a batch: the lateness
     # allowance must cover that disorder, or the lagging stream's tuples are (rightly) dead-lettered as late.
-    window = {"kind": "time", "size_ms": 40}
+    window = {"kind": "time", "size_ms": size_ms}
     spec = _spec(
         unique_topic, tmp_path, window, keyed=True, tasks=tasks, max_offsets_per_trigger=700, allowed_lateness_ms=5000
     )
-    events = _events(3000, seed=1, keys=30)
+    events = _events(3000, seed=1, keys=keys, per_ms=per_ms)
     produce_events(kafka_bootstrap, spec, events)
     in_parquet, in_redis = _run(spark, spec, kafka_bootstrap, redis_url, tmp_path)
     expected, late = oracle_join(spec, events)
