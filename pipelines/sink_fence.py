@@ -4,7 +4,7 @@ A sink skips every batch id at or below the one it last committed, which is exac
 checkpoint numbers the batches: a new checkpoint restarts at batch 0 and the sink would skip its batches as
 replays. So each sink records, per task, the checkpoint that writes it (`connectors.sink_owner`), and a start
 - keeps what this checkpoint wrote (a restart: the fence by batch id stays exactly-once);
-- claims empty tasks silently;
+- claims tasks without results silently, whoever claimed them before (no commit mark, nothing to skip);
 - refuses tasks written by another checkpoint, or before owners were recorded, naming each and both checkpoints;
   with `fresh` it clears their results and commit records instead (the new run's batches 0.. are then written)
   and claims them.
@@ -46,7 +46,7 @@ def fence_sinks(sinks: Sequence[Any], tasks: Sequence[str], checkpoint: Checkpoi
             owner = sink.owner(task)
             if owner is not None and owner.run_id == checkpoint.run_id:
                 continue
-            if owner is None and not sink.holds_results(task):
+            if not sink.holds_results(task):
                 empty.append((sink, task))
             else:
                 foreign.append((sink, task, owner))
