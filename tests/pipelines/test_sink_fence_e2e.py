@@ -85,7 +85,8 @@ def test_a_new_checkpoint_is_refused_and_fresh_sinks_equal_the_oracle(
     assert f"written by checkpoint {a.describe()}" in message
     assert f"this job's checkpoint is {b.describe()}" in message
     assert not spark.streams.active and not (Path(second["checkpoint"]) / "offsets").exists()  # Spark never started
-    assert as_multiset(parquet_pairs(parquet, first)) == as_multiset(oracle_join(first, first_events)[0])
+    first_ordinary = [e for i, e in enumerate(first_events) if i != 300]  # the punctuation is not joined
+    assert as_multiset(parquet_pairs(parquet, first)) == as_multiset(oracle_join(first, first_ordinary)[0])
 
     outcomes = _run(spark, second, kafka_bootstrap, fresh_sinks=True)
     assert max(o.batch_id for o in outcomes) <= last_first  # every batch id was one the old run had committed
