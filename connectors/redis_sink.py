@@ -27,9 +27,9 @@ when Parquet snapshots decide what may leave Redis, see `redis_tier.advance_snap
 feed (XADD), set `committed` and `max_time`; EXEC. Tasks whose `committed` is the batch id are left out (a
 replay); one past it refuses the write (`StaleBatchError`: ids of one checkpoint only grow). If another writer
 changed a watched hash in between, EXEC does nothing and the write starts over, so the check and the data are
-applied together or not at all. (One Lua script per task would save a round trip
-but was measured to keep Redis busy 2-4x longer: its arguments cross into Lua and back, while a plain ZADD is
-parsed once; Redis runs one command at a time, so that time also delays the query proxy.)
+applied together or not at all. (One Lua script per task would save a round trip but was measured to keep Redis
+busy 2-4x longer: its arguments cross into Lua and back, while a plain ZADD is parsed once; Redis runs one
+command at a time, so that time also delays the query proxy.)
 
 Members are encoded with Arrow compute and the ZADD commands are laid out in Redis' wire format the same way, so
 no Python loop runs per row: 100k rows write in ~0.3 s on two busy cores, ~0.15 s of it inside Redis.
