@@ -16,17 +16,20 @@ task's keys share one slot):
   `<batch_id>-1` (so the feed is in commit order and a (batch, row) cursor maps onto entry ids), fields
   `emitted_at` (the batch's emission time, epoch ms) and `members` (the batch's members in row order, joined by
   "\n"; JSON text never holds a raw newline). Capped with `MAXLEN ~ feed_batches`.
+- `ns:{task}:owner` - hash: `run_id`, `checkpoint`, the checkpoint whose batches the task's keys hold
+  (`sink_owner.CheckpointId`), set when a job claims the task (`pipelines.sink_fence`).
 
 Exactly-once, fenced by `committed` with an optimistic transaction, in two round trips per batch whatever the
 number of rows or tasks: (1) WATCH the tasks' meta hashes and read them; (2) MULTI, then for each task whose
 `committed` is below the batch id: add its members (ZADD), drop members scored below `max(max_time, the batch's
 largest result time) - retain_ms` (deterministic: event time, not the wall clock; skipped with `trim=False`,
 when Parquet snapshots decide what may leave Redis, see `redis_tier.advance_snapshot`), append the batch to the
-feed (XADD), set `committed` and `max_time`; EXEC. Tasks at or past the batch id are left out (a replay, or an
-older batch). If another writer changed a watched hash in between, EXEC does nothing and the write starts over,
-so the check and the data are applied together or not at all. (One Lua script per task would save a round trip
-but was measured to keep Redis busy 2-4x longer: its arguments cross into Lua and back, while a plain ZADD is
-parsed once; Redis runs one command at a time, so that time also delays the query proxy.)
+feed (XADD), set `committed` and `max_time`; EXEC. Tasks whose `committed` is the batch id are left out (a
+replay); one past it refuses the write (`StaleBatchError`: ids of one checkpoint only grow). If another writer
+changed a watched hash in between, EXEC does nothing and the write starts over, so the check and the data are
+applied together or not at all. (One Lua script per task would save a round trip but was measured to keep Redis
+busy 2-4x longer: its arguments cross into Lua and back, while a plain ZADD is parsed once; Redis runs one
+command at a time, so that time also delays the query proxy.)
 
 Members are encoded with Arrow compute and the ZADD commands are laid out in Redis' wire format the same way, so
 no Python loop runs per row: 100k rows write in ~0.3 s on two busy cores, ~0.15 s of it inside Redis.
@@ -55,6 +58,7 @@ from windjoin.connectors.result_table import (
     result_times,
     stream_timestamps,
 )
+from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 
 NAMESPACE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 # Members per ZADD command: bounds one command's size (Redis refuses a query buffer over 1 GB).
@@ -84,6 +88,11 @@ def meta_key(task: str, namespace: str = "windjoin") -> str:
 def feed_key(task: str, namespace: str = "windjoin") -> str:
     """The stream of `task`'s committed batches, the continuous-query feed (see the module docstring)."""
     return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:feed"
+
+
+def owner_key(task: str, namespace: str = "windjoin") -> str:
+    """The hash naming the checkpoint that writes `task`'s keys: `run_id`, `checkpoint`."""
+    return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:owner"
 
 
 def encode_members(table: pa.Table) -> pa.StringArray:
@@ -183,6 +192,20 @@ class RedisSink:
     def close(self) -> None:
         self.client.close()
 
+    @property
+    def name(self) -> str:
+        """The sink (server and namespace, never credentials), for messages and metric labels."""
+        return f"Redis {self._server()} namespace {self.namespace}"
+
+    def location(self, task: str) -> str:
+        """Where `task`'s results are, for messages."""
+        return f"Redis {self._server()} key {results_key(task, self.namespace)}"
+
+    def _server(self) -> str:
+        kwargs = self.client.connection_pool.connection_kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+        return f"{where}/{kwargs.get('db', 0)}"
+
     def __enter__(self) -> RedisSink:
         return self
 
@@ -192,7 +215,8 @@ class RedisSink:
     def write(self, batch_id: int, tables: Mapping[str, pa.Table]) -> dict[str, int]:
         """Commit each task's result table for `batch_id`; returns rows written per task committed by this call.
 
-        Tasks whose committed batch id is >= `batch_id` are skipped (absent from the returned mapping).
+        Tasks whose committed batch id is `batch_id` are skipped (absent from the returned mapping): a replay.
+        StaleBatchError when one's is above it.
         """
         batch_id = check_batch_id(batch_id)
         for task, table in tables.items():
@@ -211,6 +235,11 @@ class RedisSink:
                 )
                 conn.read_response()
                 state = conn.read_response()
+                for task, (committed, _) in zip(tasks, state, strict=True):
+                    if committed is not None and int(committed) > batch_id:
+                        conn.send_packed_command(conn.pack_command("UNWATCH"))
+                        conn.read_response()
+                        raise stale_batch(self.name, task, batch_id, int(committed))
                 todo = [
                     (task, None if max_time is None else int(max_time))
                     for task, (committed, max_time) in zip(tasks, state, strict=True)
@@ -315,6 +344,37 @@ class RedisSink:
         """The last batch id committed for `task`, or None before its first batch."""
         value = self.client.hget(meta_key(task, self.namespace), "committed")
         return None if value is None else int(value)
+
+    def owner(self, task: str) -> CheckpointId | None:
+        """The checkpoint that claimed `task`'s keys, or None when none did."""
+        key = owner_key(task, self.namespace)
+        record = self.client.hgetall(key)
+        if not record:
+            return None
+        try:
+            return CheckpointId(record[b"run_id"].decode(), record[b"checkpoint"].decode())
+        except (KeyError, ValueError) as err:
+            raise OwnerRecordError(
+                f"Redis key {key}: not an owner record ({err}); delete it to let a job claim the task"
+            ) from None
+
+    def holds_results(self, task: str) -> bool:
+        """Whether `task` has anything committed (results, commit record, feed), whoever wrote it."""
+        keys = (results_key(task, self.namespace), meta_key(task, self.namespace), feed_key(task, self.namespace))
+        return bool(self.client.exists(*keys))
+
+    def clear(self, task: str) -> None:
+        """Delete `task`'s results, commit record (with its snapshot marker), feed and owner, in one command."""
+        keys = [f(task, self.namespace) for f in (results_key, meta_key, feed_key, owner_key)]
+        self.client.delete(*keys)
+
+    def claim(self, task: str, checkpoint: CheckpointId) -> None:
+        """Record `checkpoint` as the writer of `task`'s keys."""
+        key = owner_key(task, self.namespace)
+        with self.client.pipeline(transaction=True) as pipe:  # the old record or the new one, never a mix
+            pipe.delete(key)
+            pipe.hset(key, mapping={"run_id": checkpoint.run_id, "checkpoint": checkpoint.path})
+            pipe.execute()
 
     def max_time(self, task: str) -> int | None:
         """The largest result time seen for `task` (the retention bound is this minus retain_ms)."""

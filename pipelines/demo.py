@@ -88,7 +88,8 @@ def run_demo(out_dir: Path, rate: float, duration: float, keys: int) -> None:
         quiet = time.time() - totals["last"] > 3 * spec.trigger_ms / 1000
         return not status["isDataAvailable"] and not status["isTriggerActive"] and quiet
 
-    query = start_job(spark, spec, urls[svc.KAFKA], build_sinks(spec), on_batch=on_batch)
+    # Every demo run has a new checkpoint and topics over the same sinks: it replaces an earlier run's results.
+    query = start_job(spark, spec, urls[svc.KAFKA], build_sinks(spec), on_batch=on_batch, fresh_sinks=True)
     click.echo("join job started; generating load", err=True)
     generator = subprocess.Popen(
         [

@@ -60,9 +60,9 @@ class BulkHistogram(Collector):
 
 class JobMetrics:
     """Input rows per slot, pairs per task, dead letters by reason, production delay, per-slot batch time and
-    window size, batch id; per slot and per hash partition the load the controller reads (tuples in, outputs,
-    seconds, window tuples, state bytes); the control epoch applied (routing version, shed ratio), records shed
-    per stream, disk pushes and clean-ups per slot, and the executor count.
+    window size, batch id, batches a sink skipped as replays; per slot and per hash partition the load the
+    controller reads (tuples in, outputs, seconds, window tuples, state bytes); the control epoch applied (routing
+    version, shed ratio), records shed per stream, disk pushes and clean-ups per slot, and the executor count.
 
     `streams`: the spec's stream names, whose shed counters are exported at 0 from the start (a labelled counter
     never incremented exports no sample, and "nothing shed" must be visible as 0, not as no data). `executors`:
@@ -83,6 +83,12 @@ class JobMetrics:
             "windjoin_job_dead_letters", "Input rows refused (dead letters), by reason.", ["reason"], registry=r
         )
         self.batches = Counter("windjoin_job_batches", "Micro-batches committed to the sinks.", registry=r)
+        self.replayed_batches = Counter(
+            "windjoin_job_replayed_batches",
+            "Micro-batches a sink had committed before and skipped (the replay after a restart), by sink.",
+            ["sink"],
+            registry=r,
+        )
         self.batch_id = Gauge("windjoin_job_batch_id", "Id of the last micro-batch committed.", registry=r)
         self.last_batch = Gauge(
             "windjoin_job_last_batch_timestamp_seconds", "Wall clock when the last batch was committed.", registry=r
@@ -226,6 +232,8 @@ class JobMetrics:
             self.dead_letters.labels(reason).inc(n)
         for stream, n in outcome.shed.items():
             self.shed.labels(stream).inc(n)
+        for sink in outcome.replayed:
+            self.replayed_batches.labels(sink).inc()
         self.shed_ratio.set(outcome.shed_ratio)
         self.routing_version.set(outcome.routing_version)
         if outcome.watermark is not None:

@@ -31,9 +31,11 @@ from windjoin.pipelines.adapted_source import (
     read_adapted,
 )
 from windjoin.pipelines.adapter import Adapter
+from windjoin.pipelines.checkpoint_identity import checkpoint_identity
 from windjoin.pipelines.checkpoint_layout import check_layout
 from windjoin.pipelines.dead_letters import DeadLetterWriter
 from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinProcessor
+from windjoin.pipelines.sink_fence import fence_sinks
 from windjoin.pipelines.snapshot_committer import SnapshotCommitter
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,8 @@ class BatchOutcome:
     input_marks: dict[str, tuple[int, int]] = field(default_factory=dict)
     state_span_ms: int = 0
     held_span_ms: int = 0
+    # Sinks that had already committed the batch (a replay after a restart) and skipped it: sink name -> tasks.
+    replayed: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def records(self) -> int:
@@ -188,7 +192,7 @@ class BatchSink:
             delays.append(table.column(EMITTED_AT).to_numpy() - result_times(results[task]))
         for sink in self.sinks:
             if not isinstance(sink, SnapshotCommitter):
-                sink.write(batch_id, results)
+                note_replay(outcome, sink, results, sink.write(batch_id, results))
         for sink in self.sinks:
             if isinstance(sink, SnapshotCommitter):
                 outcome.snapshots += sink.after_batch(batch_id, outcome.punctuations)
@@ -234,6 +238,22 @@ class BatchSink:
         if self.move_root is not None and outcome.routing_version > self.pruned_below:
             MoveStore(self.move_root).prune(below_version=outcome.routing_version)
             self.pruned_below = outcome.routing_version
+
+
+def note_replay(outcome: BatchOutcome, sink: Any, results: dict[str, pa.Table], written: dict | None) -> None:
+    """Log and record the tasks a sink skipped because it had committed the batch before (a replay after a
+    restart). Sinks raise on an older batch id, so nothing else is ever skipped; `written` None: a sink that
+    does not say."""
+    skipped = [] if written is None else sorted(set(results) - set(written))
+    if skipped:
+        name = getattr(sink, "name", type(sink).__name__)
+        log.warning(
+            "batch %d: a replay, committed before to %s for %s; skipped there",
+            outcome.batch_id,
+            name,
+            ", ".join(skipped),
+        )
+        outcome.replayed[name] = skipped
 
 
 def move_root(spec: JoinSpec) -> str:
@@ -283,10 +303,19 @@ def start_job(
     available_now: bool = False,
     on_batch: Callable[[BatchOutcome], None] | None = None,
     control: ControlSource | None = None,
+    fresh_sinks: bool = False,
 ) -> Any:
-    """Start the streaming query; returns it (await termination or stop it)."""
+    """Start the streaming query; returns it (await termination or stop it).
+
+    Sinks written by another checkpoint are refused (`sink_fence.SinkOwnerError`) unless `fresh_sinks`, which
+    clears them for this checkpoint's batches.
+    """
     check_runnable(spec)
-    check_layout(spec, Path(spec.checkpoint).resolve())
+    checkpoint = Path(spec.checkpoint).resolve()
+    check_layout(spec, checkpoint)
+    tasks = [t.name for t in spec.tasks]
+    for line in fence_sinks(sinks, tasks, checkpoint_identity(checkpoint), fresh_sinks):
+        log.warning("%s", line)
     for key, value in STATE_CONF.items():
         spark.conf.set(key, value)
     writer = (

@@ -10,8 +10,11 @@ from typing import Any
 
 import click
 import numpy as np
+from redis.exceptions import RedisError
 
+from windjoin.connectors.sink_owner import OwnerRecordError
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec
+from windjoin.pipelines.checkpoint_identity import checkpoint_identity
 from windjoin.pipelines.checkpoint_layout import CheckpointLayoutError, check_layout
 from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
 from windjoin.pipelines.executor_scaling import DEFAULT_REDIS_KEY, executor_count, start_following
@@ -23,6 +26,7 @@ from windjoin.pipelines.join_job import (
     check_runnable,
     start_job,
 )
+from windjoin.pipelines.sink_fence import SinkOwnerError, fence_sinks
 
 
 def build_sinks(spec: JoinSpec, clock: Callable[[], float] = time.time) -> list[Any]:
@@ -75,7 +79,7 @@ class Progress:
         return (
             f"batch {outcome.batch_id}: {outcome.records:,} records, {pairs:,} pairs{rates}{delay}, "
             f"dead letters {outcome.dead}, window {outcome.window_tuples:,} tuples, slowest slot {slowest:.2f} s"
-            f"{_event_time_note(outcome)}{_snapshot_note(outcome)}"
+            f"{_event_time_note(outcome)}{_snapshot_note(outcome)}{_replay_note(outcome)}"
         )
 
 
@@ -88,6 +92,12 @@ def _event_time_note(outcome: BatchOutcome) -> str:
         f", watermark {watermark}, state spans {outcome.state_span_ms / 1000:.1f} s"
         f" (held {outcome.held_span_ms / 1000:.1f} s)"
     )
+
+
+def _replay_note(outcome: BatchOutcome) -> str:
+    """The sinks that skipped the batch as committed before (a replay after a restart), for its progress line."""
+    skipped = [f"{sink} ({', '.join(tasks)})" for sink, tasks in outcome.replayed.items()]
+    return f", replay skipped by {'; '.join(skipped)}" if skipped else ""
 
 
 def _snapshot_note(outcome: BatchOutcome) -> str:
@@ -144,6 +154,12 @@ def _snapshot_note(outcome: BatchOutcome) -> str:
     "state) and the shed ratio. Off: the spec's round-robin routing, no shedding.",
 )
 @click.option("--control-namespace", default="windjoin", show_default=True, help="The controller's namespace.")
+@click.option(
+    "--fresh-sinks",
+    is_flag=True,
+    help="The sinks hold results of another checkpoint (or of one from before sinks recorded theirs): delete "
+    "those results and write the sinks afresh from this checkpoint. Without it such a start is refused.",
+)
 def run(
     spec_path: Path,
     available_now: bool,
@@ -158,6 +174,7 @@ def run(
     executors_hold: float,
     control_redis: str | None,
     control_namespace: str,
+    fresh_sinks: bool,
 ) -> None:
     """Join the spec's streams from Kafka with Spark, writing results to its sinks exactly once."""
     bad = [c for c in spark_conf if "=" not in c]
@@ -168,9 +185,16 @@ def run(
     try:
         spec = load_spec(spec_path)
         check_runnable(spec)
-        check_layout(spec, Path(spec.checkpoint).resolve())
-    except (SpecError, JobConfigError, CheckpointLayoutError) as err:
+        checkpoint = Path(spec.checkpoint).resolve()
+        check_layout(spec, checkpoint)
+        sinks = build_sinks(spec)
+        tasks = [t.name for t in spec.tasks]
+        for line in fence_sinks(sinks, tasks, checkpoint_identity(checkpoint), fresh_sinks):
+            click.echo(line, err=True)
+    except (SpecError, JobConfigError, CheckpointLayoutError, SinkOwnerError, OwnerRecordError) as err:
         raise click.ClickException(str(err)) from None
+    except RedisError as err:
+        raise click.ClickException(f"sinks.redis: {err}") from None
     bootstrap = resolve_bootstrap(bootstrap, state_dir)
     from windjoin.connectors.spark_session import build_local_spark
 
@@ -191,7 +215,6 @@ def run(
     except ValueError as err:  # a local master, or dynamic allocation on
         spark.stop()
         raise click.ClickException(str(err)) from None
-    sinks = build_sinks(spec)
     progress = Progress()
     metrics = None
     if metrics_port is not None:
@@ -218,7 +241,9 @@ def run(
             load_publisher(outcome)
 
     control = ControlSource(control_redis, control_namespace) if control_redis else None
-    query = start_job(spark, spec, bootstrap, sinks, available_now, on_batch=on_batch, control=control)
+    query = start_job(
+        spark, spec, bootstrap, sinks, available_now, on_batch=on_batch, control=control, fresh_sinks=fresh_sinks
+    )
     click.echo(f"windjoin: joining {', '.join(s.topic for s in spec.streams.values())} from {bootstrap}", err=True)
     try:
         query.awaitTermination()

@@ -21,6 +21,7 @@ from windjoin.connectors.result_table import (
     table_from_records,
     table_records,
 )
+from windjoin.connectors.sink_owner import StaleBatchError
 from windjoin.operators.spec import parse_spec
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -114,11 +115,14 @@ def test_replayed_batch_writes_nothing_more(tmp_path: Path) -> None:
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
 
 
-def test_older_batch_is_skipped(tmp_path: Path) -> None:
+def test_older_batch_is_refused_not_skipped(tmp_path: Path) -> None:
+    # Batch ids of one checkpoint only grow and a replay repeats the last one: an older id is another writer.
     sink = ParquetSink(tmp_path)
     assert sink.write(9, {"a": make_table("a", 9, [one(1)])}) == {"a": 1}
-    assert sink.write(8, {"a": make_table("a", 8, [one(2)])}) == {}
-    assert ParquetSink(tmp_path).write(7, {"a": make_table("a", 7, [one(3)])}) == {}
+    with pytest.raises(StaleBatchError, match=r"batch 8 of task 'a' is below the last committed batch 9"):
+        sink.write(8, {"a": make_table("a", 8, [one(2)])})
+    with pytest.raises(StaleBatchError, match=rf"Parquet {tmp_path}: batch 7 .* below the last committed batch 9"):
+        ParquetSink(tmp_path).write(7, {"a": make_table("a", 7, [one(3)])})
     assert sink.committed_batches("a") == [9]
     assert sink.last_committed("a") == 9
     assert table_records(sink.read("a")) == [{"task": "a", **one(1)}]

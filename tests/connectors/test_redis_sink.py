@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tests.connectors.sink_cases import SPEC, large_table
 from windjoin.connectors.redis_sink import RedisSink, decode_member, encode_members, meta_key, results_key
 from windjoin.connectors.result_table import result_times, table_from_records
+from windjoin.connectors.sink_owner import StaleBatchError
 
 MAX_TIME = 2**53 - 1
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -103,15 +104,18 @@ def test_replayed_batch_writes_nothing_more(sink_factory) -> None:
     assert sink.last_committed("a") == 4
 
 
-def test_older_batch_is_skipped(sink_factory) -> None:
+def test_older_batch_is_refused_not_skipped(sink_factory) -> None:
+    # Batch ids of one checkpoint only grow and a replay repeats the last one: an older id is another writer.
     sink = sink_factory()
     newer = [{"R": {"ts": 50, "k": 1, "x": 0.0, "z": ""}, "S": {"t": 40, "k": 1, "d": False}}]
     older = [{"R": {"ts": 60, "k": 2, "x": 0.0, "z": ""}, "S": {"t": 40, "k": 2, "d": False}}]
     assert sink.write(9, {"a": make_table("a", 9, newer)}) == {"a": 1}
-    assert sink.write(8, {"a": make_table("a", 8, older)}) == {}
+    with pytest.raises(StaleBatchError, match=r"namespace .*: batch 8 of task 'a' is below the last committed batch 9"):
+        sink.write(8, {"a": make_table("a", 8, older)})
     assert stored(sink, "a") == newer
     assert sink.last_committed("a") == 9
-    assert sink.max_time("a") == 50  # the skipped batch did not move the retention bound either
+    assert sink.max_time("a") == 50  # the refused batch did not move the retention bound either
+    assert sink.write(10, {"a": make_table("a", 10, [])}) == {"a": 0}  # the refusal left the connection usable
 
 
 def test_empty_batch_commits_without_rows(sink_factory) -> None:

@@ -22,6 +22,7 @@ from windjoin.connectors.redis_tier import (
     read_feed,
     read_span,
 )
+from windjoin.connectors.sink_owner import StaleBatchError
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 MAX_TIME = 2**53 - 1
@@ -131,7 +132,8 @@ def test_feed_holds_batches_in_order_and_replays_add_nothing(sink_factory) -> No
         pairs = [simple(10 * b + i, k=b) for i in range(b + 1)]
         sink.write(b, {"a": make_table("a", b, pairs, emitted_at=1000 + b)})
         written += [(b, i, p) for i, p in enumerate(pairs)]
-    sink.write(2, {"a": make_table("a", 2, [simple(7)])})  # an older batch: fenced, not in the feed
+    with pytest.raises(StaleBatchError):  # an older batch: refused, not in the feed
+        sink.write(2, {"a": make_table("a", 2, [simple(7)])})
     sink.write(4, {"a": make_table("a", 4, [simple(7)])})  # a replay: fenced
     sink.write(5, {"a": make_table("a", 5, [])})  # empty: committed, no entry
     rows = read_feed(sink.client, "a", sink.namespace, None, 100, None)

@@ -234,6 +234,11 @@ def test_exactly_once_across_sigkills(kafka_bootstrap, redis_url, unique_topic, 
         assert int(committed) == parquet.last_committed(task) == _spark_log(checkpoint, "commits"), info
         # The schedule did what it is for: some kill left a batch planned but not done, so it was replayed.
         assert any(planned > done for *_, planned, done in history), info
+        # A sink that had committed the replayed batch skipped it, and said so: one log line per replay and sink.
+        log_text = log_path.read_text(errors="replace")
+        for sink, column in (("Parquet", 3), ("Redis", 4)):
+            replays = sum(1 for h in history if h[column] is not None and h[column] > h[-1])
+            assert log_text.count(f"a replay, committed before to {sink} ") == replays, info
         print(info)
     finally:
         for proc in procs:
