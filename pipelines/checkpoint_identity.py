@@ -19,6 +19,13 @@ from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError
 RUN_FILE = "windjoin-run.json"
 
 
+def predates_run_ids(checkpoint: Path) -> bool:
+    """Whether the checkpoint committed batches before run ids were recorded: sinks without an owner were then
+    written by it (or by a checkpoint it replaced), and a start on it adopts them rather than refusing an upgrade."""
+    commits = checkpoint / "commits"
+    return not (checkpoint / RUN_FILE).exists() and commits.is_dir() and any(commits.glob("[0-9]*"))
+
+
 def checkpoint_identity(checkpoint: Path) -> CheckpointId:
     """The run id recorded in `checkpoint`, recording a new one first when there is none.
 

@@ -31,7 +31,7 @@ from windjoin.pipelines.adapted_source import (
     read_adapted,
 )
 from windjoin.pipelines.adapter import Adapter
-from windjoin.pipelines.checkpoint_identity import checkpoint_identity
+from windjoin.pipelines.checkpoint_identity import checkpoint_identity, predates_run_ids
 from windjoin.pipelines.checkpoint_layout import check_layout
 from windjoin.pipelines.dead_letters import DeadLetterWriter
 from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinProcessor
@@ -314,7 +314,8 @@ def start_job(
     checkpoint = Path(spec.checkpoint).resolve()
     check_layout(spec, checkpoint)
     tasks = [t.name for t in spec.tasks]
-    for line in fence_sinks(sinks, tasks, checkpoint_identity(checkpoint), fresh_sinks):
+    adopt = predates_run_ids(checkpoint)
+    for line in fence_sinks(sinks, tasks, checkpoint_identity(checkpoint), fresh_sinks, adopt):
         log.warning("%s", line)
     for key, value in STATE_CONF.items():
         spark.conf.set(key, value)

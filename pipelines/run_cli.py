@@ -14,7 +14,7 @@ from redis.exceptions import RedisError
 
 from windjoin.connectors.sink_owner import OwnerRecordError
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec
-from windjoin.pipelines.checkpoint_identity import checkpoint_identity
+from windjoin.pipelines.checkpoint_identity import checkpoint_identity, predates_run_ids
 from windjoin.pipelines.checkpoint_layout import CheckpointLayoutError, check_layout
 from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
 from windjoin.pipelines.executor_scaling import DEFAULT_REDIS_KEY, executor_count, start_following
@@ -189,7 +189,8 @@ def run(
         check_layout(spec, checkpoint)
         sinks = build_sinks(spec)
         tasks = [t.name for t in spec.tasks]
-        for line in fence_sinks(sinks, tasks, checkpoint_identity(checkpoint), fresh_sinks):
+        adopt = predates_run_ids(checkpoint)
+        for line in fence_sinks(sinks, tasks, checkpoint_identity(checkpoint), fresh_sinks, adopt):
             click.echo(line, err=True)
     except (SpecError, JobConfigError, CheckpointLayoutError, SinkOwnerError, OwnerRecordError) as err:
         raise click.ClickException(str(err)) from None

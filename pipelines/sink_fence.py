@@ -34,13 +34,18 @@ class OwnedSink(Protocol):
     def claim(self, task: str, checkpoint: CheckpointId) -> None: ...
 
 
-def fence_sinks(sinks: Sequence[Any], tasks: Sequence[str], checkpoint: CheckpointId, fresh: bool) -> list[str]:
+def fence_sinks(
+    sinks: Sequence[Any], tasks: Sequence[str], checkpoint: CheckpointId, fresh: bool, adopt_unowned: bool = False
+) -> list[str]:
     """Claim every owned sink's `tasks` for `checkpoint` (see the module docstring); returns a line per task that
-    `fresh` cleared. SinkOwnerError, on one line, when another checkpoint's results are in the way and not `fresh`.
+    `fresh` cleared or that was adopted. SinkOwnerError, on one line, when another checkpoint's results are in the
+    way and not `fresh`. With `adopt_unowned` (a checkpoint that committed batches before run ids were recorded,
+    `checkpoint_identity.predates_run_ids`), results without an owner are its own: they are claimed as they are.
     """
     owned = [sink for sink in sinks if isinstance(sink, OwnedSink)]
     foreign: list[tuple[OwnedSink, str, CheckpointId | None]] = []
     empty: list[tuple[OwnedSink, str]] = []
+    adopted = []
     for sink in owned:
         for task in tasks:
             owner = sink.owner(task)
@@ -48,6 +53,9 @@ def fence_sinks(sinks: Sequence[Any], tasks: Sequence[str], checkpoint: Checkpoi
                 continue
             if not sink.holds_results(task):
                 empty.append((sink, task))
+            elif owner is None and adopt_unowned and not fresh:
+                empty.append((sink, task))
+                adopted.append(f"sinks: adopted {sink.location(task)}, written by this checkpoint before owners")
             else:
                 foreign.append((sink, task, owner))
     if foreign and not fresh:
@@ -59,7 +67,7 @@ def fence_sinks(sinks: Sequence[Any], tasks: Sequence[str], checkpoint: Checkpoi
         cleared.append(f"fresh sinks: cleared {sink.location(task)} (written by {_writer(owner)})")
     for sink, task in empty:
         sink.claim(task, checkpoint)
-    return cleared
+    return cleared + adopted
 
 
 def _writer(owner: CheckpointId | None) -> str:

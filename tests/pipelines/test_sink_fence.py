@@ -20,7 +20,7 @@ from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, owner_
 from windjoin.connectors.result_table import table_from_records
 from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError
 from windjoin.connectors.snapshots import SnapshotStore
-from windjoin.pipelines.checkpoint_identity import RUN_FILE, checkpoint_identity
+from windjoin.pipelines.checkpoint_identity import RUN_FILE, checkpoint_identity, predates_run_ids
 from windjoin.pipelines.job_metrics import JobMetrics
 from windjoin.pipelines.join_job import BatchOutcome, note_replay
 from windjoin.pipelines.sink_fence import SinkOwnerError, fence_sinks
@@ -139,6 +139,21 @@ def test_results_without_an_owner_are_refused_too(make_sink, tmp_path: Path) -> 
         fence_sinks([make_sink()], TASKS, me, fresh=False)
     assert "or run on checkpoint" not in str(refused.value)
     assert make_sink().owner("a") is None
+
+
+def test_a_checkpoint_from_before_run_ids_adopts_the_results_it_wrote(make_sink, tmp_path: Path) -> None:
+    """An upgrade: the checkpoint committed batches before sinks recorded owners, so their results are its own."""
+    make_sink().write(5, batch(5))
+    checkpoint = tmp_path / "ckpt"
+    (checkpoint / "commits").mkdir(parents=True)
+    (checkpoint / "commits" / "5").write_text("v1")
+    assert predates_run_ids(checkpoint)
+    me = checkpoint_identity(checkpoint)
+    adopted = fence_sinks([make_sink()], TASKS, me, fresh=False, adopt_unowned=True)
+    assert len(adopted) == len(TASKS) and all("adopted" in line for line in adopted)
+    assert make_sink().owner("a") == me and stored_rows(make_sink(), "a") == 2
+    assert not predates_run_ids(checkpoint)  # the run id is recorded now
+    assert not make_sink().write(5, batch(5))  # batch 5 again: a replay, skipped
 
 
 def test_fresh_sinks_clear_the_results_and_commit_marks_and_claim_them(make_sink, tmp_path: Path) -> None:
