@@ -9,7 +9,8 @@ batches, so that handed-over state is complete before anyone needs it:
   1. *announce*: the batch still routes by the current table and carries the next one as `pending`; each slot
      losing a partition joins its tuples of this batch, then hands its stored share over (writes it to the move
      store) and forgets it; the partition's home slot, if it stays while others join, hands over its positions
-     (event-time high mark) so every holder judges lateness alike;
+     (arrival counts, event-time high mark) so every holder numbers arrivals alike (lateness follows the batch's
+     watermark, the same at every slot);
   2. *effective*: the next batch routes by the new table; a new holder installs the positions, and the new home
      slot the handed-over tuples, before joining the partition's first new tuple.
 Every stored tuple stays stored at exactly one slot and every tuple probes all holders, so no pair is lost or

@@ -12,12 +12,11 @@ Holder changes (`pipelines.control_epoch`) move *pieces*: whole partitions or mi
 holding some mini-groups of partition p keeps just their tuples in its one WindowJoin for p, which is exact
 because keyed tasks are equi-joins on the key, so tuples of different mini-groups never pair. A mini-group's
 stored rows are picked out at hand-over by recomputing their key hash from the stored key column (moves are
-rare; storing the hash would cost 8 bytes per tuple in every segment written). Lateness and expiry use the
-slot's own event-time high mark for p, over the tuples routed to it; a slot taking a piece over takes the
-larger of its mark and the giver's. So with p's mini-groups on different slots, a tuple is late when it is over
-`allowed_lateness_ms` behind the newest tuple *its slot* saw of p, not behind the newest of all of p: a tuple
-between the two marks is joined here where a single-slot run would refuse it (never the other way round, and
-replays judge alike since the routing travels with the batch).
+rare; storing the hash would cost 8 bytes per tuple in every segment written). Lateness and expiry (time
+windows) follow the batch's watermark, planned with its offsets over every input partition
+(connectors.event_time) and the same at every slot, so p's pieces judge each tuple alike wherever they are
+held, and a replay judges as the first time. Positions handed over carry p's arrival counts (count windows
+number arrivals per partition) and its event-time high mark.
 
 Disk pushes and exact clean-up (paper 004, decided per batch in the control epoch): after joining a batch, the
 holder of a partition to push writes the partition's stored rows as the next *generation* file
@@ -489,7 +488,7 @@ class JoinProcessor(StatefulProcessor):
         windows.forgotten[part] = {s: n - join.stores[s].count for s, n in counts.items()}
 
     def _positions(self, meta: dict[str, Any], piece: Group) -> dict[str, Any]:
-        """What a receiver of `piece` needs to judge lateness like this slot: its high mark and counts for the
+        """What a receiver of `piece` needs to number arrivals like this slot: its counts and high mark for the
         partition (a mini-group's tuples were judged against the whole slot's mark for it)."""
         key = str(piece.partition)
         return {"max_ts": meta["max_ts"].get(key), "counts": meta["counts"].get(key, {})}
