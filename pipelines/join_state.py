@@ -489,7 +489,7 @@ class JoinProcessor(StatefulProcessor):
 
     def _positions(self, meta: dict[str, Any], piece: Group) -> dict[str, Any]:
         """What a receiver of `piece` needs to number arrivals like this slot: its counts and high mark for the
-        partition (a mini-group's tuples were judged against the whole slot's mark for it)."""
+        partition."""
         key = str(piece.partition)
         return {"max_ts": meta["max_ts"].get(key), "counts": meta["counts"].get(key, {})}
 
