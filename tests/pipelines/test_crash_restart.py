@@ -20,8 +20,10 @@ entry of KILLS, in a shuffled order, each time after its run committed 1-3 new b
 Each run restarts from the same checkpoint; a last `--available-now` run drains the topics. Parquet and Redis
 must then hold exactly the brute-force oracle's pairs as multisets (none lost, none twice), both sinks' last
 commit must be Spark's, no temporary folder is left, and nothing is dead-lettered (in particular nothing as
-`late`). Allowed lateness is 2 s and not above any skew: no `max_offsets_per_trigger`, so each batch reads all
-its partitions hold and no partition runs ahead of another by more than the producer's chunk.
+`late`). Allowed lateness is 2 s, and nothing here needs more: without `max_offsets_per_trigger` each batch
+reads all its partitions hold, so no partition runs ahead of another by more than the producer's chunk. (With
+a bounded one, the reader's equal share of offsets per partition lets the sparser partitions run ahead in event
+time while a restart's backlog drains, and the denser ones' tuples come out late: issue 17, items 1-2.)
 
 Set WINDJOIN_EO_SEED to replay a schedule (the seed is in every assertion message).
 """
@@ -255,11 +257,12 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
                 log.flush()
                 proc = start_run(spec_path, kafka_bootstrap, log)
                 procs.append(proc)
-                deadline = time.monotonic() + RUN_TIMEOUT_S
+                run_started = time.monotonic()
+                deadline = run_started + RUN_TIMEOUT_S
                 first, batches = _spark_log(checkpoint, "commits"), rng.randint(1, 3)
                 try:
                     _wait_for_commit(proc, checkpoint, first, deadline)
-                    startup = time.monotonic() - deadline + RUN_TIMEOUT_S
+                    startup = time.monotonic() - run_started
                     _wait_for_commit(proc, checkpoint, first + batches - 1, deadline)
                     if kind == "parquet_write":
                         hit = _kill_in_parquet_write(proc, parquet, task, deadline)
