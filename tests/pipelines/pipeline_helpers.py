@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from windjoin.connectors.dead_letter import DeadLetter, decode_dead_letter
 from windjoin.connectors.kafka_admin import create_topics
 from windjoin.connectors.kafka_producer import produce
 
@@ -28,6 +31,42 @@ def produce_events(bootstrap: str, spec: dict, events: list[dict], topic_partiti
             if e["stream"] == name
         ]
         produce(bootstrap, stream["topic"], records)
+
+
+def read_topic(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    """Every record (key, value) of `topic`, read to the end of each partition with assign() (no consumer group)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        pending, records = set(partitions), []
+        for _ in range(600):
+            if not pending:
+                break
+            for msg in consumer.consume(num_messages=500, timeout=0.2):
+                if msg.error() is None:
+                    records.append((msg.key(), msg.value()))
+                elif msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                else:
+                    raise AssertionError(f"reading {topic}: {msg.error()}")
+        assert not pending, f"no end of partition seen for {sorted(pending)} of {topic}"
+        return records
+    finally:
+        consumer.close()
+
+
+def read_dead_letters(bootstrap: str, topic: str) -> list[DeadLetter]:
+    """Every dead letter of `topic`, decoded."""
+    return [decode_dead_letter(value) for _, value in read_topic(bootstrap, topic)]
 
 
 def keyed_eq_spec(unique_topic: Callable[[str], str], folder: Path) -> dict:

@@ -21,12 +21,11 @@ import random
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from fastavro import parse_schema, schemaless_writer
 
 from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.dead_letter_helpers import describes, record_batch_bytes
-from tests.pipelines.pipeline_helpers import parquet_pairs, redis_pairs
+from tests.pipelines.pipeline_helpers import parquet_pairs, read_topic, redis_pairs
 from windjoin.connectors.dead_letter import DeadLetter, decode_dead_letter
 from windjoin.connectors.kafka_admin import create_topics
 from windjoin.connectors.kafka_producer import BatchProducer
@@ -133,37 +132,6 @@ def _produce(bootstrap: str, per_topic: dict[str, list]) -> None:
             producer.produce_batch(topic, records)
 
 
-def _read_all(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
-    """Every record (key, value) of `topic`, read to the end of each partition with assign() (no consumer group)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"check-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        pending, letters = set(partitions), []
-        for _ in range(600):
-            if not pending:
-                break
-            for msg in consumer.consume(num_messages=500, timeout=0.2):
-                if msg.error() is None:
-                    letters.append((msg.key(), msg.value()))
-                elif msg.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-                else:
-                    raise AssertionError(f"reading {topic}: {msg.error()}")
-        assert not pending, f"no end of partition seen for {sorted(pending)} of {topic}"
-        return letters
-    finally:
-        consumer.close()
-
-
 def _run(spark, spec, bootstrap: str, sinks: list) -> None:
     query = start_job(spark, spec, bootstrap, sinks, available_now=True)
     query.awaitTermination(timeout=300)
@@ -225,7 +193,7 @@ def test_malformed_and_late_records_are_dead_lettered_once_and_the_rest_joins(
     _produce(kafka_bootstrap, per_topic)
     _run(spark, spec, kafka_bootstrap, [parquet, redis_sink])
 
-    produced = _read_all(kafka_bootstrap, spec.dead_letter_topic)
+    produced = read_topic(kafka_bootstrap, spec.dead_letter_topic)
     oversize = [(k, v) for k, v in produced if record_batch_bytes(k, v) > DEAD_TOPIC_LIMIT]
     assert not oversize, f"{len(oversize)} letters over the topic's limit: {[k for k, _ in oversize]}"
     letters = [decode_dead_letter(value) for _, value in produced]
