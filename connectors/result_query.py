@@ -629,8 +629,11 @@ class ResultStore:
             raise QueryError(404, "continuous queries need the Redis tier (sinks.redis), which is not configured")
         if upto is not None:
             assert position is not None
-            return self._follow_parquet(task, position, upto, count, conditions, projection)
-        if after is not None:
+            rows, position, done = self._follow_parquet(task, position, upto, count)
+            if rows or not done:
+                cursor = feed_cursor(task, position) if done else resume_cursor(task, position, upto)
+                return [project(row, projection) for row in select(rows, conditions)], cursor
+        if after is not None:  # a feed cursor, or the end of a resume cursor's batches that had no rows
             self._check_feed(task, position)
         elif from_ms is not None:
             position = self._start_at(task, from_ms)
@@ -720,16 +723,10 @@ class ResultStore:
         )
 
     def _follow_parquet(
-        self,
-        task: str,
-        position: tuple[int, int],
-        upto: int,
-        count: int,
-        conditions: list[Condition],
-        projection: list[str] | None,
-    ) -> tuple[list[dict[str, Any]], str]:
-        """Rows after `position` of batches up to `upto`, from Parquet (a resume cursor); the cursor after them is
-        a feed cursor once batch `upto` is read."""
+        self, task: str, position: tuple[int, int], upto: int, count: int
+    ) -> tuple[list[dict[str, Any]], tuple[int, int], bool]:
+        """Rows after `position` of batches up to `upto`, from Parquet (a resume cursor), the position after them,
+        and whether batch `upto` is read to its end (the feed takes over from there)."""
         if self._replay is None:
             raise QueryError(404, "cursor: resuming from Parquet needs the Parquet tier (sinks.parquet)")
         read = self._replay.rows_after(task, position, upto, count)
@@ -739,9 +736,7 @@ class ResultStore:
                 raise QueryError(503, f"cursor: Parquet has not committed batch {upto} of task {task!r} yet; retry")
             raise self._gap(task, "cursor", "the results after this cursor", None, None, None)
         rows, reached = read
-        done = reached[0] >= upto and reached[1] >= redis_tier.FEED_END
-        cursor = feed_cursor(task, reached) if done else resume_cursor(task, reached, upto)
-        return [project(row, projection) for row in select(rows, conditions)], cursor
+        return rows, reached, reached[0] >= upto and reached[1] >= redis_tier.FEED_END
 
     # -- the rest ---------------------------------------------------------------------------------------------
 
