@@ -135,6 +135,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def port_free(host: str, port: int) -> bool:
+    """True when (host, port) can be bound now (nothing listens there)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT does not count
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
     """True when a TCP connect to (host, port) succeeds."""
     try:

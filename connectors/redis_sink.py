@@ -10,8 +10,10 @@ task's keys share one slot):
   `(batch_id, row)` makes every member unique, so equal results from different rows never collapse. A time-span
   query is one `ZRANGE key t_from t_to BYSCORE`; among equal scores Redis orders members bytewise, so readers
   that need (result time, batch id, row) order sort the decoded members (`query` does).
-- `ns:{task}:meta` - hash: `committed` (last committed batch id), `max_time` (largest result time seen); with
-  Parquet snapshots also `snapshot` / `snapshot_batch` (written by `redis_tier.advance_snapshot`).
+- `ns:{task}:meta` - hash: `committed` (last committed batch id), `max_time` (largest result time seen), `since`
+  (the batch of the first commit into this database: it holds the task's batches from there on, so a Redis that
+  restarted empty, or was flushed, is told apart from one that saw every batch); with Parquet snapshots also
+  `snapshot` / `snapshot_batch` (written by `redis_tier.advance_snapshot`).
 - `ns:{task}:feed` - stream, the continuous-query feed: one entry per batch that has rows, entry id
   `<batch_id>-1` (so the feed is in commit order and a (batch, row) cursor maps onto entry ids), fields
   `emitted_at` (the batch's emission time, epoch ms) and `members` (the batch's members in row order, joined by
@@ -241,7 +243,7 @@ class RedisSink:
                         conn.read_response()
                         raise stale_batch(self.name, task, batch_id, int(committed))
                 todo = [
-                    (task, None if max_time is None else int(max_time))
+                    (task, None if max_time is None else int(max_time), committed is None)
                     for task, (committed, max_time) in zip(tasks, state, strict=True)
                     if committed is None or int(committed) < batch_id
                 ]
@@ -251,7 +253,7 @@ class RedisSink:
                     return {}
                 # Round trip 2: the transaction; EXEC answers nil if a watched hash changed meanwhile.
                 commands = [conn.pack_command("MULTI")]
-                for task, max_time in todo:
+                for task, max_time, first in todo:
                     if task not in packed:
                         members = encode_members(tables[task]) if tables[task].num_rows else None
                         batch_max, zadds = _packed_zadds(results_key(task, self.namespace), tables[task], members)
@@ -259,7 +261,7 @@ class RedisSink:
                         packed[task] = (batch_max, zadds + feed)
                     batch_max, zadds = packed[task]
                     commands += zadds
-                    commands += self._commit_commands(conn, task, batch_id, max_time, batch_max)
+                    commands += self._commit_commands(conn, task, batch_id, max_time, batch_max, first)
                 commands.append(conn.pack_command("EXEC"))
                 conn.send_packed_command([part for command in commands for part in command])
                 for _ in commands[:-1]:
@@ -270,7 +272,7 @@ class RedisSink:
                 for reply in replies:
                     if isinstance(reply, Exception):
                         raise reply
-                return {task: tables[task].num_rows for task, _ in todo}
+                return {task: tables[task].num_rows for task, _, _ in todo}
         raise RuntimeError(f"batch {batch_id}: gave up after {_MAX_ATTEMPTS} attempts; other writers kept racing")
 
     def _feed_commands(
@@ -297,14 +299,22 @@ class RedisSink:
         return [command]
 
     def _commit_commands(
-        self, conn: redis.Connection, task: str, batch_id: int, max_time: int | None, batch_max: int | None
+        self,
+        conn: redis.Connection,
+        task: str,
+        batch_id: int,
+        max_time: int | None,
+        batch_max: int | None,
+        first: bool,
     ) -> list[Any]:
-        """Packed commands closing one task's batch: retention by the new max_time, then the commit record."""
+        """Packed commands closing one task's batch: retention by the new max_time, then the commit record (with
+        `since` when it is the first commit into this database, `first`)."""
         if batch_max is not None:
             max_time = batch_max if max_time is None else max(max_time, batch_max)
+        record = ["committed", batch_id, *(["since", batch_id] if first else [])]
         if max_time is None:
-            return [conn.pack_command("HSET", meta_key(task, self.namespace), "committed", batch_id)]
-        commit = conn.pack_command("HSET", meta_key(task, self.namespace), "committed", batch_id, "max_time", max_time)
+            return [conn.pack_command("HSET", meta_key(task, self.namespace), *record)]
+        commit = conn.pack_command("HSET", meta_key(task, self.namespace), *record, "max_time", max_time)
         if not self.trim:
             return [commit]
         bound = max_time - self.retain_ms

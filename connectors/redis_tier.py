@@ -10,6 +10,12 @@ recorded `snapshot_batch`, and the recorded snapshot's manifest exists. A one-ti
 Lua script, the recorded snapshot and the members of the span (`read_span`), keeps the members of newer batches,
 and reads the older batches from the Parquet snapshots up to that id: no gap, no duplicate.
 
+Redis lost (restarted without persistence, flushed): the meta hash comes back without the snapshot marker, and
+`since` (see `redis_sink`) names the first batch this database holds. Readers then never trust Redis for what it
+did not see: a one-time query passes `fallback_batch` to `read_span` (Parquet answers for every committed batch up
+to it, Redis for the newer ones), and `feed_coverage` tells a continuous query from which batch on the feed is
+complete.
+
 Positions in the feed are (batch_id, row) cursors: "after row `row` of batch `batch_id`". `row = -1` is "before
 the batch", `FEED_END` is "after the whole batch"; `None` is the start of the feed.
 """
@@ -30,6 +36,8 @@ __all__ = [
     "FeedInfo",
     "RedisView",
     "advance_snapshot",
+    "FeedCoverage",
+    "feed_coverage",
     "feed_first_batch",
     "feed_info",
     "feed_key",
@@ -143,14 +151,17 @@ class RedisView:
 
 
 # KEYS: results, meta. ARGV: from, to, limit, boundary ("1"/"0"), cursor score, batch, row (all "" for none),
-# chunk. Scans the span in score order, in chunks (each resumes at the last score seen, skipping the members of
-# that score already seen), keeping members of batches after the boundary and after the cursor, and stops at the
-# first score above the one where `limit` members were kept (so every member tied with the last kept is in).
+# chunk, fallback boundary ("" for none: used when the meta hash has no snapshot marker). Scans the span in score
+# order, in chunks (each resumes at the last score seen, skipping the members of that score already seen), keeping
+# members of batches after the boundary and after the cursor, and stops at the first score above the one where
+# `limit` members were kept (so every member tied with the last kept is in).
 # Returns {meta {snapshot, snapshot_batch, committed}, members, more}.
 _READ_SPAN = """
 local meta = redis.call('HMGET', KEYS[2], 'snapshot', 'snapshot_batch', 'committed')
 local boundary = nil
-if ARGV[4] == '1' and meta[2] then boundary = tonumber(meta[2]) end
+if ARGV[4] == '1' then
+  if meta[2] then boundary = tonumber(meta[2]) elseif ARGV[9] ~= '' then boundary = tonumber(ARGV[9]) end
+end
 local limit = tonumber(ARGV[3])
 local a_score, a_batch, a_row = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local chunk = tonumber(ARGV[8])
@@ -204,17 +215,21 @@ def read_span(
     boundary: bool = True,
     after: tuple[int, int, int] | None = None,
     limit: int | None = None,
+    fallback_batch: int | None = None,
 ) -> RedisView:
     """The Redis part of a one-time query over result times [t_from, t_to] (see RedisView), in one Lua script.
 
     `after`: only rows after this (result_time, batch_id, row); `limit`: at most this many rows (the first ones;
     `more` says whether rows were left out). `boundary=False`: also rows of batches inside the recorded snapshot
-    (for a reader without the Parquet tier).
+    (for a reader without the Parquet tier). `fallback_batch`: the boundary to apply when Redis records no
+    snapshot (then `snapshot_batch` is None in the view and rows of batches <= it are left out).
     """
     cursor = ("", "", "") if after is None else tuple(str(int(v)) for v in after)
     lower = int(t_from) if after is None else max(int(t_from), int(after[0]))
     keys = [results_key(task, namespace), meta_key(task, namespace)]
+    fallback = "" if fallback_batch is None else str(int(fallback_batch))
     args = [lower, int(t_to), 2**53 if limit is None else int(limit), "1" if boundary else "0", *cursor, _SPAN_CHUNK]
+    args.append(fallback)
     (snapshot, snapshot_batch, committed), members, more = client.eval(_READ_SPAN, 2, *keys, *args)
     rows = [decode_row(member) for member in members]
     rows.sort(key=lambda row: (row["result_time"], row["batch_id"], row["row"]))
@@ -250,21 +265,46 @@ def feed_info(client: redis.Redis, task: str, namespace: str) -> FeedInfo:
     return FeedInfo(first_batch, last_batch, int(added) > int(length), int(length))
 
 
+@dataclass(frozen=True)
+class FeedCoverage:
+    """What this Redis can serve of a task's feed: `committed`, its last committed batch (None: it holds nothing of
+    the task: never written, or lost), and `serves_from`, the first batch from which it holds every batch with rows
+    (None with `committed`): the batch of its first commit (`since`), or later when the feed was trimmed."""
+
+    committed: int | None
+    serves_from: int | None
+
+    def misses(self, needed: int) -> bool:
+        """Whether batch `needed` (and so, maybe, later ones up to `serves_from - 1`) is not in the feed."""
+        return self.serves_from is not None and needed < self.serves_from
+
+
+def feed_coverage(client: redis.Redis, task: str, namespace: str) -> FeedCoverage:
+    """The feed's coverage (see FeedCoverage). A meta hash written before `since` existed counts as complete from
+    the start."""
+    committed, since = client.hmget(meta_key(task, namespace), "committed", "since")
+    if committed is None:
+        return FeedCoverage(None, None)
+    serves_from = 0 if since is None else int(since)
+    info = feed_info(client, task, namespace)
+    if info.trimmed:
+        # conservative: the batches between the last trimmed entry and the first held one may have been empty
+        held = info.first_batch if info.first_batch is not None else (info.last_batch or 0) + 1
+        serves_from = max(serves_from, held)
+    return FeedCoverage(int(committed), serves_from)
+
+
+def needed_batch(after: tuple[int, int] | None) -> int:
+    """The first batch a (batch_id, row) cursor still needs rows of."""
+    if after is None:
+        return 0
+    batch, row = after
+    return max(batch + 1 if row >= FEED_END else batch, 0)
+
+
 def feed_first_batch(client: redis.Redis, task: str, namespace: str) -> int | None:
     """The oldest batch still in the feed, or None when the feed is empty."""
     return feed_info(client, task, namespace).first_batch
-
-
-def feed_gap(client: redis.Redis, task: str, namespace: str, after: tuple[int, int] | None) -> bool:
-    """Whether rows after the cursor may have been trimmed from the feed: the feed was trimmed and the cursor is
-    older than the batch just before the oldest one held (conservative: batches in between may have been empty).
-    """
-    info = feed_info(client, task, namespace)
-    if not info.trimmed:
-        return False
-    if info.first_batch is None:  # every entry was removed
-        return info.last_batch is not None and _start_id(after) < (info.last_batch, 1)
-    return _start_id(after) < (info.first_batch - 1, 1)
 
 
 def feed_start_at(client: redis.Redis, task: str, namespace: str, from_ms: int) -> tuple[tuple[int, int] | None, bool]:

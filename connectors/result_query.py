@@ -17,8 +17,17 @@ right when a snapshot moves rows from Redis to Parquet in between. With one tier
 
 Continuous queries (`ResultStore.follow`) read the Redis feed, in commit order (batch_id, row), after a cursor.
 
+Redis lost (restarted without persistence, flushed): Redis then records no snapshot marker. A one-time query does
+not take that as "Redis holds everything": Parquet answers for every committed batch up to its last one, Redis for
+the newer ones (recovering the marker is the job's: its snapshot committer re-marks the boundary at the next batch;
+the query side cannot wait for a job that may be stopped, and must not write to either tier). A continuous query
+whose cursor needs batches the feed does not hold (`redis_tier.feed_coverage`) gets 410 with a resume cursor
+(`QueryError.cursor`) when Parquet still holds them: following with it reads those batches from Parquet in commit
+order (`parquet_replay`), then hands over to the feed, so the subscriber misses nothing and sees nothing twice.
+
 Every argument is validated before any I/O: task names against the spec (404), field names against the task's
-result schema, the span, limits and cursors (400); a cursor older than the feed gets 410.
+result schema, the span, limits and cursors (400); a cursor older than the feed gets 410 (with a resume cursor
+when Parquet holds what the feed lost).
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ import pyarrow.dataset as ds
 import redis
 
 from windjoin.connectors import redis_tier
+from windjoin.connectors.parquet_replay import ParquetReplay
 from windjoin.connectors.parquet_sink import PART_FILE, ParquetSink
 from windjoin.connectors.redis_sink import NAMESPACE, meta_key
 from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_schema, result_times
@@ -101,12 +111,14 @@ class _Moved(Exception):
 
 class QueryError(ValueError):
     """A query that cannot be answered: `status` 400 (bad argument), 404 (no such task or tier), 410 (gone), or
-    503 (the tiers kept moving under the query: retry)."""
+    503 (the tiers kept moving under the query, or Parquet has not committed a batch yet: retry). `cursor`: with
+    410, the cursor that resumes a continuous query from Parquet (None when the results are gone from both)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, cursor: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.cursor = cursor
 
 
 @dataclass(frozen=True)
@@ -271,11 +283,47 @@ def feed_cursor(task: str, position: tuple[int, int] | None) -> str:
     return encode_cursor(["f", task, *(position if position is not None else (-1, -1))])
 
 
+def resume_cursor(task: str, position: tuple[int, int], upto: int) -> str:
+    """The continuous-query cursor "after `position`, reading from Parquet up to batch `upto`, then the feed"."""
+    return encode_cursor(["p", task, *position, upto])
+
+
+def follow_position(token: Any, task: str) -> tuple[tuple[int, int], int | None]:
+    """The (batch_id, row) position of a continuous-query cursor and, for a resume cursor, the last batch to read
+    from Parquet (None for a feed cursor); QueryError(400) for anything else."""
+    try:
+        batch, row = decode_cursor(token, "f", task, 2)
+        upto = None
+    except QueryError:
+        batch, row, upto = decode_cursor(token, "p", task, 3)
+        if not -1 <= upto <= MAX_TIME:
+            raise QueryError(400, "cursor: out of range (pass back a cursor this service returned)") from None
+    if not (-1 <= batch <= MAX_TIME and -1 <= row <= redis_tier.FEED_END):
+        raise QueryError(400, "cursor: out of range (pass back a cursor this service returned)")
+    return (batch, row), upto
+
+
+def cursor_like(cursor: str, task: str, position: tuple[int, int]) -> str:
+    """A cursor at `position` of the same kind as `cursor` (a resume cursor keeps its Parquet bound)."""
+    _, upto = follow_position(cursor, task)
+    return feed_cursor(task, position) if upto is None else resume_cursor(task, position, upto)
+
+
 class ResultStore:
     """Queries over the results of a spec's tasks, kept by its Redis sink (`redis_url`, `namespace`) and/or its
     Parquet sink with snapshots (`parquet_path`); either may be None, not both."""
 
-    def __init__(self, spec: JoinSpec, redis_url: str | None, namespace: str, parquet_path: str | None) -> None:
+    def __init__(
+        self,
+        spec: JoinSpec,
+        redis_url: str | None,
+        namespace: str,
+        parquet_path: str | None,
+        *,
+        parquet_tail: bool = False,
+    ) -> None:
+        """`parquet_tail`: without Redis, one-time queries also read the committed batches no snapshot holds yet
+        (a stand-in for an unreachable Redis; a Parquet-only store otherwise shows whole snapshots only)."""
         if redis_url is None and parquet_path is None:
             raise ValueError("a result store needs a Redis URL or a Parquet path (or both)")
         if not isinstance(namespace, str) or not NAMESPACE.match(namespace):
@@ -294,6 +342,8 @@ class ResultStore:
         self.parquet_path = None if parquet_path is None else Path(parquet_path)
         self.snapshot_store = None if parquet_path is None else SnapshotStore(parquet_path)
         self._parquet = None if parquet_path is None else ParquetSink(parquet_path)
+        self._replay = None if self._parquet is None else ParquetReplay(self._parquet, self.snapshot_store)
+        self.parquet_tail = parquet_tail
 
     def close(self) -> None:
         for client in (self.client, self.feed_client):
@@ -405,22 +455,29 @@ class ResultStore:
         """The first `n` matching rows of both tiers with their (result_time, batch_id, row) keys, merged."""
         task, n = scan.task, scan.n
         parts = []
+        fallback = None  # Parquet answers for every committed batch up to this one (no snapshot marker to go by)
         if self.client is not None:
-            selected, snapshot_id = self._redis_rows(scan)
+            selected, snapshot_id, fallback = self._redis_rows(scan)
             parts.append(selected)
         else:
-            assert self.snapshot_store is not None
+            assert self.snapshot_store is not None and self._parquet is not None
             latest = self.snapshot_store.latest(task)
             snapshot_id = None if latest is None else latest.id
-        if self.snapshot_store is not None and snapshot_id is not None:
+            fallback = self._parquet.last_committed(task) if self.parquet_tail else None
+        if fallback is not None:
+            parts.append(self._parquet_rows(scan, None, fallback))
+            latest = self.snapshot_store.latest(task) if self.snapshot_store is not None else None
+            snapshot_id = None if latest is None else latest.id
+        elif self.snapshot_store is not None and snapshot_id is not None:
             parts.append(self._parquet_rows(scan, snapshot_id))
         merged = list(heapq.merge(*parts, key=lambda item: item[0]))[:n]
         return merged, snapshot_id
 
-    def _redis_rows(self, scan: _Scan) -> tuple[_Keyed, int | None]:
-        """The first `n` matching rows Redis serves (batches after its recorded snapshot when Parquet is read too)
-        and that snapshot's id. Reads grow geometrically while a selection leaves too few rows; if the recorded
-        snapshot moves between reads, raises _Moved (the Parquet part must be read at one snapshot)."""
+    def _redis_rows(self, scan: _Scan) -> tuple[_Keyed, int | None, int | None]:
+        """The first `n` matching rows Redis serves (batches after its recorded snapshot when Parquet is read too),
+        that snapshot's id, and the fallback boundary used when Redis recorded none (see the module docstring).
+        Reads grow geometrically while a selection leaves too few rows; if the recorded snapshot moves between
+        reads, raises _Moved (the Parquet part must be read at one snapshot)."""
         assert self.client is not None
         task, lower, upper, conditions, after, n = scan
         with_parquet = self.snapshot_store is not None
@@ -428,43 +485,65 @@ class ResultStore:
         position = after
         want = n
         first: int | None = None
+        fallback: int | None = None
         for reads in itertools.count():
             view = redis_tier.read_span(
-                self.client, task, self.namespace, lower, upper, boundary=with_parquet, after=position, limit=want
+                self.client,
+                task,
+                self.namespace,
+                lower,
+                upper,
+                boundary=with_parquet,
+                after=position,
+                limit=want,
+                fallback_batch=fallback,
             )
             if reads == 0:
                 first = view.snapshot_id
             elif view.snapshot_id != first:
                 raise _Moved
+            if with_parquet and view.snapshot_batch is None and fallback is None:
+                assert self._parquet is not None
+                fallback = self._parquet.last_committed(task)
+                if fallback is not None:  # read again, leaving out the batches Parquet answers for
+                    continue
             for row in select(view.rows, conditions):
                 selected.append((_key(row), row))
                 if len(selected) >= n:
-                    return selected, first if with_parquet else None
+                    return selected, first if with_parquet else None, fallback
             if not view.more or not view.rows:
-                return selected, first if with_parquet else None
+                return selected, first if with_parquet else None, fallback
             position = _key(view.rows[-1])
             want = min(want * 4, _MAX_REDIS_READ)
         raise AssertionError("unreachable")
 
-    def _parquet_rows(self, scan: _Scan, snapshot_id: int) -> _Keyed:
-        """The first `n` matching rows of the batches covered by snapshots <= `snapshot_id`, with their keys."""
-        assert self.snapshot_store is not None and self._parquet is not None
+    def _parquet_rows(self, scan: _Scan, snapshot_id: int | None, upto_batch: int | None = None) -> _Keyed:
+        """The first `n` matching rows of the batches covered by snapshots <= `snapshot_id`, or, given
+        `upto_batch`, of every retained committed batch up to it (snapshots then only prune), with their keys."""
+        assert self.snapshot_store is not None and self._parquet is not None and self._replay is not None
         task, lower, upper, conditions, after, n = scan
-        snapshots = [
-            s
-            for s in self.snapshot_store.list(task)
-            if s.id <= snapshot_id and s.rows and s.min_time is not None and s.max_time is not None
-            if s.min_time <= upper and s.max_time >= lower
-        ]
-        if not snapshots:
-            return []
-        committed = set(self._parquet.committed_batches(task))
-        files = [
-            str(self._parquet.batch_dir(task, b) / PART_FILE)
-            for s in snapshots
-            for b in range(s.first_batch, s.last_batch + 1)
-            if b in committed
-        ]
+
+        def overlaps(s: Snapshot) -> bool:
+            return (
+                bool(s.rows)
+                and s.min_time is not None
+                and s.max_time is not None
+                and (s.min_time <= upper and s.max_time >= lower)
+            )
+
+        if upto_batch is None:
+            snapshots = [s for s in self.snapshot_store.list(task) if s.id <= snapshot_id and overlaps(s)]
+            committed = set(self._parquet.committed_batches(task))
+            batches = [b for s in snapshots for b in range(s.first_batch, s.last_batch + 1) if b in committed]
+        else:
+            pruned = {
+                b
+                for s in self.snapshot_store.list(task)
+                if s.last_batch <= upto_batch and not overlaps(s)
+                for b in range(s.first_batch, s.last_batch + 1)
+            }
+            batches = [b for b in self._replay.retained(task) if b <= upto_batch and b not in pruned]
+        files = [str(self._parquet.batch_dir(task, b) / PART_FILE) for b in batches]
         if not files:
             return []
         schema = self._schemas[task]
@@ -532,7 +611,8 @@ class ResultStore:
 
         Start: after the cursor `after` when given (it wins over `from_ms`); else at the first batch emitted at or
         after `from_ms`; else "now" (after the last committed batch). Waits up to `block_ms` for a new batch.
-        QueryError(410) when the feed no longer holds rows after the cursor (or since `from_ms`).
+        QueryError(410) when the feed does not hold rows after the cursor (or since `from_ms`): trimmed, or Redis
+        lost them; its `cursor` resumes from Parquet when Parquet holds them (see the module docstring).
         """
         task = self._task(task)
         conditions = self._conditions(task, where)
@@ -540,37 +620,123 @@ class ResultStore:
         count = self._int("count", count, 1, MAX_LIMIT)
         block_ms = self._int("block_ms", block_ms, 0, MAX_BLOCK_MS)
         position: tuple[int, int] | None
+        upto = None
         if after is not None:
-            batch, row = decode_cursor(after, "f", task, 2)
-            if not (-1 <= batch <= MAX_TIME and -1 <= row <= redis_tier.FEED_END):
-                raise QueryError(400, "cursor: out of range (pass back a cursor this service returned)")
-            position = (batch, row)
+            position, upto = follow_position(after, task)
         elif from_ms is not None:
             from_ms = self._int("from", from_ms, -MAX_TIME, MAX_TIME)
         if self.feed_client is None:
             raise QueryError(404, "continuous queries need the Redis tier (sinks.redis), which is not configured")
-        if after is not None:
-            if redis_tier.feed_gap(self.feed_client, task, self.namespace, position):
-                raise QueryError(
-                    410,
-                    "cursor: the feed no longer holds the results after this cursor; re-query the missed span "
-                    "with a one-time query, then follow from now",
-                )
+        if upto is not None:
+            assert position is not None
+            rows, position, done = self._follow_parquet(task, position, upto, count)
+            if rows or not done:
+                cursor = feed_cursor(task, position) if done else resume_cursor(task, position, upto)
+                return [project(row, projection) for row in select(rows, conditions)], cursor
+        if after is not None:  # a feed cursor, or the end of a resume cursor's batches that had no rows
+            self._check_feed(task, position)
         elif from_ms is not None:
-            position, gap = redis_tier.feed_start_at(self.feed_client, task, self.namespace, from_ms)
-            if gap:
-                raise QueryError(
-                    410,
-                    f"from: the feed no longer holds every batch emitted since {from_ms}; query that span with a "
-                    "one-time query, then follow from a later time",
-                )
+            position = self._start_at(task, from_ms)
         else:
-            committed = self.feed_client.hget(meta_key(task, self.namespace), "committed")
-            position = None if committed is None else (int(committed), redis_tier.FEED_END)
+            position = self._now(task)
+        needed = redis_tier.needed_batch(position)
         rows = redis_tier.read_feed(self.feed_client, task, self.namespace, position, count, block_ms or None)
+        if rows and rows[0][BATCH_ID] > needed:  # skipped batches: empty ones, or lost while the read waited
+            self._check_feed(task, position)
         if rows:
             position = (rows[-1][BATCH_ID], rows[-1][ROW])
         return [project(row, projection) for row in select(rows, conditions)], feed_cursor(task, position)
+
+    def _now(self, task: str) -> tuple[int, int] | None:
+        """After the last committed batch: Redis's, or Parquet's when Redis holds nothing of the task."""
+        assert self.feed_client is not None
+        committed = self.feed_client.hget(meta_key(task, self.namespace), "committed")
+        if committed is None and self._parquet is not None:
+            committed = self._parquet.last_committed(task)
+        return None if committed is None else (int(committed), redis_tier.FEED_END)
+
+    def _lost_upto(self, task: str, coverage: redis_tier.FeedCoverage) -> int | None:
+        """The last batch the feed cannot serve (those after it, it holds all): from its coverage, or, when Redis
+        holds nothing of the task, Parquet's last committed batch (None: nothing known to be missing)."""
+        if coverage.serves_from is not None:
+            return coverage.serves_from - 1
+        if self._parquet is not None:
+            return self._parquet.last_committed(task)
+        return None
+
+    def _check_feed(self, task: str, position: tuple[int, int] | None) -> None:
+        """QueryError(410) when the feed does not hold every row after the cursor's position."""
+        assert self.feed_client is not None
+        coverage = redis_tier.feed_coverage(self.feed_client, task, self.namespace)
+        needed = redis_tier.needed_batch(position)
+        lost_upto = self._lost_upto(task, coverage)
+        if coverage.committed is None and self._parquet is None:
+            lost_upto = needed if position is not None and position[0] >= 0 else None  # it saw batches Redis lost
+        if lost_upto is not None and needed <= lost_upto:
+            start = (needed - 1, redis_tier.FEED_END) if position is None or position[0] < 0 else position
+            raise self._gap(task, "cursor", "the results after this cursor", start, needed, lost_upto)
+
+    def _start_at(self, task: str, from_ms: int) -> tuple[int, int] | None:
+        """The feed position to follow from `from_ms` on; QueryError(410) when batches the feed does not hold may
+        have been emitted since (with a resume cursor when Parquet holds them)."""
+        assert self.feed_client is not None
+        position, trimmed = redis_tier.feed_start_at(self.feed_client, task, self.namespace, from_ms)
+        coverage = redis_tier.feed_coverage(self.feed_client, task, self.namespace)
+        lost_upto = self._lost_upto(task, coverage)
+        needed = redis_tier.needed_batch(position)
+        first_held = redis_tier.feed_first_batch(self.feed_client, task, self.namespace)
+        # batches before the feed's coverage matter only if no batch it holds was emitted before from_ms
+        doubt = lost_upto is not None and lost_upto >= 0 and (first_held is None or first_held >= needed)
+        if not (trimmed or doubt):
+            return position
+        start = None
+        if self._replay is not None and lost_upto is not None:
+            start = self._replay.first_emitted_at_or_after(task, from_ms, lost_upto + 1)
+            if start is None:  # Parquet holds no batch the feed lacks emitted since from_ms: start after them
+                return position if needed > lost_upto else (lost_upto, redis_tier.FEED_END)
+        what = f"every batch emitted since {from_ms}"
+        raise self._gap(task, "from", what, None if start is None else (start, -1), start, lost_upto)
+
+    def _gap(
+        self,
+        task: str,
+        param: str,
+        what: str,
+        start: tuple[int, int] | None,
+        needed: int | None,
+        lost_upto: int | None,
+    ) -> QueryError:
+        """The 410 of a continuous query the feed cannot serve: with the cursor reading `start`..`lost_upto` from
+        Parquet when it holds them, else telling the client to re-query the span."""
+        retained = [] if self._replay is None else self._replay.retained(task)
+        if start is not None and needed is not None and lost_upto is not None and retained and retained[0] <= needed:
+            return QueryError(
+                410,
+                f"{param}: the feed does not hold {what} (Redis restarted empty or trimmed its feed); follow with "
+                f"the returned cursor to read batches {needed}..{lost_upto} from Parquet, then the feed",
+                cursor=resume_cursor(task, start, lost_upto),
+            )
+        return QueryError(
+            410,
+            f"{param}: the feed no longer holds {what}; re-query the missed span with a one-time query, then "
+            "follow from now",
+        )
+
+    def _follow_parquet(
+        self, task: str, position: tuple[int, int], upto: int, count: int
+    ) -> tuple[list[dict[str, Any]], tuple[int, int], bool]:
+        """Rows after `position` of batches up to `upto`, from Parquet (a resume cursor), the position after them,
+        and whether batch `upto` is read to its end (the feed takes over from there)."""
+        if self._replay is None:
+            raise QueryError(404, "cursor: resuming from Parquet needs the Parquet tier (sinks.parquet)")
+        read = self._replay.rows_after(task, position, upto, count)
+        if read is None:
+            last = self._parquet.last_committed(task) if self._parquet is not None else None
+            if last is None or last < upto:
+                raise QueryError(503, f"cursor: Parquet has not committed batch {upto} of task {task!r} yet; retry")
+            raise self._gap(task, "cursor", "the results after this cursor", None, None, None)
+        rows, reached = read
+        return rows, reached, reached[0] >= upto and reached[1] >= redis_tier.FEED_END
 
     # -- the rest ---------------------------------------------------------------------------------------------
 

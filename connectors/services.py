@@ -1,7 +1,9 @@
 """Embedded local services for the demo and tests: a Tansu Kafka-protocol broker and a redis-server.
 
-Each service runs on loopback on a free port, in its own process group; its PID, port and log file are
-recorded in `<state_dir>/services.json` so that `down` and `status` work from any process.
+Each service runs on loopback, in its own process group; its PID, port and log file are recorded in
+`<state_dir>/services.json` so that `down` and `status` work from any process. The file also remembers each
+service's last port after `down`: the next `up` takes it again when it is free (else a free one), so the
+addresses a spec was written with (the demo's) stay valid across a restart of the services.
 """
 
 from __future__ import annotations
@@ -160,13 +162,22 @@ def load_state(state_dir: Path) -> dict[str, RunningService]:
     return {name: RunningService(**entry) for name, entry in raw.get("services", {}).items()}
 
 
+def recorded_ports(state_dir: Path) -> dict[str, int]:
+    """The port each service of `state_dir` last ran on (running or not)."""
+    try:
+        raw = json.loads((state_dir / STATE_FILE).read_text())
+    except FileNotFoundError:
+        return {}
+    ports = {name: int(port) for name, port in raw.get("ports", {}).items()}
+    ports.update({name: int(entry["port"]) for name, entry in raw.get("services", {}).items()})
+    return ports
+
+
 def _save_state(state_dir: Path, services: dict[str, RunningService]) -> None:
     path = state_dir / STATE_FILE
-    if not services:
-        path.unlink(missing_ok=True)
-        return
+    ports = {**recorded_ports(state_dir), **{name: s.port for name, s in services.items()}}
     tmp = path.with_suffix(".tmp")
-    payload = {"version": 1, "services": {name: asdict(s) for name, s in services.items()}}
+    payload = {"version": 1, "services": {name: asdict(s) for name, s in services.items()}, "ports": ports}
     tmp.write_text(json.dumps(payload, indent=2))
     os.replace(tmp, path)
 
@@ -206,11 +217,13 @@ def _argv(name: str, config: ServicesConfig, port: int, state_dir: Path) -> list
     ]
 
 
-def _start_one(name: str, config: ServicesConfig, state_dir: Path) -> RunningService:
-    """Start `name` on a free port and wait until it answers; retry on a port lost to a race."""
+def _start_one(name: str, config: ServicesConfig, state_dir: Path, port: int | None = None) -> RunningService:
+    """Start `name` on `port` when it is free, else on a free port, and wait until it answers; retry on a port
+    lost to a race."""
     log = state_dir / f"{name}.log"
     for attempt in range(1, _PORT_ATTEMPTS + 1):
-        port = processes.free_port(config.host)
+        if port is None or attempt > 1 or not processes.port_free(config.host, port):
+            port = processes.free_port(config.host)
         argv = _argv(name, config, port, state_dir)
         log_start = log.stat().st_size if log.exists() else 0
         try:
@@ -264,8 +277,9 @@ def _wait_ready(service: RunningService, timeout_s: float, log_start: int) -> st
 def up(config: ServicesConfig) -> list[Started]:
     """Start the configured services that are not already running; report all of them.
 
-    Idempotent: a service recorded as running is left alone and reported with `reused=True`. If one
-    service fails to start, the ones started by this call are stopped again before the error propagates.
+    Each takes the port it last ran on in this state dir when that port is free. Idempotent: a service recorded
+    as running is left alone and reported with `reused=True`. If one service fails to start, the ones started by
+    this call are stopped again before the error propagates.
     """
     state_dir = config.state_dir.resolve()
     wanted = [n for n in SERVICE_NAMES if getattr(config, n)]
@@ -279,7 +293,7 @@ def up(config: ServicesConfig) -> list[Started]:
                 if current is not None and processes.is_alive(current.pid, current.start_ticks):
                     result.append(Started(current, reused=True))
                     continue
-                service = _start_one(name, config, state_dir)
+                service = _start_one(name, config, state_dir, recorded_ports(state_dir).get(name))
                 services[name] = service
                 started_now.append(service)
                 result.append(Started(service, reused=False))

@@ -34,7 +34,7 @@ from windjoin.connectors.parquet_sink import PART_FILE, ParquetSink, fsync_path
 from windjoin.connectors.result_table import stream_timestamps
 
 SNAPSHOTS_DIR = "_snapshots"
-REASONS = ("periodic", "punctuation")
+REASONS = ("periodic", "punctuation", "recovery")  # recovery: Redis lost its boundary marker
 _MANIFEST = re.compile(r"^(\d{12})\.json$")
 _TMP = re.compile(r"^\.tmp-[0-9a-f]+\.json$")
 MAX_SNAPSHOT_ID = 10**12 - 1
@@ -52,7 +52,7 @@ class Snapshot:
     min_time: int | None  # result-time range of its rows; None when it has no rows
     max_time: int | None
     committed_at_ms: int
-    reason: str  # "periodic" | "punctuation"
+    reason: str  # "periodic" | "punctuation" | "recovery"
 
 
 class SnapshotStore:

@@ -37,6 +37,14 @@ class Problem(BaseModel):
     detail: str = Field(description="What is wrong with the request, naming the parameter and what is accepted.")
 
 
+class Gone(Problem):
+    cursor: str | None = Field(
+        None,
+        description="Follow with this cursor to read the results the feed lost from Parquet, then the feed; null "
+        "when they are gone from both tiers (then re-query the span with a one-time query).",
+    )
+
+
 class TaskList(BaseModel):
     tasks: list[str] = Field(description="The spec's task names, in spec order.")
 
@@ -68,7 +76,7 @@ class SnapshotInfo(BaseModel):
     min_time: int | None = Field(description="Smallest result time of its rows (null when it has none).")
     max_time: int | None = Field(description="Largest result time of its rows (null when it has none).")
     committed_at_ms: int
-    reason: str = Field(description='"periodic" or "punctuation".')
+    reason: str = Field(description='"periodic", "punctuation" or "recovery" (Redis had lost the boundary).')
 
 
 class SnapshotList(BaseModel):
@@ -133,7 +141,8 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
     async def query_error(request: Request, err: QueryError) -> JSONResponse:
         status = err.status
         metrics.answered(request.scope.get("windjoin.kind", "other"), status)
-        return JSONResponse({"detail": str(err)}, status_code=status)
+        body = {"detail": str(err)} if status != 410 else {"detail": str(err), "cursor": err.cursor}
+        return JSONResponse(body, status_code=status)
 
     async def store_down(request: Request, err: Exception) -> JSONResponse:
         """Redis unreachable, or Parquet files gone while read (a snapshot expired twice during one query)."""
@@ -193,7 +202,11 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
         "/v1/tasks/{task}/stream",
         responses={
             **ERRORS,
-            410: {"model": Problem, "description": "The cursor is older than the feed keeps."},
+            410: {
+                "model": Gone,
+                "description": "The feed does not hold the results after the cursor (or since `from`): trimmed, or "
+                "Redis restarted empty. `cursor` resumes from Parquet when it holds them.",
+            },
             200: {
                 "description": 'Server-sent events: "ready" first (data: {"cursor": ...}; id: the start cursor) unless '
                 'the first results come at once, then "results" (data: JSON array of rows in commit order; id: the '

@@ -27,8 +27,8 @@ from windjoin.connectors.result_query import (
     Condition,
     QueryError,
     ResultStore,
-    decode_cursor,
-    feed_cursor,
+    cursor_like,
+    follow_position,
     project,
     select,
 )
@@ -65,12 +65,14 @@ class Chunk:
 
 def pages(task: str, rows: list[dict[str, Any]], cursor: str, page_rows: int) -> list[Chunk]:
     """The rows of one store read (`cursor` after them) as chunks of at most `page_rows` rows, each with the cursor
-    after its last row; [] without rows."""
+    after its last row (of the kind of `cursor`: a feed cursor, or a resume cursor reading Parquet); [] without
+    rows."""
     chunks = []
     for start in range(0, len(rows), page_rows):
         part = rows[start : start + page_rows]
         last = start + page_rows >= len(rows)
-        chunks.append(Chunk(part, cursor if last else feed_cursor(task, (part[-1]["batch_id"], part[-1]["row"]))))
+        position = (part[-1]["batch_id"], part[-1]["row"])
+        chunks.append(Chunk(part, cursor if last else cursor_like(cursor, task, position)))
     return chunks
 
 
@@ -208,8 +210,7 @@ class Subscription:
     def __post_init__(self) -> None:
         self.selection = repr((list(self.conditions), self.fields))  # equal for equal selections
         if self.cursor is not None:
-            batch, row = decode_cursor(self.cursor, "f", self.task, 2)
-            self.position = (batch, row)
+            self.position, _ = follow_position(self.cursor, self.task)
 
     async def events(self, first: Chunk) -> AsyncIterator[tuple[str, Any]]:
         """Events of this stream: ("ready", {"cursor"}) first when the start is a known position; then

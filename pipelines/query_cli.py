@@ -1,9 +1,11 @@
 """`windjoin query`: one-time and continuous queries against a running query proxy, printed as a table or JSON lines.
 
 `results` pages through a one-time query with the proxy's cursor (or, given a spec file instead of a URL, asks
-the spec's Redis and Parquet tiers directly). `follow` reads a continuous query's server-sent events and, when the
-stream ends (slow consumer, proxy restart, dropped connection), reconnects with the last cursor, so every result
-is printed once, in commit order.
+the spec's Redis and Parquet tiers directly; with Redis unreachable, Parquet answers alone, with a warning).
+`follow` reads a continuous query's server-sent events and, when the stream ends (slow consumer, proxy restart,
+dropped connection), reconnects with the last cursor; when the feed lost results after it (410: Redis restarted
+empty, or trimmed its feed), it follows the 410's cursor, which reads them from Parquet first. Every result is
+printed once, in commit order.
 """
 
 from __future__ import annotations
@@ -146,20 +148,36 @@ def _store_pages(
     fields: str | None,
     page_size: int,
 ) -> Iterator[list[dict[str, Any]]]:
-    from windjoin.connectors.result_query import QueryError, parse_condition
+    import redis
+
+    from windjoin.connectors.result_query import QueryError, ResultStore, parse_condition
     from windjoin.pipelines.cli_options import load_spec_or_fail
     from windjoin.pipelines.proxy_cli import store_from_spec
 
     if not spec_path.is_file():
         raise click.BadParameter(f"{spec_path} is neither an http(s):// URL nor a spec file", param_hint="URL-or-SPEC")
-    store = store_from_spec(load_spec_or_fail(spec_path), namespace)
+    spec = load_spec_or_fail(spec_path)
+    store = store_from_spec(spec, namespace)
+    redis_url = spec.sinks.redis.url if spec.sinks.redis is not None else None
     try:
         known = store.fields(task)
         conditions = [parse_condition(text, known) for text in where]
         names = [name.strip() for name in fields.split(",")] if fields else None
         cursor = None
         while True:
-            page = store.one_time(task, t_from, t_to, conditions, names, page_size, cursor)
+            try:
+                page = store.one_time(task, t_from, t_to, conditions, names, page_size, cursor)
+            except (redis.RedisError, OSError) as err:
+                if redis_url is None or spec.sinks.parquet is None or store.client is None:
+                    raise click.ClickException(f"cannot read the results at {redis_url or 'Parquet'}: {err}") from None
+                click.echo(
+                    f"warning: Redis at {redis_url} is unreachable ({err}); answering from Parquet alone "
+                    "(every batch it committed)",
+                    err=True,
+                )
+                store.close()
+                store = ResultStore(spec, None, namespace, spec.sinks.parquet.path, parquet_tail=True)
+                continue
             yield page.rows
             if not page.next_cursor:
                 return
@@ -207,6 +225,8 @@ class FollowStream:
                     with client.stream("GET", f"/v1/tasks/{self.task}/stream", params=params) as response:
                         if response.status_code != 200:
                             response.read()
+                            if self._resumable(response):
+                                continue
                             _json_or_fail(response)
                         failures = 0
                         for event, event_id, data in sse_events(response.iter_lines()):
@@ -226,6 +246,20 @@ class FollowStream:
                         raise click.ClickException(f"{self.url}: {err}") from None
                     click.echo(f"connection lost ({err}); reconnecting", err=True)
                     time.sleep(min(2**failures * 0.1, 5))
+
+    def _resumable(self, response: httpx.Response) -> bool:
+        """A 410 with a cursor: the feed lost results after ours, Parquet holds them; follow its cursor."""
+        if response.status_code != 410:
+            return False
+        try:
+            body = response.json()
+        except ValueError:
+            return False
+        if not isinstance(body, dict) or not body.get("cursor"):
+            return False
+        click.echo(f"{body.get('detail')}: resuming from Parquet", err=True)
+        self.cursor = body["cursor"]
+        return True
 
 
 def sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str | None, str]]:

@@ -9,6 +9,14 @@ With a Redis sink (which then does not trim by itself), each snapshot is then ha
 `redis_tier.advance_snapshot`: results of batches inside the snapshot whose result time is older than the task's
 max result time - the Redis sink's `retain_ms` leave Redis, and Redis records the snapshot as the tier boundary.
 The manifest exists before Redis names it. Parquet retention (`retain_ms`) then drops whole old snapshots.
+
+Redis lost (restarted without persistence, flushed): its meta hash comes back without the snapshot marker. The
+marker is recovered here, after the next batch, from the manifests: a snapshot (reason "recovery") closes over
+every committed batch up to this one, and Redis records it. Recovering on the job's side rather than by the
+queries: only the job writes the tiers, and a snapshot up to the batch just committed makes the boundary exact
+again (Redis holds every batch after it; Parquet every batch up to it), where the latest manifest alone would leave
+the batches between it and the loss in neither tier's answer. Until then, queries let Parquet answer for every
+committed batch (`result_query`), so no answer misses anything in between.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import Any
 
 from windjoin.connectors.snapshots import Snapshot, SnapshotStore
 
-PERIODIC, PUNCTUATION = "periodic", "punctuation"
+PERIODIC, PUNCTUATION, RECOVERY = "periodic", "punctuation", "recovery"
 
 
 def snapshot_reason(since_ms: int, now_ms: int, every_ms: int, punctuated: bool) -> str | None:
@@ -53,7 +61,6 @@ class SnapshotCommitter:
         self.redis = redis
         self.clock = clock
         self.started_ms = self._now_ms()
-        self._handed: dict[str, int] = {}  # per task, the snapshot id last handed to Redis by this process
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -66,17 +73,26 @@ class SnapshotCommitter:
             latest = self.store.latest(task)
             since = self.started_ms if latest is None else latest.committed_at_ms
             reason = snapshot_reason(since, now_ms, self.every_ms, punctuations > 0)
+            recorded = self._recorded(task) if self.redis is not None and latest is not None else None
+            if reason is None and latest is not None and self.redis is not None and recorded is None:
+                reason = RECOVERY  # Redis lost its marker (see the module docstring)
             snapshot = self.store.commit(task, batch_id, reason, now_ms) if reason else None
             if snapshot is not None:
                 closed.append(snapshot)
                 latest = snapshot
-            # The first batch of a process also hands over the latest snapshot: a crash may have come between its
-            # manifest and Redis (advancing is idempotent).
-            if self.redis is not None and latest is not None and self._handed.get(task) != latest.id:
+            # Also after a crash between a manifest and Redis (advancing is idempotent and only moves forward).
+            if self.redis is not None and latest is not None and recorded != latest.id:
                 self._advance_redis(latest)
             if snapshot is not None and self.retain_ms is not None:
                 self.store.expire(task, self.retain_ms)
         return closed
+
+    def _recorded(self, task: str) -> int | None:
+        """The snapshot id Redis records as the task's tier boundary (None: none, e.g. Redis restarted empty)."""
+        from windjoin.connectors.redis_sink import meta_key
+
+        value = self.redis.client.hget(meta_key(task, self.redis.namespace), "snapshot")
+        return None if value is None else int(value)
 
     def _advance_redis(self, snapshot: Snapshot) -> None:
         from windjoin.connectors import redis_tier
@@ -86,4 +102,3 @@ class SnapshotCommitter:
         redis_tier.advance_snapshot(
             self.redis.client, snapshot.task, self.redis.namespace, snapshot.id, snapshot.last_batch, cutoff
         )
-        self._handed[snapshot.task] = snapshot.id

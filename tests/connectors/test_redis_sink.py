@@ -237,7 +237,7 @@ def test_keys_follow_the_documented_layout(sink_factory, redis_url: str) -> None
     assert score == 9
     assert orjson.loads(member) == [5, 0, 123, {"R": pairs[0]["R"], "S": pairs[0]["S"]}]
     assert decode_member("a", member) == {"task": "a", **pairs[0], "batch_id": 5, "emitted_at": 123, "result_time": 9}
-    assert client.hgetall(f"{sink.namespace}:{{a}}:meta") == {b"committed": b"5", b"max_time": b"9"}
+    assert client.hgetall(f"{sink.namespace}:{{a}}:meta") == {b"committed": b"5", b"since": b"5", b"max_time": b"9"}
     client.close()
 
 

@@ -14,11 +14,13 @@ from tests.connectors.test_redis_sink import canonical, make_table, pair, result
 from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, results_key
 from windjoin.connectors.redis_tier import (
     FEED_END,
+    FeedCoverage,
     advance_snapshot,
+    feed_coverage,
     feed_first_batch,
-    feed_gap,
     feed_info,
     feed_start_at,
+    needed_batch,
     read_feed,
     read_span,
 )
@@ -187,11 +189,13 @@ def test_feed_trimming_is_detected(sink_factory) -> None:
     assert info.first_batch is not None and info.first_batch > 0 and info.last_batch == 299
     assert info.trimmed and info.length == 300 - info.first_batch
     first = info.first_batch
-    assert feed_gap(sink.client, "a", sink.namespace, None)
-    assert feed_gap(sink.client, "a", sink.namespace, (first - 2, FEED_END))
-    assert feed_gap(sink.client, "a", sink.namespace, (first - 1, 0))  # row 1 of that batch is gone
-    assert not feed_gap(sink.client, "a", sink.namespace, (first - 1, FEED_END))
-    assert not feed_gap(sink.client, "a", sink.namespace, (first, 0))
+    coverage = feed_coverage(sink.client, "a", sink.namespace)
+    assert coverage.committed == 299 and coverage.serves_from == first
+    assert coverage.misses(needed_batch(None))
+    assert coverage.misses(needed_batch((first - 2, FEED_END)))
+    assert coverage.misses(needed_batch((first - 1, 0)))  # row 1 of that batch is gone
+    assert not coverage.misses(needed_batch((first - 1, FEED_END)))
+    assert not coverage.misses(needed_batch((first, 0)))
     # from_ms: the first batch emitted at or after it
     assert feed_start_at(sink.client, "a", sink.namespace, 10 * (first + 5)) == ((first + 5, -1), False)
     assert feed_start_at(sink.client, "a", sink.namespace, 10 * (first + 5) - 5) == ((first + 5, -1), False)
@@ -209,7 +213,7 @@ def test_feed_of_an_unknown_task_is_empty(sink_factory) -> None:
     assert feed_info(sink.client, "b", sink.namespace).first_batch is None
     assert feed_first_batch(sink.client, "b", sink.namespace) is None
     assert read_feed(sink.client, "b", sink.namespace, None, 10, None) == []
-    assert not feed_gap(sink.client, "b", sink.namespace, None)
+    assert feed_coverage(sink.client, "b", sink.namespace) == FeedCoverage(None, None)
     assert feed_start_at(sink.client, "b", sink.namespace, 5) == (None, False)
 
 

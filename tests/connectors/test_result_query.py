@@ -364,17 +364,29 @@ def test_follow_from_now_after_cursor_and_from_time(tiers_factory) -> None:
 
 
 def test_follow_cursor_older_than_the_feed_is_gone(redis_url: str, tiers_factory) -> None:
+    """A cursor older than the trimmed feed: 410; with Parquet the 410 carries a cursor that reads the trimmed
+    batches from Parquet and then the feed, every row once; without Parquet, the client is told to re-query."""
     tiers = tiers_factory()
     tiers.redis.feed_batches = 1
     pairs = [{"R": {"ts": 1, "k": 1, "x": 1.0, "z": "a"}, "S": {"t": 1, "k": 1, "d": True}}]
-    with tiers.store() as store:
+    with tiers.store() as store, tiers.store(parquet=False) as redis_only:
         _, start = store.follow("a")
         for _ in range(250):
             tiers.write({"a": pairs}, emitted_at=5)
         for kw in ({"after": start}, {"from_ms": 0}):
             with pytest.raises(QueryError, match="one-time query") as err:
+                redis_only.follow("a", **kw)
+            assert err.value.status == 410 and err.value.cursor is None
+            with pytest.raises(QueryError, match="from Parquet") as err:
                 store.follow("a", **kw)
-            assert err.value.status == 410
+            assert err.value.status == 410 and err.value.cursor is not None
+            seen, cursor = [], err.value.cursor
+            while True:
+                rows, cursor = store.follow("a", after=cursor, count=7)
+                if not rows:
+                    break
+                seen += [(r["batch_id"], r["row"]) for r in rows]
+            assert seen == [(b, 0) for b in range(250)]
         rows, _ = store.follow("a", from_ms=6, count=10)
         assert rows == []
 

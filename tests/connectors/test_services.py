@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import os
+import socket
 import stat
 import time
 from collections.abc import Callable
@@ -108,7 +109,30 @@ def test_lifecycle_kafka_round_trip_and_redis(tmp_path: Path) -> None:
     assert {s.pid for s in stopped} == {s.pid for s in by_name.values()}
     assert all(_gone(s.pid) for s in stopped)
     assert services.status(config.state_dir) == []
-    assert not (config.state_dir / services.STATE_FILE).exists()
+    assert services.load_state(config.state_dir) == {}  # forgotten, but their ports are remembered
+    assert services.recorded_ports(config.state_dir) == {name: s.port for name, s in by_name.items()}
+
+
+def test_services_restarted_keep_their_ports_when_free(tmp_path: Path) -> None:
+    """After `down`, `up` starts each service on the port it had (so a spec written with its URL still works);
+    a port taken meanwhile gives way to a free one, and the new one is remembered."""
+    config = services.ServicesConfig(state_dir=tmp_path / "state", kafka=False)
+    try:
+        [first] = services.up(config)
+        services.down(config.state_dir)
+        [again] = services.up(config)
+        assert not again.reused and again.service.pid != first.service.pid
+        assert again.service.port == first.service.port
+        assert services.redis_ready(again.service.url)
+        services.down(config.state_dir)
+        with socket.socket() as squatter:  # someone else took the port meanwhile
+            squatter.bind(("127.0.0.1", first.service.port))
+            squatter.listen()
+            [moved] = services.up(config)
+            assert moved.service.port != first.service.port and services.redis_ready(moved.service.url)
+        assert services.recorded_ports(config.state_dir) == {"redis": moved.service.port}
+    finally:
+        services.down(config.state_dir)
 
 
 def test_fixtures_give_working_services(kafka_bootstrap: str, redis_url: str, unique_topic: Callable[..., str]) -> None:

@@ -191,7 +191,34 @@ def test_controller_config_renders_as_thresholds_windjoin_controller_accepts(hel
     assert "--config=/etc/windjoin/control.yaml" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
+def _redis_statefulset(helm: str, name: str) -> dict:
+    docs = _render(helm, name)
+    return next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "wj-windjoin-redis")
+
+
+def test_redis_keeps_an_append_only_file_on_a_volume_by_default(helm):
+    """A restarted Redis must come back with its results, commit marks and feed: by default it writes an
+    append-only file (fsync every second) to /data, a volume claimed per replica that outlives the pod."""
+    redis = _redis_statefulset(helm, "default")
+    [container] = redis["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    options = dict(zip(args[::2], args[1::2], strict=True))
+    assert options["--appendonly"] == "yes" and options["--appendfsync"] == "everysec" and options["--dir"] == "/data"
+    [claim] = redis["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "redis-data" and claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert {"name": "redis-data", "mountPath": "/data"} in container["volumeMounts"]
+    assert "volumes" not in redis["spec"]["template"]["spec"]  # no emptyDir shadowing the claim
+    strict = _redis_statefulset(helm, "strimzi")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert strict[strict.index("--appendfsync") + 1] == "always"
+    # switched off (the autoscaling value set): no append-only file, an emptyDir, no claim
+    volatile = _redis_statefulset(helm, "autoscaling")
+    assert volatile["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["--appendonly", "no"]
+    assert "volumeClaimTemplates" not in volatile["spec"]
+    assert volatile["spec"]["template"]["spec"]["volumes"] == [{"name": "redis-data", "emptyDir": {}}]
+
+
 BAD_VALUES = [
+    (["--set", "redis.persistence.appendfsync=no"], "/redis/persistence/appendfsync"),
     (["--set", "controller.config.colour.x=1"], "/controller/config"),
     (["--set", "controller.epochSeconds=0"], "/controller/epochSeconds"),
     (["--set", "redis.bundled=false"], "/redis/url"),

@@ -77,6 +77,9 @@ class Results:
             self.spec, self.redis_url, self.namespace, str(self.parquet_path) if self.parquet_path else None
         )
 
+    def store_without_parquet(self) -> ResultStore:
+        return ResultStore(self.spec, self.redis_url, self.namespace, None)
+
     def pair(self, t0: int, z_size: int) -> dict[str, Any]:
         rng = self.rng
         z = rng.choice("pqr") * z_size

@@ -147,3 +147,76 @@ def test_windjoin_proxy_serves_a_spec(tiers: Results, tmp_path: Path) -> None:
         assert json_lines(result.stdout) == tiers.oracle("b", 0, 10_000)
     finally:
         processes.stop(pid)
+
+
+def _spec_file(tiers: Results, path: Path, redis_url: str | None, parquet: bool = True) -> Path:
+    spec = tiers.spec.model_dump(mode="json", exclude_none=True)
+    if redis_url is None:
+        spec["sinks"].pop("redis")
+    else:
+        spec["sinks"]["redis"]["url"] = redis_url
+    if not parquet:
+        spec["sinks"].pop("parquet")
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_results_by_spec_with_redis_unreachable_answer_from_parquet_with_a_warning(
+    tiers: Results, tmp_path: Path
+) -> None:
+    """As after `windjoin services down && up` used to move Redis: the spec names a Redis that is gone. Parquet
+    answers alone, every committed batch (those after the last snapshot too), with a one-line warning."""
+    gone = f"redis://127.0.0.1:{free_port()}/0"
+    spec_file = _spec_file(tiers, tmp_path / "spec.yaml", gone)
+    result = run("results", spec_file, "a", "--from", 0, "--to", 10_000, "--namespace", tiers.namespace, "--json")
+    assert result.exit_code == 0, result.output
+    assert json_lines(result.stdout) == tiers.oracle("a", 0, 10_000)
+    [warning] = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert f"Redis at {gone} is unreachable" in warning and "Parquet" in warning
+
+
+def test_results_by_spec_with_only_an_unreachable_redis_fail_in_one_line(tiers: Results, tmp_path: Path) -> None:
+    gone = f"redis://127.0.0.1:{free_port()}/0"
+    spec_file = _spec_file(tiers, tmp_path / "spec.yaml", gone, parquet=False)
+    result = CliRunner().invoke(cli, ["query", "results", str(spec_file), "a", "--from", "0", "--to", "1"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)  # a click error, not a traceback
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("Error:") and gone in line
+
+
+def test_results_by_spec_with_redis_restarted_empty_answer_everything(
+    redis_url: str, tiers: Results, tmp_path: Path
+) -> None:
+    """Redis answers but holds nothing of the namespace (restarted without persistence): Parquet answers for every
+    committed batch."""
+    spec_file = _spec_file(tiers, tmp_path / "spec.yaml", redis_url)
+    empty = new_namespace()  # the same sinks seen by a Redis that lost everything
+    args = ["--from", 0, "--to", 10_000, "--namespace", empty, "--json"]
+    result = run("results", spec_file, "a", *args)
+    assert result.exit_code == 0, result.output
+    assert json_lines(result.stdout) == tiers.oracle("a", 0, 10_000)
+
+
+def test_follow_resumes_from_parquet_when_redis_lost_what_it_had_not_read(redis_url: str, tmp_path: Path) -> None:
+    """A subscriber stops after some rows; Redis loses everything and the job writes on; `windjoin query follow
+    --cursor` gets 410 with a resume cursor, reads the lost batches from Parquet, then the feed: every row once."""
+    from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
+
+    live = Results(make_spec(redis_url, tmp_path / "parquet"), new_namespace(), redis_url, tmp_path / "parquet")
+    for b in range(4):
+        live.write(6, t0=100 * b)
+    with Server(create_app(live.store(), FeedConfig(block_ms=200, page_rows=6))) as server:
+        first = run("follow", server.url, "a", "--from", 0, "--max-rows", 6, "--json")
+        assert first.exit_code == 0, first.output
+        shown = json_lines(first.stdout)
+        assert shown == live.since("a", 0)[:6]
+        cursor = first.stderr.split("--cursor ")[-1].split()[0]
+        for task in ("a", "b"):
+            live.redis.delete(*(key(task, live.namespace) for key in (results_key, meta_key, feed_key)))
+        for b in range(4, 6):
+            live.write(6, t0=100 * b)
+        rest = live.since("a", 0)[6:]
+        second = run("follow", server.url, "a", "--cursor", cursor, "--max-rows", len(rest), "--json")
+        assert second.exit_code == 0, second.output
+        assert json_lines(second.stdout) == rest
+        assert "resuming from Parquet" in second.stderr

@@ -1,0 +1,98 @@
+"""A task's committed Parquet batches read in commit order: the continuous-query feed's stand-in for batches that
+Redis does not hold (it restarted empty, was flushed, or trimmed its feed).
+
+Every batch the job commits has a folder, empty ones included (see `parquet_sink`), and its rows are in the order
+the Redis sink numbered them, so `(batch_id, row)` positions mean the same in both tiers. Batches below the oldest
+retained snapshot are not read: retention removes them (folders left there by a crash are on their way out).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from windjoin.connectors.parquet_sink import PART_FILE, ParquetSink
+from windjoin.connectors.redis_tier import FEED_END as _END
+from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, result_times, stream_timestamps
+from windjoin.connectors.snapshots import SnapshotStore
+
+ROW, RESULT_TIME = "row", "result_time"
+
+
+class ParquetReplay:
+    """Reads the committed batches of the tasks under a Parquet sink's path, in commit order."""
+
+    def __init__(self, parquet: ParquetSink, snapshots: SnapshotStore) -> None:
+        self.parquet = parquet
+        self.snapshots = snapshots
+
+    def retained(self, task: str) -> list[int]:
+        """The committed batch ids readers may use, ascending: from the oldest retained snapshot's first batch
+        (every committed batch when there is no snapshot yet)."""
+        batches = self.parquet.committed_batches(task)
+        oldest = self.snapshots.list(task)[:1]
+        return [b for b in batches if b >= oldest[0].first_batch] if oldest else batches
+
+    def rows_after(
+        self, task: str, after: tuple[int, int], upto: int, count: int
+    ) -> tuple[list[dict[str, Any]], tuple[int, int]] | None:
+        """Up to `count` rows after the (batch_id, row) position, of batches up to `upto` inclusive, and the
+        position after them ((upto, end) once every batch up to `upto` was read; `end` is any row past the last).
+
+        None when a batch that must be read is not retained (expired) or not committed yet: the rows cannot be
+        served from Parquet now."""
+        batch, row = after
+        retained = set(self.retained(task))
+        rows: list[dict[str, Any]] = []
+        while len(rows) < count:
+            if batch > upto or (batch == upto and row >= _END):
+                return rows, (upto, _END)
+            current, skip = (batch, row + 1) if row < _END else (batch + 1, 0)
+            if current > upto:
+                return rows, (upto, _END)
+            if current not in retained:
+                return None
+            table = pq.read_table(self.parquet.batch_dir(task, current) / PART_FILE)
+            taken = table.slice(skip, count - len(rows))
+            rows += _feed_rows(taken, skip)
+            if skip + taken.num_rows >= table.num_rows:
+                batch, row = current, _END
+            else:
+                batch, row = current, skip + taken.num_rows - 1
+        return rows, (batch, row)
+
+    def first_emitted_at_or_after(self, task: str, from_ms: int, below: int) -> int | None:
+        """The first retained batch below `below` whose rows were emitted at or after `from_ms`, or None.
+
+        Batches are emitted in commit order, so this walks back from `below - 1` and stops at the first batch
+        emitted earlier: it reads as many footers as there are batches to replay (empty batches are skipped)."""
+        found = None
+        for batch in reversed([b for b in self.retained(task) if b < below]):
+            meta = pq.read_metadata(self.parquet.batch_dir(task, batch) / PART_FILE)
+            if not meta.num_rows:
+                continue
+            group = meta.row_group(0)
+            column = next(i for i in range(group.num_columns) if group.column(i).path_in_schema == EMITTED_AT)
+            stats = group.column(column).statistics
+            if stats is None or not stats.has_min_max or stats.min < from_ms:
+                break
+            found = batch
+        return found
+
+
+def _feed_rows(table: Any, first_row: int) -> list[dict[str, Any]]:
+    """A slice of a batch file as feed rows, `{<stream>: {...}, ..., batch_id, row, emitted_at, result_time}`
+    (the shape and key order `redis_tier.decode_row` gives)."""
+    if not table.num_rows:
+        return []
+    times = result_times(table)
+    streams = list(stream_timestamps(table.schema))
+    out = []
+    for i, record in enumerate(table.to_pylist()):
+        row = {stream: record[stream] for stream in streams}
+        row.update(
+            {BATCH_ID: record[BATCH_ID], ROW: first_row + i, EMITTED_AT: record[EMITTED_AT], RESULT_TIME: int(times[i])}
+        )
+        out.append(row)
+    return out

@@ -1,0 +1,194 @@
+"""Redis lost (restarted empty, flushed) under both result tiers, on real Redis and real Parquet files: one-time
+queries still answer every result written, the snapshot committer recovers the boundary marker from the manifests
+at the next batch, and a continuous query whose cursor the new Redis cannot serve gets 410 with a cursor that
+resumes from Parquet, without loss or duplicate. The loss is the deletion of the test namespace's keys (FLUSHALL
+would wipe the session's shared Redis; tests/pipelines/test_redis_loss_e2e.py flushes a private one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.connectors.sink_cases import SPEC
+from tests.connectors.test_redis_sink import make_table
+from tests.connectors.test_result_query import all_pages, expected, got, record
+from tests.connectors.tiers import Tiers, TiersLayout
+from windjoin.connectors import redis_tier
+from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
+from windjoin.connectors.result_query import MAX_LIMIT, QueryError, ResultStore, feed_cursor
+from windjoin.pipelines.snapshot_committer import SnapshotCommitter
+
+SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+times = st.integers(0, 1000)
+pair = st.fixed_dictionaries(
+    {
+        "R": st.fixed_dictionaries({"ts": times, "k": st.integers(0, 3), "x": st.just(0.5), "z": st.just("z")}),
+        "S": st.fixed_dictionaries({"t": times, "k": st.integers(0, 3), "d": st.booleans()}),
+    }
+)
+batch = st.tuples(st.lists(pair, max_size=5), st.booleans())  # (pairs, punctuated: closes a snapshot)
+
+
+@pytest.fixture
+def tiers_layout() -> TiersLayout:
+    return TiersLayout(SPEC, ("a", "b"), make_table, record)
+
+
+class Job:
+    """Writes batches as the join job does: both sinks, then the snapshot committer (a snapshot on punctuation)."""
+
+    def __init__(self, tiers: Tiers) -> None:
+        self.tiers = tiers
+        self.committer = SnapshotCommitter(tiers.snapshots, ["a"], every_ms=10**9, redis=tiers.redis)
+
+    def batch(self, pairs: list[dict[str, Any]], punctuated: bool = False) -> int:
+        batch_id = self.tiers.write({"a": pairs})
+        self.committer.after_batch(batch_id, punctuations=int(punctuated))
+        return batch_id
+
+
+def lose_redis(tiers: Tiers) -> None:
+    """What a Redis restarted without persistence holds of the test's keys: nothing."""
+    ns = tiers.namespace
+    tiers.redis.client.delete(results_key("a", ns), meta_key("a", ns), feed_key("a", ns))
+
+
+def follow_all(store: ResultStore, cursor: str, count: int = 3) -> tuple[list[tuple[int, int]], int]:
+    """Every (batch_id, row) a subscriber gets after `cursor` until it is at the head, following the cursor of a
+    410 like `windjoin query follow` does; and how many 410s it got."""
+    seen, gone = [], 0
+    while True:
+        try:
+            rows, cursor = store.follow("a", after=cursor, count=count)
+        except QueryError as err:
+            assert err.status == 410 and err.cursor is not None, err
+            gone += 1
+            assert gone < 5, "410 again and again"
+            cursor = err.cursor
+            continue
+        if not rows:
+            return seen, gone
+        seen += [(r["batch_id"], r["row"]) for r in rows]
+
+
+def written_after(tiers: Tiers, position: tuple[int, int]) -> list[tuple[int, int]]:
+    return sorted((b, r) for _, b, r, task, _, _ in tiers.written if task == "a" and (b, r) > position)
+
+
+@SETTINGS
+@given(
+    before=st.lists(batch, min_size=1, max_size=6),
+    after=st.lists(batch, max_size=4),
+    read=st.integers(0, 40),
+    limit=st.integers(1, 6),
+)
+def test_results_survive_a_redis_loss(tiers_factory, before, after, read, limit) -> None:
+    tiers = tiers_factory(retain_ms=50)
+    job = Job(tiers)
+    for pairs, punctuated in before:
+        job.batch(pairs, punctuated)
+    with tiers.store() as store:
+        # a subscriber that read `read` rows from the start of the feed before Redis was lost
+        rows, cursor = store.follow("a", from_ms=0, count=read) if read else ([], "")
+        position = (rows[-1]["batch_id"], rows[-1]["row"]) if rows else (-1, -1)
+        if not rows:
+            cursor = feed_cursor("a", None)
+        snapshotted = tiers.snapshots.latest("a") is not None
+        lose_redis(tiers)
+        # right after the loss, before the job's next batch: Parquet answers for everything
+        assert got(store.one_time("a", -5, 1005, [], None, MAX_LIMIT, None).rows) == expected(tiers, "a", -5, 1005)
+        assert got(all_pages(store, "a", -5, 1005, limit)) == expected(tiers, "a", -5, 1005)
+        seen, _ = follow_all(store, cursor)
+        assert seen == written_after(tiers, position)
+        for pairs, punctuated in after:
+            job.batch(pairs, punctuated)
+        if after and snapshotted:  # the committer re-marked the boundary from the manifests at the next batch
+            latest = tiers.snapshots.latest("a")
+            assert latest is not None and latest.last_batch >= tiers.next_batch - len(after)
+            marked = tiers.redis.client.hget(meta_key("a", tiers.namespace), "snapshot")
+            assert marked is not None and int(marked) == latest.id
+        assert got(all_pages(store, "a", -5, 1005, limit)) == expected(tiers, "a", -5, 1005)
+        seen, _ = follow_all(store, cursor)
+        assert seen == written_after(tiers, position)
+
+
+def test_the_marker_is_recovered_and_a_subscriber_gets_410_then_everything(tiers_factory) -> None:
+    """The scenario spelled out: snapshot 1 holds batches 0..1 (Redis gave their old rows up), batch 2 is in Redis
+    and Parquet only, a subscriber stands after batch 0; Redis is lost; batch 3 comes."""
+    tiers = tiers_factory(retain_ms=50)
+    job = Job(tiers)
+
+    def pairs(*ts: int) -> list[dict[str, Any]]:
+        return [{"R": {"ts": t, "k": 1, "x": 0.5, "z": "z"}, "S": {"t": t, "k": 1, "d": True}} for t in ts]
+
+    job.batch(pairs(0, 10))
+    job.batch(pairs(500), punctuated=True)  # snapshot 1: batches 0..1; cutoff 450: rows 0 and 10 leave Redis
+    job.batch(pairs(20, 600))
+    with tiers.store() as store, tiers.store(parquet=False) as redis_only:
+        rows, cursor = store.follow("a", from_ms=0, count=2)
+        assert [(r["batch_id"], r["row"]) for r in rows] == [(0, 0), (0, 1)]
+        assert store.one_time("a", 0, 1000, [], None, 100, None).snapshot_id == 1
+        lose_redis(tiers)
+        # without the fix a one-time query read Redis alone: nothing
+        assert redis_only.one_time("a", 0, 1000, [], None, 100, None).rows == []
+        page = store.one_time("a", 0, 1000, [], None, 100, None)
+        assert [(r["result_time"], r["batch_id"]) for r in page.rows] == [(0, 0), (10, 0), (20, 2), (500, 1), (600, 2)]
+        with pytest.raises(QueryError, match="from Parquet") as err:
+            store.follow("a", after=cursor)
+        assert err.value.status == 410
+        job.batch(pairs(700))  # batch 3: Redis holds it alone; the committer closes a recovery snapshot 2 (0..3)
+        [snapshot_1, snapshot_2] = tiers.snapshots.list("a")
+        assert (snapshot_2.reason, snapshot_2.first_batch, snapshot_2.last_batch) == ("recovery", 2, 3)
+        assert tiers.redis.client.hget(meta_key("a", tiers.namespace), "snapshot") == b"2"
+        page = store.one_time("a", 0, 1000, [], None, 100, None)
+        assert page.snapshot_id == 2
+        assert [(r["result_time"], r["batch_id"]) for r in page.rows] == [
+            (0, 0),
+            (10, 0),
+            (20, 2),
+            (500, 1),
+            (600, 2),
+            (700, 3),
+        ]
+        with pytest.raises(QueryError, match=r"batches 0\.\.2 from Parquet") as err:
+            store.follow("a", after=cursor)  # Redis serves from batch 3 (`since`); the rest of 0..2 from Parquet
+        rows, resumed = store.follow("a", after=err.value.cursor, count=100)
+        assert [(r["batch_id"], r["row"]) for r in rows] == [(1, 0), (2, 0), (2, 1)]
+        rows, _ = store.follow("a", after=resumed, count=100)
+        assert [(r["batch_id"], r["row"]) for r in rows] == [(3, 0)]
+        # a subscriber starting from a time: 410 too, resuming at the first batch emitted since
+        with pytest.raises(QueryError) as err:
+            store.follow("a", from_ms=0)
+        assert err.value.status == 410 and err.value.cursor is not None
+        assert follow_all(store, err.value.cursor)[0] == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (3, 0)]
+        # from now: after batch 3, nothing more
+        assert store.follow("a")[0] == []
+
+
+def test_a_read_waiting_in_the_feed_when_redis_is_lost_does_not_skip_batches(tiers_factory, monkeypatch) -> None:
+    """The gap check ran before the loss; the read then returns the first batch written after it: the rows in
+    between are not skipped, the read answers 410."""
+    tiers = tiers_factory()
+    job = Job(tiers)
+    one = [{"R": {"ts": 1, "k": 1, "x": 0.5, "z": "z"}, "S": {"t": 1, "k": 1, "d": True}}]
+    job.batch(one)
+    with tiers.store() as store:
+        _, cursor = store.follow("a", from_ms=0, count=1)  # after batch 0
+        job.batch(one)  # batch 1: the subscriber has not read it
+        real = redis_tier.read_feed
+
+        def read_feed(*args: Any, **kw: Any) -> Any:  # Redis is lost and batch 2 written while the read runs
+            lose_redis(tiers)
+            job.batch(one)
+            return real(*args, **kw)
+
+        monkeypatch.setattr(redis_tier, "read_feed", read_feed)
+        with pytest.raises(QueryError) as err:
+            store.follow("a", after=cursor, count=10)
+        monkeypatch.setattr(redis_tier, "read_feed", real)
+        assert err.value.status == 410
+        rows, _ = store.follow("a", after=err.value.cursor, count=10)
+        assert [(r["batch_id"], r["row"]) for r in rows] == [(1, 0)]

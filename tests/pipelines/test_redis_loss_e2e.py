@@ -1,0 +1,147 @@
+"""Redis flushed (FLUSHALL) in the middle of a streaming run (Kafka on the embedded broker -> Spark -> Parquet with
+snapshots + Redis, sinks from `build_sinks`), on a private redis-server: one-time queries afterwards still return
+every result (equal to the brute-force oracle, as multisets), the job re-marked the Redis/Parquet boundary with a
+"recovery" snapshot, and a subscriber that had read part of the feed before the flush gets 410 and, through
+`windjoin query follow` against the proxy, resumes from Parquet: every remaining result once, in commit order."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+
+from tests.oracle import as_multiset, oracle_join
+from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
+from tests.pipelines.proxy_helpers import Server
+from windjoin.connectors import services
+from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.redis_sink import meta_key
+from windjoin.connectors.result_query import MAX_LIMIT, QueryError, ResultStore
+from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.spec import parse_spec
+from windjoin.pipelines.join_job import start_job
+from windjoin.pipelines.proxy import create_app
+from windjoin.pipelines.run_cli import build_sinks
+
+BASE_TS = 1_700_000_000_000
+N_EVENTS = 1800
+PUNCTUATE_AT = 500  # snapshot 1 closes at the batch holding it, before the flush
+READ_AT_BATCH = 1  # the subscriber reads some rows once Redis committed this batch
+FLUSH_AT_BATCH = 6  # FLUSHALL once Redis committed this batch
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path):
+    """A redis-server of this test alone (FLUSHALL must not wipe the session's shared one); stopped by PID."""
+    state = tmp_path / "redis-state"
+    [started] = services.up(services.ServicesConfig(state_dir=state, kafka=False))
+    try:
+        yield started.service.url
+    finally:
+        services.down(state)
+
+
+def _pairs(rows: list[dict], task: str, join: list[str]) -> list[tuple]:
+    return [(task, row[join[0]], row[join[1]]) for row in rows]
+
+
+class Flusher(threading.Thread):
+    """Watches Redis' commit mark of the first task: reads the feed as a subscriber once batch READ_AT_BATCH is
+    committed (then stops reading), and flushes Redis once batch FLUSH_AT_BATCH is."""
+
+    def __init__(self, store: ResultStore, url: str, task: str) -> None:
+        super().__init__(daemon=True)
+        self.store, self.client, self.task = store, redis.Redis.from_url(url), task
+        self.read: list[dict] = []
+        self.cursor: str | None = None
+        self.flushed_after: int | None = None
+        self.stop = threading.Event()
+
+    def _committed(self) -> int:
+        value = self.client.hget(meta_key(self.task), "committed")
+        return -1 if value is None else int(value)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            committed = self._committed()
+            if self.cursor is None and committed >= READ_AT_BATCH:
+                self.read, self.cursor = self.store.follow(self.task, from_ms=0, count=25)
+            if self.cursor is not None and committed >= FLUSH_AT_BATCH:
+                self.client.flushall()
+                self.flushed_after = committed
+                return
+            time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_results_survive_a_flushall_mid_run(spark, kafka_bootstrap, private_redis, unique_topic, tmp_path):
+    names = [f"{name}{uuid.uuid4().hex[:8]}" for name in ("eq", "all")]
+    spec_dict = punctuated_spec(names, unique_topic, tmp_path, private_redis, retain_ms=100)
+    spec_dict["max_offsets_per_trigger"] = 120  # many small batches: the flush lands in the middle of the run
+    joins = {t["name"]: t["join"] for t in spec_dict["tasks"]}
+    events = punctuated_events(N_EVENTS, {PUNCTUATE_AT}, seed=11, base_ts=BASE_TS)
+    produce_events(kafka_bootstrap, spec_dict, events, topic_partitions=1)
+    spec = parse_spec(spec_dict)
+    expected, late = oracle_join(spec_dict, [e for i, e in enumerate(events) if i != PUNCTUATE_AT])
+    assert not late and len(expected) > 1000
+    store = ResultStore(spec, private_redis, "windjoin", str(tmp_path / "parquet"))
+    flusher = Flusher(store, private_redis, names[0])
+    flusher.start()
+    try:
+        query = start_job(spark, spec, kafka_bootstrap, build_sinks(spec), available_now=True)
+        query.awaitTermination(timeout=900)
+        assert query.exception() is None
+    finally:
+        flusher.stop.set()
+        flusher.join(timeout=10)
+    try:
+        assert flusher.flushed_after is not None, "the run ended before the flush"
+        last = ParquetSink(tmp_path / "parquet").last_committed(names[0])
+        assert last is not None and flusher.flushed_after < last, "the flush was not in the middle of the run"
+        snapshots = SnapshotStore(tmp_path / "parquet")
+        for task, join in joins.items():
+            want = [p for p in expected if p[0] == task]
+            # one-time queries: every result, from Parquet (all batches up to the recovery snapshot) and Redis
+            rows, cursor = [], None
+            while True:
+                page = store.one_time(task, BASE_TS - 10**6, BASE_TS + 10**6, [], None, MAX_LIMIT, cursor)
+                rows += page.rows
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
+            assert as_multiset(_pairs(rows, task, join)) == as_multiset(want)
+            keys = [(r["result_time"], r["batch_id"], r["row"]) for r in rows]
+            assert keys == sorted(keys) and len(set(keys)) == len(keys)
+            # the job re-marked the boundary after the flush: a recovery snapshot, recorded in Redis
+            reasons = [s.reason for s in snapshots.list(task)]
+            assert reasons[0] == "punctuation" and "recovery" in reasons, reasons
+            recorded = store.client.hget(meta_key(task), "snapshot")
+            assert recorded is not None and int(recorded) == snapshots.latest(task).id
+        # the subscriber: its cursor needs batches the flushed Redis lost -> 410 with a resume cursor
+        task, join = names[0], joins[names[0]]
+        assert flusher.read, "the subscriber read nothing before the flush"
+        with pytest.raises(QueryError) as gone:
+            store.follow(task, after=flusher.cursor)
+        assert gone.value.status == 410 and gone.value.cursor is not None
+        rest = [p for p in expected if p[0] == task]
+        for pair in _pairs(flusher.read, task, join):
+            rest.remove(pair)
+        with Server(create_app(store)) as server:
+            command = [sys.executable, "-m", "windjoin.pipelines", "query", "follow", server.url, task]
+            command += ["--cursor", flusher.cursor, "--max-rows", str(len(rest)), "--json"]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr
+        assert "resuming from Parquet" in done.stderr
+        resumed = [orjson.loads(line) for line in done.stdout.splitlines() if line]
+        assert as_multiset(_pairs(resumed, task, join)) == as_multiset(rest)
+        order = [(r["batch_id"], r["row"]) for r in flusher.read + resumed]
+        assert order == sorted(order) and len(set(order)) == len(order)
+    finally:
+        store.close()
