@@ -970,7 +970,7 @@ def parse_args() -> tuple[argparse.Namespace, Params]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small prefill, 2 s window, short paced runs")
     parser.add_argument(
-        "--catch-up-only", action="store_true", help="only the catch-up phase (after calibration), into --out"
+        "--catch-up-only", action="store_true", help="only the catch-up phase (at --prefill-rate), into --out"
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--workdir", type=Path, default=None, help="checkpoints, specs, logs (default: a temp dir)")
@@ -1046,6 +1046,11 @@ def main() -> None:
         bootstrap, spark = open_session(state_dir, "windjoin-bench-pipeline")
         bench = Bench(params, workdir, bootstrap, spark)
         print(f"workdir {workdir}; broker {bootstrap}; load {load_avg()}", flush=True)
+        if args.catch_up_only:  # at the prefill's density, without the other phases
+            bench.density = params.prefill_rate
+            result["catch_up"] = bench.catch_up(params.catchup_events)
+            print(f"catch-up: {_catch_up_line(result['catch_up'])}", flush=True)
+            return finish_catch_up_only(result, args.out)
         result["adapter_alone"] = adapter_rate(params)
         offsets = [int(x) for x in params.sweep_offsets.split(",")]
         density, events = params.prefill_rate, params.prefill_events
@@ -1063,10 +1068,6 @@ def main() -> None:
         print(
             f"prefill: {prefill['events']:,} events, density {density:,.0f}/s, {prefill['seconds']:.1f} s", flush=True
         )
-        if args.catch_up_only:
-            result["catch_up"] = bench.catch_up(params.catchup_events)
-            print(f"catch-up: {_catch_up_line(result['catch_up'])}", flush=True)
-            return finish_catch_up_only(result, args.out)
         wj = best_of("windjoin", [bench.windjoin_throughput(prefill["events"], m) for m in offsets])
         result["stages_alone"] = bench.stage_rates(prefill["events"])
         stages = {k: _fmt(v["rows_per_s"]) for k, v in result["stages_alone"].items()}
