@@ -135,6 +135,13 @@ class WindowJoin:
         """Raise the running max event time (restoring a window whose newest tuples have expired)."""
         self._max_ts = max_ts if self._max_ts is None else max(self._max_ts, max_ts)
 
+    def expire(self, horizon_watermark_ms: int | None) -> None:
+        """Drop the blocks no tuple at or after `horizon_watermark_ms` can join: the caller knows no later tuple
+        will be accepted below it (it is at most every later watermark), without judging lateness by it."""
+        if horizon_watermark_ms is not None and not isinstance(self.spec.window, CountWindow):
+            for store in self.stores.values():
+                store.expire(horizon_watermark_ms)
+
     def process(self, chunk: Mapping[str, Arrivals]) -> ChunkResult:
         """Join one chunk of arrivals; returns its pairs and the rows refused as late."""
         unknown = set(chunk) - set(self.spec.streams)

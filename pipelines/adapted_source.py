@@ -68,7 +68,7 @@ def decode_adapter(options: Any) -> Adapter:
 
 class ControlledPartition(KafkaInputPartition):
     """A Kafka range (or, with none, the batch's control rows) with the batch's control epoch (JSON) and its
-    event-time clock (`{"seq": n, "watermark": ms | None}`)."""
+    event-time clock (`{"seq": n, "watermark": ms | None, "marks": {partition: ms} | None}`)."""
 
     def __init__(self, rng: KafkaRange | None, control: dict[str, Any], clock: dict[str, Any]) -> None:
         InputPartition.__init__(self, (rng, control, clock))
@@ -160,7 +160,10 @@ class AdaptedStreamReader(KafkaStreamReader):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         control = end["control"]
         event_time = EventTime.from_json(end.get("event_time"))
-        clock = {"seq": event_time.seq, "watermark": event_time.watermark}
+        # the marks too once every input partition has one: a slot may then expire state by what it reads
+        complete = event_time.ends and all(key in event_time.marks for key in event_time.ends)
+        marks = event_time.marks if complete else None
+        clock = {"seq": event_time.seq, "watermark": event_time.watermark, "marks": marks}
         ranges = [ControlledPartition(p.range, control, clock) for p in super().partitions(start, end)]
         return [*ranges, ControlledPartition(None, control, clock)]
 

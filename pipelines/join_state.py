@@ -175,13 +175,15 @@ class JoinProcessor(StatefulProcessor):
         # while in flight.
         joined = dict(windows.joins)
         moved_out = self._hand_over(index, meta, windows, epoch) if epoch is not None else []
-        self._expire(meta, windows)
+        input_marks = _input_marks(frame)
+        horizon = _expiry_watermark(meta.get("watermark"), clock.get("marks"), input_marks, self.spec)
+        self._expire(meta, windows, horizon)
         meta["nonce"] = windows.nonce = uuid.uuid4().hex
         self.meta_state.update((orjson.dumps(meta),))
         _CACHE[slot] = windows
         seconds = time.perf_counter() - started
         groups = meter.report(joined, seconds)
-        spans = _state_spans(meta, getattr(self.spec.window, "size_ms", None))
+        spans = _state_spans(meta, horizon, getattr(self.spec.window, "size_ms", None))
         stats = {
             "slot_index": index,
             "routing_version": epoch.routing.version if epoch is not None else 0,
@@ -202,7 +204,7 @@ class JoinProcessor(StatefulProcessor):
             # driver reports their maxima over slots to the next batch's plan), the event-time span of the state
             "clock_seq": clock.get("seq"),
             "watermark": meta.get("watermark"),
-            "marks": _input_marks(frame),
+            "marks": input_marks,
             "state_span_ms": spans[0],
             "held_span_ms": spans[1],
             "window_tuples": sum(groups["window_tuples"]),
@@ -596,9 +598,12 @@ class JoinProcessor(StatefulProcessor):
         lowest = segment.get("min_ts", {}).get(part, -np.inf)  # not recorded: assume it reaches back far enough
         return segment["max_ts"][part] >= span[0] - size and lowest <= span[1] + size
 
-    def _expire(self, meta: dict[str, Any], windows: SlotWindows) -> None:
-        """Drop segments no future tuple of any of their partitions can join (the operator's own rule)."""
+    def _expire(self, meta: dict[str, Any], windows: SlotWindows, watermark: int | None) -> None:
+        """Drop segments (and window blocks) no future tuple of any of their partitions can join: by count, or
+        (time) wholly older than `watermark` (at most every later batch's watermark) less the window."""
         window = self.spec.window
+        for join in windows.joins.values():
+            join.expire(watermark)
         live = []
         for segment in meta["segments"]:
             if isinstance(window, CountWindow):
@@ -608,7 +613,6 @@ class JoinProcessor(StatefulProcessor):
                     for s, end in ends.items()
                 )
             else:
-                watermark = meta.get("watermark")
                 needed = watermark is None or any(
                     ts >= watermark - window.size_ms or self._owed_to_cleanup(meta, p, segment)
                     for p, ts in segment["max_ts"].items()
@@ -716,9 +720,26 @@ def _input_marks(frame: pd.DataFrame) -> dict[str, list[int]]:
     return {f"{topic}:{int(part)}": [int(lo), int(hi)] for (topic, part), lo, hi in span.itertuples(name=None)}
 
 
-def _state_spans(meta: dict[str, Any], window_ms: int | None) -> tuple[int, int]:
+def _expiry_watermark(
+    watermark: int | None, marks_before: dict[str, int] | None, read: dict[str, list[int]], spec: JoinSpec
+) -> int | None:
+    """The watermark state may expire by after this batch: no later batch judges lateness by less.
+
+    The next batch's watermark is the minimum over the input partitions of their newest event time through this
+    batch (less the lateness); each is at least the larger of its mark before this batch (`marks_before`, given
+    once every partition has one) and the newest this slot read of it, so their minimum is a lower bound that
+    spares a batch's worth of state the batch's own (lagging) watermark would keep. Idle partitions count too: one
+    may wake up before the next batch."""
+    if marks_before is None:
+        return watermark
+    newest = min(max(ts, read[key][1]) if key in read else ts for key, ts in marks_before.items())
+    bound = newest - spec.allowed_lateness_ms
+    return bound if watermark is None else max(watermark, bound)
+
+
+def _state_spans(meta: dict[str, Any], watermark: int | None, window_ms: int | None) -> tuple[int, int]:
     """The widest event-time span of a partition's state in this slot: of its live tuples (from the oldest one a
-    future tuple can still join, the watermark less the window, to the newest), and of all it holds (segments
+    future tuple can still join, the expiry `watermark` less the window, to the newest), and of all it holds (segments
     expire whole, so one that still holds a live tuple keeps its expired ones too)."""
     low: dict[str, int] = {}
     high: dict[str, int] = {}
@@ -727,7 +748,6 @@ def _state_spans(meta: dict[str, Any], window_ms: int | None) -> tuple[int, int]
             high[part] = max(high.get(part, ts), ts)
             first = segment.get("min_ts", {}).get(part, ts)
             low[part] = min(low.get(part, first), first)
-    watermark = meta.get("watermark")
     horizon = -np.inf if watermark is None or window_ms is None else watermark - window_ms
     live = max((high[p] - max(low[p], horizon) for p in high), default=0)
     return int(max(live, 0)), max((high[p] - low[p] for p in high), default=0)

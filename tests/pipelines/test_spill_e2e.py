@@ -57,6 +57,10 @@ def spill_workload(unique_topic, tmp_path, bootstrap: str, seed: int, lateness_m
         tasks=TASKS,
         max_offsets_per_trigger=250,
         allowed_lateness_ms=lateness_ms,
+        # Its partitions are equally dense, so there is nothing to align; and the memory tests' budgets were
+        # set on batches of 250 records from the first (aligned reading starts with a small probe batch, which
+        # shifts every later batch and when memory allows a clean-up).
+        alignment_ms=None,
     )
     events = _disordered(_events(2400, seed=seed, keys=24), seed=seed + 1, jitter=150)
     produce_events(bootstrap, spec_dict, events)
