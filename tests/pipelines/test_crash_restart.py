@@ -314,6 +314,11 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
         assert not letters, f"dead letters by reason {dict(letters)}; {info}"
         # Each deterministic kill left its batch planned and not done, so it was replayed after the restart.
         assert all(planned > done for _, kind, *_, planned, done in history if kind != "random"), info
+        # A sink that had committed the replayed batch skipped it, and said so: one log line per replay and sink.
+        log_text = log_path.read_text(errors="replace")
+        for name, column in (("Parquet", 3), ("Redis", 4)):
+            replays = sum(1 for h in history if h[column] is not None and h[column] > h[-1])
+            assert log_text.count(f"a replay, committed before to {name} ") == replays, info
         print(f"{len(produced)} events, {len(expected)} pairs; {info}")
     finally:
         admin.execute_command("CLIENT", "UNPAUSE")
