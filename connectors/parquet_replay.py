@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from windjoin.connectors.parquet_sink import PART_FILE, ParquetSink
+from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_tier import FEED_END as _END
 from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, result_times, stream_timestamps
 from windjoin.connectors.snapshots import SnapshotStore
@@ -53,7 +54,7 @@ class ParquetReplay:
                 return rows, (upto, _END)
             if current not in retained:
                 return None
-            table = pq.read_table(self.parquet.batch_dir(task, current) / PART_FILE)
+            table = pa.concat_tables([pq.read_table(f) for f in self.parquet.batch_files(task, current)])
             taken = table.slice(skip, count - len(rows))
             rows += _feed_rows(taken, skip)
             if skip + taken.num_rows >= table.num_rows:
@@ -69,16 +70,27 @@ class ParquetReplay:
         emitted earlier: it reads as many footers as there are batches to replay (empty batches are skipped)."""
         found = None
         for batch in reversed([b for b in self.retained(task) if b < below]):
-            meta = pq.read_metadata(self.parquet.batch_dir(task, batch) / PART_FILE)
-            if not meta.num_rows:
+            emitted = [_first_emitted_at(pq.read_metadata(f)) for f in self.parquet.batch_files(task, batch)]
+            emitted = [e for e in emitted if e != _EMPTY]
+            if not emitted:
                 continue
-            group = meta.row_group(0)
-            column = next(i for i in range(group.num_columns) if group.column(i).path_in_schema == EMITTED_AT)
-            stats = group.column(column).statistics
-            if stats is None or not stats.has_min_max or stats.min < from_ms:
+            if None in emitted or min(emitted) < from_ms:
                 break
             found = batch
         return found
+
+
+_EMPTY = -1  # a file without rows
+
+
+def _first_emitted_at(meta: pq.FileMetaData) -> int | None:
+    """The smallest `emitted_at` of a file's rows by its footer, `_EMPTY` without rows, None without statistics."""
+    if not meta.num_rows:
+        return _EMPTY
+    group = meta.row_group(0)
+    column = next(i for i in range(group.num_columns) if group.column(i).path_in_schema == EMITTED_AT)
+    stats = group.column(column).statistics
+    return stats.min if stats is not None and stats.has_min_max else None
 
 
 def _feed_rows(table: Any, first_row: int) -> list[dict[str, Any]]:

@@ -127,6 +127,10 @@ class ParquetSink:
             if match and int(match.group(1)) <= batch_id:
                 shutil.rmtree(entry, ignore_errors=True)
 
+    def batch_files(self, task: str, batch_id: int) -> list[Path]:
+        """The files of a committed batch of `task`, in row order (readers concatenate them)."""
+        return [self.batch_dir(task, batch_id) / PART_FILE]
+
     def committed_batches(self, task: str) -> list[int]:
         """The committed batch ids of `task`, ascending."""
         task_dir = self.task_dir(task)
@@ -148,7 +152,7 @@ class ParquetSink:
         batches = self.committed_batches(task)
         if not batches:
             raise FileNotFoundError(f"{self.task_dir(task)}: no committed batch of task {task!r}")
-        tables = [pq.read_table(self.batch_dir(task, b) / PART_FILE) for b in batches]
+        tables = [pq.read_table(f) for b in batches for f in self.batch_files(task, b)]
         table = pa.concat_tables(tables)
         if BATCH_ID not in table.column_names:
             raise ValueError(f"{self.task_dir(task)}: files without a {BATCH_ID} column")

@@ -54,7 +54,7 @@ import redis
 
 from windjoin.connectors import redis_tier
 from windjoin.connectors.parquet_replay import ParquetReplay
-from windjoin.connectors.parquet_sink import PART_FILE, ParquetSink
+from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import NAMESPACE, meta_key
 from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_schema, result_times
 from windjoin.connectors.snapshots import Snapshot, SnapshotStore
@@ -543,7 +543,7 @@ class ResultStore:
                 for b in range(s.first_batch, s.last_batch + 1)
             }
             batches = [b for b in self._replay.retained(task) if b <= upto_batch and b not in pruned]
-        files = [str(self._parquet.batch_dir(task, b) / PART_FILE) for b in batches]
+        files = [str(f) for b in batches for f in self._parquet.batch_files(task, b)]
         if not files:
             return []
         schema = self._schemas[task]

@@ -30,7 +30,7 @@ import orjson
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from windjoin.connectors.parquet_sink import PART_FILE, ParquetSink, fsync_path
+from windjoin.connectors.parquet_sink import ParquetSink, fsync_path
 from windjoin.connectors.result_table import stream_timestamps
 
 SNAPSHOTS_DIR = "_snapshots"
@@ -135,8 +135,7 @@ class SnapshotStore:
     def _measure(self, task: str, batches: list[int]) -> tuple[int, int | None, int | None]:
         """Rows and result-time range of the batches' files (only the streams' timestamp columns are read)."""
         rows, low, high = 0, None, None
-        for batch in batches:
-            file = self.parquet.batch_dir(task, batch) / PART_FILE
+        for file in (f for batch in batches for f in self.parquet.batch_files(task, batch)):
             timestamps = stream_timestamps(pq.read_schema(file))
             table = pq.read_table(file, columns=[f"{stream}.{ts}" for stream, ts in timestamps.items()])
             rows += table.num_rows
