@@ -175,6 +175,15 @@ def overview() -> dict:
                     "Proxy queries/s", [("sum by (kind) (rate(windjoin_proxy_queries_total[5m]))", "{{kind}}")], "reqps"
                 ),
             ],
+            [
+                timeseries(
+                    "Batch time budget",
+                    [(f"max by (part) ({job}_batch_time_ms) / 1000", "{{part}}")],
+                    "s",
+                    "Where the last batch's time went: read, adapt, Spark (scheduling, shuffle, state commit), state "
+                    "load, join, state write, sinks, driver; plan and commit are Spark's, of the batch before.",
+                ),
+            ],
         ],
         [],
     )

@@ -32,7 +32,7 @@ from windjoin.connectors.kafka_source import (
     KafkaRange,
     KafkaSourceOptions,
     KafkaStreamReader,
-    read_range,
+    read_ranges,
 )
 from windjoin.connectors.mark_reports import MarkReports
 from windjoin.operators.spec import TimeWindow
@@ -67,14 +67,18 @@ def decode_adapter(options: Any) -> Adapter:
 
 
 class ControlledPartition(KafkaInputPartition):
-    """A Kafka range (or, with none, the batch's control rows) with the batch's control epoch (JSON) and its
-    event-time clock (`{"seq": n, "watermark": ms | None, "marks": {partition: ms} | None}`)."""
+    """The Kafka ranges of one read task with the batch's control epoch (JSON) and its event-time clock
+    (`{"seq": n, "watermark": ms | None, "marks": {partition: ms} | None}`); the first task of a batch also
+    yields the batch's control rows (`with_control`)."""
 
-    def __init__(self, rng: KafkaRange | None, control: dict[str, Any], clock: dict[str, Any]) -> None:
-        InputPartition.__init__(self, (rng, control, clock))
-        self.range = rng
+    def __init__(
+        self, ranges: tuple[KafkaRange, ...], control: dict[str, Any], clock: dict[str, Any], with_control: bool
+    ) -> None:
+        InputPartition.__init__(self, (ranges, control, clock, with_control))
+        self.ranges = ranges
         self.control = control
         self.clock = clock
+        self.with_control = with_control
 
 
 def event_time_config(spec: Any) -> EventTimeConfig | None:
@@ -164,16 +168,29 @@ class AdaptedStreamReader(KafkaStreamReader):
         complete = event_time.ends and all(key in event_time.marks for key in event_time.ends)
         marks = event_time.marks if complete else None
         clock = {"seq": event_time.seq, "watermark": event_time.watermark, "marks": marks}
-        ranges = [ControlledPartition(p.range, control, clock) for p in super().partitions(start, end)]
-        return [*ranges, ControlledPartition(None, control, clock)]
+        groups = [p.ranges for p in super().partitions(start, end)] or [()]
+        return [ControlledPartition(g, control, clock, i == 0) for i, g in enumerate(groups)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ControlledPartition)
         epoch = ControlEpoch.from_json(partition.control)
-        if partition.range is None:
+        if partition.with_control:
             yield self.adapter.control_rows(epoch, partition.clock)
-        else:
-            yield from self.adapter(read_range(self.options, partition.range), epoch)
+        if partition.ranges:
+            timing = {"read_ms": 0.0, "adapt_ms": 0.0, "records": 0}
+            records = read_ranges(self.options, partition.ranges)
+            while True:
+                started = time.perf_counter()
+                batch = next(records, None)
+                read = time.perf_counter()
+                timing["read_ms"] += (read - started) * 1000
+                if batch is None:
+                    break
+                adapted = self.adapter.adapt(batch, epoch)
+                timing["adapt_ms"] += (time.perf_counter() - read) * 1000
+                timing["records"] += batch.num_rows
+                yield adapted
+            yield self.adapter.timing_row(timing)
 
 
 class AdaptedKafkaSource(KafkaDataSource):

@@ -35,6 +35,7 @@ UNKNOWN_TOPIC = "unknown_topic"
 PUNCTUATION = "punctuation"  # the reason of a punctuation row: counted, not joined, not a dead letter
 SHED = "shed"  # a summary row per stream and reader batch: `koffset` holds how many records were shed
 CONTROL = "control"  # one row per slot and batch: `detail` holds the batch's control epoch (JSON)
+TIMING = "timing"  # one row per read task, to the first slot: `detail` holds the task's read and adapt times
 
 
 def field_column(stream: str, field: str) -> str:
@@ -130,6 +131,14 @@ class Adapter:
         rows["part"] = [-1] * slots
         rows["reason"] = [CONTROL] * slots
         rows["detail"] = [detail] * slots
+        return pa.RecordBatch.from_pydict(rows, schema=self.schema)
+
+    def timing_row(self, timing: dict[str, float]) -> pa.RecordBatch:
+        """A read task's times (`{"read_ms", "adapt_ms", "records"}`) as one row to the first slot, which reports
+        them with the batch's stats: the read stage's share of the time budget travels with the data."""
+        rows = {name: [None] for name in self.schema.names}
+        rows["slot"], rows["part"], rows["reason"] = [self.slot_labels[0]], [-1], [TIMING]
+        rows["detail"] = [orjson.dumps(timing).decode()]
         return pa.RecordBatch.from_pydict(rows, schema=self.schema)
 
     def adapt(self, batch: pa.RecordBatch, epoch: ControlEpoch | None = None) -> pa.RecordBatch:

@@ -127,6 +127,13 @@ class JobMetrics:
             ["kind"],
             registry=r,
         )
+        self.batch_time = Gauge(
+            "windjoin_job_batch_time_ms",
+            "The last batch's time budget by part (pipelines.batch_budget): read, adapt, spark, state_load, join, "
+            "state_write, sinks, driver; plan and commit are Spark's, of the batch before it.",
+            ["part"],
+            registry=r,
+        )
         # Per hash partition (the unit the controller moves), labelled by partition only, so a move between
         # slots continues the same series; windjoin_job_partition_slot says where it ran last.
         self.part_tuples = Counter(
@@ -240,6 +247,11 @@ class JobMetrics:
             self.watermark.set(outcome.watermark)
         self.state_span.labels("live").set(outcome.state_span_ms)
         self.state_span.labels("held").set(outcome.held_span_ms)
+        for part, ms in outcome.budget.items():
+            self.batch_time.labels(part).set(ms)
+        for part in ("plan", "commit"):
+            if part in outcome.previous_spark:
+                self.batch_time.labels(part).set(outcome.previous_spark[part])
         if self._executors is not None:
             try:
                 self.executors.set(self._executors())

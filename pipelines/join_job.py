@@ -31,6 +31,7 @@ from windjoin.pipelines.adapted_source import (
     read_adapted,
 )
 from windjoin.pipelines.adapter import Adapter
+from windjoin.pipelines.batch_budget import batch_budget, spark_parts
 from windjoin.pipelines.checkpoint_identity import checkpoint_identity, predates_run_ids
 from windjoin.pipelines.checkpoint_layout import check_layout
 from windjoin.pipelines.dead_letters import DeadLetterWriter
@@ -39,6 +40,8 @@ from windjoin.pipelines.sink_fence import fence_sinks
 from windjoin.pipelines.snapshot_committer import SnapshotCommitter
 
 log = logging.getLogger(__name__)
+
+QUERY_NAME = "windjoin"
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 STATE_CONF = {
@@ -126,6 +129,10 @@ class BatchOutcome:
     held_span_ms: int = 0
     # Sinks that had already committed the batch (a replay after a restart) and skipped it: sink name -> tasks.
     replayed: dict[str, list[str]] = field(default_factory=dict)
+    # Where the batch's time went (pipelines.batch_budget, ms), and Spark's planning and commit of the batch
+    # before it (a batch's own exist only once it ended).
+    budget: dict[str, float] = field(default_factory=dict)
+    previous_spark: dict[str, Any] = field(default_factory=dict)
 
     @property
     def records(self) -> int:
@@ -159,6 +166,7 @@ class BatchSink:
     pruned_below: int = 0  # handed-over states of routing versions below this are deleted
     marks: MarkReports | None = None  # where the batch's input marks go for the next batch's plan
     dead_letters: DeadLetterWriter | None = field(default=None, init=False)  # reads the topic's limit once
+    query: Any = field(default=None, init=False)  # the running query, for Spark's progress reports
 
     def __post_init__(self) -> None:
         if self.spec.dead_letter_topic:
@@ -168,7 +176,11 @@ class BatchSink:
         outcome = BatchOutcome(batch_id)
         tables: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
         dead = []
-        for row in df.collect():
+        started = time.perf_counter()
+        rows = df.collect()
+        executed = time.perf_counter()
+        sinks_s = 0.0
+        for row in rows:
             if row["kind"] == PAIRS:
                 tables[row["name"]].append(pa.ipc.open_stream(row["payload"]).read_all())
             elif row["kind"] == DEAD:
@@ -190,9 +202,11 @@ class BatchSink:
             outcome.order_seconds += time.perf_counter() - ordering_started
             outcome.pairs[task] = len(table)
             delays.append(table.column(EMITTED_AT).to_numpy() - result_times(results[task]))
+        sinks_started = time.perf_counter()
         for sink in self.sinks:
             if not isinstance(sink, SnapshotCommitter):
                 note_replay(outcome, sink, results, sink.write(batch_id, results))
+        sinks_s += time.perf_counter() - sinks_started
         for sink in self.sinks:
             if isinstance(sink, SnapshotCommitter):
                 outcome.snapshots += sink.after_batch(batch_id, outcome.punctuations)
@@ -207,6 +221,11 @@ class BatchSink:
             outcome.delays_ms = np.concatenate(delays)
         if self.marks is not None and clock_seq is not None:  # after the sinks, before Spark commits the batch
             self.marks.write(clock_seq, outcome.input_marks)
+        outcome.previous_spark = spark_parts(_progress_json(self.query))
+        ended = time.perf_counter()
+        outcome.budget = batch_budget(
+            outcome.stats, (executed - started) * 1000, sinks_s * 1000, (ended - executed - sinks_s) * 1000
+        )
         outcome.finished_at = time.time()
         if self.on_batch is not None:
             self.on_batch(outcome)
@@ -238,6 +257,14 @@ class BatchSink:
         if self.move_root is not None and outcome.routing_version > self.pruned_below:
             MoveStore(self.move_root).prune(below_version=outcome.routing_version)
             self.pruned_below = outcome.routing_version
+
+
+def _progress_json(query: Any) -> dict[str, Any] | None:
+    """The query's last finished batch's progress report as a dict (pyspark 4 gives an object with `.json`)."""
+    progress = query.lastProgress if query is not None else None
+    if progress is None:
+        return None
+    return orjson.loads(progress.json) if hasattr(progress, "json") else dict(progress)
 
 
 def note_replay(outcome: BatchOutcome, sink: Any, results: dict[str, pa.Table], written: dict | None) -> None:
@@ -278,7 +305,12 @@ def build_stream(
     labels = slot_labels(spark, spec.partitions)  # a label for every slot the controller may open
     routing = RoutingTable.round_robin(spec.partitions, spec.slots)
     adapter = Adapter(spec, routing, labels)
-    options = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest", MARKS_OPTION: marks_root(spec)}
+    options = {
+        "bootstrap.servers": bootstrap,
+        "startingOffsets": "earliest",
+        MARKS_OPTION: marks_root(spec),
+        "read.tasks": str(spark.sparkContext.defaultParallelism),  # a read task per core, not per partition
+    }
     if spec.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
     if control is not None:
@@ -319,17 +351,17 @@ def start_job(
         log.warning("%s", line)
     for key, value in STATE_CONF.items():
         spark.conf.set(key, value)
+    batch_sink = BatchSink(spec, bootstrap, sinks, on_batch, move_root(spec), marks=MarkReports(marks_root(spec)))
     writer = (
         build_stream(spark, spec, bootstrap, control)
-        .writeStream.foreachBatch(
-            BatchSink(spec, bootstrap, sinks, on_batch, move_root(spec), marks=MarkReports(marks_root(spec)))
-        )
+        .writeStream.foreachBatch(batch_sink)
         .option("checkpointLocation", str(Path(spec.checkpoint).resolve()))
-        .queryName("windjoin")
+        .queryName(QUERY_NAME)
     )
     writer = (
         writer.trigger(availableNow=True)
         if available_now
         else writer.trigger(processingTime=f"{spec.trigger_ms} milliseconds")
     )
-    return writer.start()
+    batch_sink.query = writer.start()
+    return batch_sink.query

@@ -57,7 +57,7 @@ from windjoin.operators.partitioning import Group, RoutingTable, key_hash, mini_
 from windjoin.operators.schema import LATE
 from windjoin.operators.spec import CountWindow, JoinSpec
 from windjoin.operators.spill.cleanup import missing_results
-from windjoin.pipelines.adapter import CONTROL, PUNCTUATION, SHED, field_column, key_column
+from windjoin.pipelines.adapter import CONTROL, PUNCTUATION, SHED, TIMING, field_column, key_column
 from windjoin.pipelines.control_epoch import ControlEpoch, Holders, check_spillable, pieces, unit_holders
 from windjoin.pipelines.slot_load import GroupLoadMeter, join_state
 
@@ -120,8 +120,10 @@ class JoinProcessor(StatefulProcessor):
         started, cpu_started = time.perf_counter(), time.process_time()
         meta = orjson.loads(self.meta_state.get()[0]) if self.meta_state.exists() else _new_meta()
         windows = self._windows(slot, meta)
+        phases = {"state_load_ms": (time.perf_counter() - started) * 1000}
         out: list[tuple[int, str, str, bytes]] = []
         reasons = frame["reason"]
+        timings = frame["detail"][reasons == TIMING]
         punctuations = int((reasons == PUNCTUATION).sum())  # only counted: they close snapshots
         shed_rows = frame[reasons == SHED]
         shed = {str(k): int(v) for k, v in shed_rows.groupby("stream")["koffset"].sum().items()}
@@ -132,7 +134,7 @@ class JoinProcessor(StatefulProcessor):
         _take_watermark(meta, clock.get("watermark"))
         for join in windows.joins.values():  # every partition's window expires, whether rows came for it or not
             join.set_watermark(meta.get("watermark"))
-        dead = frame[reasons.notna() & ~reasons.isin([PUNCTUATION, SHED, CONTROL])]
+        dead = frame[reasons.notna() & ~reasons.isin([PUNCTUATION, SHED, CONTROL, TIMING])]
         live = frame[reasons.isna()].sort_values(ORDER, kind="stable")
         self._forget_retired(meta)
         moved_in = self._install(index, meta, windows, epoch) if epoch is not None else []
@@ -141,6 +143,7 @@ class JoinProcessor(StatefulProcessor):
         columns = _StreamColumns(self.spec, live)
         late_rows, kept_rows = [], []
         meter = GroupLoadMeter()
+        join_started = time.perf_counter()
         for part, rows_p in _rows_by_partition(live["part"].to_numpy()):
             part_started = time.perf_counter()
             tables, late = self._join_partition(windows, meta, part, columns, rows_p)
@@ -150,8 +153,11 @@ class JoinProcessor(StatefulProcessor):
                 pairs_by_task[task].append(table)
             late_rows.append(rows_p[late])
             kept_rows.append(np.delete(rows_p, late))
+        phases["join_ms"] = (time.perf_counter() - join_started) * 1000
         kept = live.iloc[np.concatenate([np.zeros(0, np.int64), *kept_rows])]
+        write_started = time.perf_counter()
         self._store(meta, kept[kept["stored"].astype(bool)])  # a spread partition's probe-only copies: not here
+        phases["state_write_ms"] = (time.perf_counter() - write_started) * 1000
         spill_stats = {"pushed_tuples": 0, "pushed_bytes": 0, "pushed": [], "cleaned": [], "cleanup_pairs": 0}
         if epoch is not None and epoch.spill:
             self._push(meta, windows, epoch.spill, spill_stats)
@@ -177,9 +183,11 @@ class JoinProcessor(StatefulProcessor):
         moved_out = self._hand_over(index, meta, windows, epoch) if epoch is not None else []
         input_marks = _input_marks(frame)
         horizon = _expiry_watermark(meta.get("watermark"), clock.get("marks"), input_marks, self.spec)
+        write_started = time.perf_counter()
         self._expire(meta, windows, horizon)
         meta["nonce"] = windows.nonce = uuid.uuid4().hex
         self.meta_state.update((orjson.dumps(meta),))
+        phases["state_write_ms"] += (time.perf_counter() - write_started) * 1000
         _CACHE[slot] = windows
         seconds = time.perf_counter() - started
         groups = meter.report(joined, seconds)
@@ -195,7 +203,11 @@ class JoinProcessor(StatefulProcessor):
             "moved_in_groups": [[g.partition, g.depth, g.pattern] for g in moved_in],
             "moved_out_groups": [[g.partition, g.depth, g.pattern] for g in moved_out],
             # records read, each once (not control rows, shed counts or a spread partition's probe-only copies)
-            "rows": len(frame) - len(control) - len(shed_rows) - int((~live["stored"].astype(bool)).sum()),
+            "rows": len(frame)
+            - len(control)
+            - len(timings)
+            - len(shed_rows)
+            - int((~live["stored"].astype(bool)).sum()),
             "joined": len(live),
             "dead": len(dead_rows),
             "punctuations": punctuations,
@@ -211,6 +223,10 @@ class JoinProcessor(StatefulProcessor):
             "state_bytes": sum(groups["state_bytes"]),
             "outputs": sum(groups["outputs"]),
             "seconds": seconds,
+            # the time budget's shares measured here: this slot's phases, and the batch's read tasks (reported to
+            # the first slot by their timing rows; their slowest task, as the stage waits for it)
+            "phases": phases,
+            "read_tasks": [orjson.loads(t) for t in timings],
             # this worker's CPU time for the slot: its batch work undiluted by other processes on the machine
             "cpu_seconds": time.process_time() - cpu_started,
             "groups": groups,  # per hash partition, columns slot_load.GROUP_FIELDS

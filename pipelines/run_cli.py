@@ -14,6 +14,7 @@ from redis.exceptions import RedisError
 
 from windjoin.connectors.sink_owner import OwnerRecordError
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec
+from windjoin.pipelines.batch_budget import budget_text
 from windjoin.pipelines.checkpoint_identity import checkpoint_identity, predates_run_ids
 from windjoin.pipelines.checkpoint_layout import CheckpointLayoutError, check_layout
 from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
@@ -80,6 +81,7 @@ class Progress:
             f"batch {outcome.batch_id}: {outcome.records:,} records, {pairs:,} pairs{rates}{delay}, "
             f"dead letters {outcome.dead}, window {outcome.window_tuples:,} tuples, slowest slot {slowest:.2f} s"
             f"{_event_time_note(outcome)}{_snapshot_note(outcome)}{_replay_note(outcome)}"
+            f"{budget_text(outcome.budget, outcome.previous_spark)}"
         )
 
 

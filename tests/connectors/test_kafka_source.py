@@ -26,6 +26,7 @@ from windjoin.connectors.kafka_source import (
     KafkaRangeError,
     KafkaSourceOptions,
     fair_split,
+    group_ranges,
     list_partitions,
     make_offset,
     parse_offset,
@@ -104,6 +105,20 @@ def test_plan_ranges_skips_empty_partitions_and_carries_the_epoch() -> None:
     assert ranges == [KafkaRange("a", 0, 0, 2, 7), KafkaRange("b", 0, 3, 9, 7)]
     with pytest.raises(ValueError, match="before start"):
         plan_ranges({"a:0": 5}, {"a:0": 4}, 0)
+
+
+@given(st.lists(st.integers(1, 10_000), max_size=20), st.one_of(st.none(), st.integers(1, 8)))
+def test_group_ranges_deals_every_range_once_to_at_most_the_tasks_asked(counts: list[int], tasks: int | None) -> None:
+    ranges = [KafkaRange(f"t{i % 3}", i, 0, n, 1) for i, n in enumerate(counts)]
+    groups = group_ranges(ranges, tasks)
+    assert sorted(r.partition for g in groups for r in g) == list(range(len(ranges)))
+    assert all(groups) and len(groups) <= (len(ranges) if tasks is None else min(tasks, len(ranges)))
+    assert all(list(g) == sorted(g, key=lambda r: (r.topic, r.partition)) for g in groups)
+    if (
+        groups and tasks is not None
+    ):  # dealt largest first to the lightest: no task exceeds another by more than a range
+        loads = [sum(r.count for r in g) for g in groups]
+        assert max(loads) - min(loads) <= max(counts)
 
 
 def test_offsets_round_trip_through_json_in_canonical_order() -> None:
