@@ -702,11 +702,14 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
             start, limit = self._last_end, None
         positions, _ = parse_offset(start)
         event_time = self.next_event_time(start.get("event_time"), positions, bounds)
-        end = plan_end(positions, bounds, getattr(limit, "max_rows", None), self.read_caps(event_time, positions))
+        max_rows = self.batch_limit(getattr(limit, "max_rows", None), positions, bounds)
+        end = plan_end(positions, bounds, max_rows, self.read_caps(event_time, positions))
         control = self.next_control(start.get("control"))
         if end == positions and not self.control_needs_batch(start.get("control"), control):
             return start
         offset = make_offset(end, read_control_epoch(self.options.control_path), control, event_time)
+        if max_rows is not None:
+            offset["limit"] = max_rows  # the batch's record limit, as planned (shown by the job)
         self._last_end = offset
         return offset
 
@@ -725,6 +728,12 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
     def read_caps(self, event_time: dict[str, Any] | None, positions: dict[str, int]) -> dict[str, int] | None:
         """Per partition, the most records the next batch may read (event-time alignment); None: no caps."""
         return None
+
+    def batch_limit(
+        self, max_rows: int | None, positions: dict[str, int], bounds: dict[str, tuple[int, int]]
+    ) -> int | None:
+        """The next batch's record limit given Spark's (`maxOffsetsPerTrigger`); this reader keeps it."""
+        return max_rows
 
     def control_needs_batch(self, previous: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
         """Whether a new control state must run a batch even without new records."""

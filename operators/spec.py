@@ -140,6 +140,9 @@ class JoinSpec(_Strict):
     # Records per micro-batch at most, over all input partitions: a backlog is caught up in batches that fit the
     # driver's and executors' memory (null: everything available, for bounded runs over small inputs only).
     max_offsets_per_trigger: Annotated[int, Field(ge=1)] | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER
+    # Production delay to stay under: batches are sized from their measured fixed and per-record costs
+    # (operators.batch_size), growing only while behind (null: batches take up to max_offsets_per_trigger).
+    latency_target_ms: Annotated[int, Field(ge=1)] | None = None
     # Event time per input partition (time windows): a Kafka partition read to its end whose end has not moved
     # for this long stops holding the watermark back; and while catching up, no partition is read further than
     # `alignment_ms` ahead of the slowest in event time (null: no alignment), so state stays bounded.

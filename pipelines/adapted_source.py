@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from windjoin.connectors.batch_costs import BatchCosts
 from windjoin.connectors.event_time import (
     EventTime,
     EventTimeConfig,
@@ -35,6 +36,7 @@ from windjoin.connectors.kafka_source import (
     read_ranges,
 )
 from windjoin.connectors.mark_reports import MarkReports
+from windjoin.operators.batch_size import next_batch_rows
 from windjoin.operators.spec import TimeWindow
 from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.control_epoch import (
@@ -53,6 +55,7 @@ ADAPTER_OPTION = "windjoin.adapter"  # the Adapter, pickled and base64-encoded (
 CONTROL_REDIS_OPTION = "windjoin.control.redis"  # Redis URL of the controller's decisions (none: static)
 CONTROL_NAMESPACE_OPTION = "windjoin.control.namespace"
 MARKS_OPTION = "windjoin.marks.path"  # folder of the batches' event-time marks (connectors.mark_reports)
+COSTS_OPTION = "windjoin.costs.path"  # file of the recent batches' sizes and times (connectors.batch_costs)
 
 
 def encode_adapter(adapter: Adapter) -> str:
@@ -100,11 +103,13 @@ class AdaptedStreamReader(KafkaStreamReader):
         adapter: Adapter,
         feed: ControlFeed | None = None,
         marks: MarkReports | None = None,
+        costs: BatchCosts | None = None,
     ) -> None:
         super().__init__(options)
         self.adapter = adapter
         self.feed = feed
         self.marks = marks  # where the job reports each batch's marks (none: marks are never learnt)
+        self.costs = costs  # where the job reports each batch's size and time (none: no latency target)
         self.event_time = event_time_config(adapter.spec)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -142,6 +147,16 @@ class AdaptedStreamReader(KafkaStreamReader):
         )
         return aligned_caps(EventTime.from_json(event_time), positions, self.event_time, done)
 
+    def batch_limit(
+        self, max_rows: int | None, positions: dict[str, int], bounds: dict[str, tuple[int, int]]
+    ) -> int | None:
+        """With a latency target, the record limit that keeps delays under it (operators.batch_size)."""
+        target = self.adapter.spec.latency_target_ms
+        if target is None or self.costs is None:
+            return max_rows
+        waiting = sum(max(0, high - positions.get(key, low)) for key, (low, high) in bounds.items())
+        return next_batch_rows(target, self.costs.samples(), waiting, max_rows)
+
     def control_needs_batch(self, previous: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
         """A routing step must run (its hand-over completes in the next batch), and so must a push or clean-up;
         a new shed ratio waits for records to shed (an empty batch would only dilute the next epoch's measured
@@ -167,7 +182,7 @@ class AdaptedStreamReader(KafkaStreamReader):
         # the marks too once every input partition has one: a slot may then expire state by what it reads
         complete = event_time.ends and all(key in event_time.marks for key in event_time.ends)
         marks = event_time.marks if complete else None
-        clock = {"seq": event_time.seq, "watermark": event_time.watermark, "marks": marks}
+        clock = {"seq": event_time.seq, "watermark": event_time.watermark, "marks": marks, "limit": end.get("limit")}
         groups = [p.ranges for p in super().partitions(start, end)] or [()]
         return [ControlledPartition(g, control, clock, i == 0) for i, g in enumerate(groups)]
 
@@ -206,12 +221,13 @@ class AdaptedKafkaSource(KafkaDataSource):
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         feed_url = self.options.get(CONTROL_REDIS_OPTION)
         feed = DecisionFeed(feed_url, self.options.get(CONTROL_NAMESPACE_OPTION, "windjoin")) if feed_url else None
-        marks_path = self.options.get(MARKS_OPTION)
+        marks_path, costs_path = self.options.get(MARKS_OPTION), self.options.get(COSTS_OPTION)
         return AdaptedStreamReader(
             KafkaSourceOptions.from_options(self.options),
             decode_adapter(self.options),
             feed,
             MarkReports(marks_path) if marks_path else None,
+            BatchCosts(costs_path) if costs_path else None,
         )
 
 

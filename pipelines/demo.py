@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import click
+import numpy as np
 import yaml
 
 from windjoin.connectors import services as svc
@@ -59,6 +60,44 @@ def demo_spec(run: str, out_dir: Path, redis_url: str) -> dict:
     }
 
 
+class DemoSummary:
+    """The run's production delay (p50, p99 over the pairs of every batch after the first, which waits for
+    Spark and the workers to start) and its median time budget per batch part."""
+
+    BUCKET_MS = 10
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(0, dtype=np.int64)  # pairs per 10 ms of delay: bounded whatever the pair count
+        self.budgets: list[dict[str, float]] = []
+        self.batches = 0
+
+    def add(self, outcome: BatchOutcome) -> None:
+        self.batches += 1
+        if self.batches == 1:
+            return
+        self.budgets.append(outcome.budget)
+        if len(outcome.delays_ms):
+            buckets = np.bincount(np.maximum(outcome.delays_ms, 0) // self.BUCKET_MS)
+            size = max(len(self.counts), len(buckets))
+            self.counts = np.pad(self.counts, (0, size - len(self.counts))) + np.pad(buckets, (0, size - len(buckets)))
+
+    def percentile(self, q: float) -> float:
+        """The q-th percentile of the delays, in seconds, to the bucket's upper edge (never understated)."""
+        cumulative = np.cumsum(self.counts)
+        bucket = int(np.searchsorted(cumulative, q / 100 * cumulative[-1]))
+        return (bucket + 1) * self.BUCKET_MS / 1000
+
+    def text(self) -> str:
+        if not self.counts.sum():
+            return "delay:    no pairs after the first batch"
+        parts = {p: float(np.median([b.get(p, 0.0) for b in self.budgets])) for p in self.budgets[-1]}
+        budget = " + ".join(f"{p} {ms / 1000:.2f}" for p, ms in parts.items())
+        return (
+            f"delay:    p50 {self.percentile(50):.2f} s, p99 {self.percentile(99):.2f} s (batches after the first)\n"
+            f"budget:   median batch {sum(parts.values()) / 1000:.2f} s = {budget}"
+        )
+
+
 def run_demo(out_dir: Path, rate: float, duration: float, keys: int) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     state_dir = out_dir / "services"
@@ -76,9 +115,12 @@ def run_demo(out_dir: Path, rate: float, duration: float, keys: int) -> None:
     spark = build_local_spark(app_name="windjoin-demo", conf={**STATE_CONF, "spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     progress, totals = Progress(), {"records": 0, "pairs": 0, "last": time.time()}
+    summary = DemoSummary()
+    started_ms = int(time.time() * 1000)
 
     def on_batch(outcome: BatchOutcome) -> None:
         click.echo(progress.line(outcome), err=True)
+        summary.add(outcome)
         totals["records"] += outcome.records
         totals["pairs"] += sum(outcome.pairs.values())
         totals["last"] = time.time()
@@ -121,8 +163,12 @@ def run_demo(out_dir: Path, rate: float, duration: float, keys: int) -> None:
         query.stop()
         if generator.poll() is None:
             generator.kill()
+    first_task = spec.tasks[0].name
     click.echo(
         f"\n{totals['records']:,} records joined into {totals['pairs']:,} pairs.\n"
+        f"{summary.text()}\n"
+        f"query:    windjoin query results {spec_path} {first_task} --from {started_ms} --to {int(time.time() * 1000)}"
+        f" --limit 10\n"
         f"spec:     {spec_path}\n"
         f"parquet:  {spec.sinks.parquet.path}/task=<task>/batch=<id>/ (pyarrow.dataset, hive partitioning)\n"
         f"redis:    {urls[svc.REDIS]} sorted sets windjoin:{{<task>}}:results (score = result time)\n"

@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from windjoin.connectors.batch_costs import BatchCosts
 from windjoin.connectors.mark_reports import MarkReports
 from windjoin.connectors.move_store import MoveStore
 from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
@@ -27,6 +28,7 @@ from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.adapted_source import (
     CONTROL_NAMESPACE_OPTION,
     CONTROL_REDIS_OPTION,
+    COSTS_OPTION,
     MARKS_OPTION,
     read_adapted,
 )
@@ -132,11 +134,17 @@ class BatchOutcome:
     # Where the batch's time went (pipelines.batch_budget, ms), and Spark's planning and commit of the batch
     # before it (a batch's own exist only once it ended).
     budget: dict[str, float] = field(default_factory=dict)
+    batch_limit: int | None = None  # the record limit the source planned the batch with (None: none)
     previous_spark: dict[str, Any] = field(default_factory=dict)
 
     @property
     def records(self) -> int:
         return sum(s["rows"] for s in self.stats)
+
+    @property
+    def emitted_at_ms(self) -> int | None:
+        """When the earliest slot stamped its pairs (epoch ms): delays to the batch's end are measured from it."""
+        return min((s["emitted_at"] for s in self.stats if "emitted_at" in s), default=None)
 
     @property
     def window_tuples(self) -> int:
@@ -165,6 +173,7 @@ class BatchSink:
     move_root: str | None = None
     pruned_below: int = 0  # handed-over states of routing versions below this are deleted
     marks: MarkReports | None = None  # where the batch's input marks go for the next batch's plan
+    costs: BatchCosts | None = None  # where the batch's size and time go for the next batch's size
     dead_letters: DeadLetterWriter | None = field(default=None, init=False)  # reads the topic's limit once
     query: Any = field(default=None, init=False)  # the running query, for Spark's progress reports
 
@@ -226,6 +235,9 @@ class BatchSink:
         outcome.budget = batch_budget(
             outcome.stats, (executed - started) * 1000, sinks_s * 1000, (ended - executed - sinks_s) * 1000
         )
+        spark_s = (outcome.previous_spark.get("plan", 0.0) + outcome.previous_spark.get("commit", 0.0)) / 1000
+        if self.costs is not None:  # before Spark commits the batch, like the marks
+            self.costs.record(batch_id, outcome.records, sum(outcome.budget.values()) / 1000 + spark_s)
         outcome.finished_at = time.time()
         if self.on_batch is not None:
             self.on_batch(outcome)
@@ -240,6 +252,7 @@ class BatchSink:
         outcome.watermark = max(watermarks, default=None)
         outcome.state_span_ms = max((s.get("state_span_ms", 0) for s in outcome.stats), default=0)
         outcome.held_span_ms = max((s.get("held_span_ms", 0) for s in outcome.stats), default=0)
+        outcome.batch_limit = max((s["batch_limit"] for s in outcome.stats if s.get("batch_limit")), default=None)
         seqs = [s["clock_seq"] for s in outcome.stats if s.get("clock_seq") is not None]
         return max(seqs, default=None)
 
@@ -298,6 +311,11 @@ def marks_root(spec: JoinSpec) -> str:
     return str(Path(spec.checkpoint).resolve() / "marks")
 
 
+def costs_path(spec: JoinSpec) -> str:
+    """Where each batch's size and time go for the latency target's batch sizing: beside Spark's checkpoint."""
+    return str(Path(spec.checkpoint).resolve() / "batch_costs.json")
+
+
 def build_stream(
     spark: SparkSession, spec: JoinSpec, bootstrap: str, control: ControlSource | None = None
 ) -> DataFrame:
@@ -309,6 +327,7 @@ def build_stream(
         "bootstrap.servers": bootstrap,
         "startingOffsets": "earliest",
         MARKS_OPTION: marks_root(spec),
+        COSTS_OPTION: costs_path(spec),
         "read.tasks": str(spark.sparkContext.defaultParallelism),  # a read task per core, not per partition
     }
     if spec.max_offsets_per_trigger:
@@ -351,7 +370,15 @@ def start_job(
         log.warning("%s", line)
     for key, value in STATE_CONF.items():
         spark.conf.set(key, value)
-    batch_sink = BatchSink(spec, bootstrap, sinks, on_batch, move_root(spec), marks=MarkReports(marks_root(spec)))
+    batch_sink = BatchSink(
+        spec,
+        bootstrap,
+        sinks,
+        on_batch,
+        move_root(spec),
+        marks=MarkReports(marks_root(spec)),
+        costs=BatchCosts(costs_path(spec)),
+    )
     writer = (
         build_stream(spark, spec, bootstrap, control)
         .writeStream.foreachBatch(batch_sink)

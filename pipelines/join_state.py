@@ -215,6 +215,7 @@ class JoinProcessor(StatefulProcessor):
             # event time: the batch's clock and watermark, the newest event time read per input partition (the
             # driver reports their maxima over slots to the next batch's plan), the event-time span of the state
             "clock_seq": clock.get("seq"),
+            "batch_limit": clock.get("limit"),  # the record limit the batch was planned with
             "watermark": meta.get("watermark"),
             "marks": input_marks,
             "state_span_ms": spans[0],
@@ -223,6 +224,7 @@ class JoinProcessor(StatefulProcessor):
             "state_bytes": sum(groups["state_bytes"]),
             "outputs": sum(groups["outputs"]),
             "seconds": seconds,
+            "emitted_at": emitted_at,  # when this slot stamped its pairs (epoch ms)
             # the time budget's shares measured here: this slot's phases, and the batch's read tasks (reported to
             # the first slot by their timing rows; their slowest task, as the stage waits for it)
             "phases": phases,

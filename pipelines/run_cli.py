@@ -81,6 +81,7 @@ class Progress:
             f"batch {outcome.batch_id}: {outcome.records:,} records, {pairs:,} pairs{rates}{delay}, "
             f"dead letters {outcome.dead}, window {outcome.window_tuples:,} tuples, slowest slot {slowest:.2f} s"
             f"{_event_time_note(outcome)}{_snapshot_note(outcome)}{_replay_note(outcome)}"
+            f"{f', batch limit {outcome.batch_limit:,}' if outcome.batch_limit else ''}"
             f"{budget_text(outcome.budget, outcome.previous_spark)}"
         )
 

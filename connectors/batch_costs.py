@@ -1,0 +1,42 @@
+"""The recent batches' sizes and times, handed from the driver to the source's batch sizing (another process).
+
+One small JSON file beside Spark's checkpoint, `{"batches": [[batch_id, records, seconds], ...]}`, the newest
+`KEEP` batches, replaced atomically after each batch; a replayed batch replaces its own entry. Read by the source
+when it plans a batch with a latency target (operators.batch_size); a lost file only makes the next batches take
+the plain record cap until enough batches are measured again.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import orjson
+
+KEEP = 20
+
+
+class BatchCosts:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def samples(self) -> list[tuple[int, float]]:
+        """(records, seconds) of the recent batches, oldest first; [] when none were recorded."""
+        try:
+            batches = orjson.loads(self.path.read_bytes())["batches"]
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return []
+        return [(int(rows), float(seconds)) for _, rows, seconds in batches]
+
+    def record(self, batch_id: int, records: int, seconds: float) -> None:
+        try:
+            batches = orjson.loads(self.path.read_bytes())["batches"]
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            batches = []
+        batches = [b for b in batches if b[0] < batch_id] + [[int(batch_id), int(records), float(seconds)]]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".costs-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as out:
+            out.write(orjson.dumps({"batches": batches[-KEEP:]}))
+        os.replace(tmp, self.path)
