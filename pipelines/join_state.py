@@ -60,6 +60,7 @@ from windjoin.operators.spill.cleanup import missing_results
 from windjoin.pipelines.adapter import CONTROL, PUNCTUATION, SHED, TIMING, field_column, key_column
 from windjoin.pipelines.control_epoch import ControlEpoch, Holders, check_spillable, pieces, unit_holders
 from windjoin.pipelines.slot_load import GroupLoadMeter, join_state
+from windjoin.pipelines.window_cache import WindowFiles
 
 OUTPUT_DDL = "slot int, kind string, name string, payload binary"
 PAIRS, DEAD, STATS = "pairs", "dead", "stats"
@@ -189,6 +190,9 @@ class JoinProcessor(StatefulProcessor):
         self.meta_state.update((orjson.dumps(meta),))
         phases["state_write_ms"] += (time.perf_counter() - write_started) * 1000
         _CACHE[slot] = windows
+        shared_started = time.perf_counter()
+        self._window_files().store(slot, windows.nonce, windows)
+        phases["state_write_ms"] += (time.perf_counter() - shared_started) * 1000
         seconds = time.perf_counter() - started
         groups = meter.report(joined, seconds)
         spans = _state_spans(meta, horizon, getattr(self.spec.window, "size_ms", None))
@@ -562,11 +566,18 @@ class JoinProcessor(StatefulProcessor):
         tables = [(pairs.task, pairs_table(self.spec, pairs)) for pairs in result.pairs if len(pairs)]
         return tables, late
 
+    def _window_files(self) -> WindowFiles:
+        """This job's shared window files (pipelines.window_cache), named after its state folders."""
+        return WindowFiles(f"{self.move_root}|{self.spill_root}")
+
     def _windows(self, slot: int, meta: dict[str, Any]) -> SlotWindows:
         """The cached windows if they match the stored state version, else rebuilt from the segments."""
         cached = _CACHE.get(slot)
         if cached is not None and cached.nonce == meta["nonce"]:
             return cached
+        shared = self._window_files().load(slot, meta["nonce"])  # left by another worker on this machine
+        if isinstance(shared, SlotWindows) and shared.nonce == meta["nonce"]:
+            return shared
         windows = SlotWindows(meta["nonce"])
         for segment in meta["segments"]:
             data = self.segments.getValue((segment["id"],))[0]

@@ -30,9 +30,13 @@ def test_streaming_demo_end_to_end(tmp_path):
     ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        query = re.search(r"query: +windjoin (query results .*)$", proc.stderr, re.MULTILINE).group(1).split()
+        shown = subprocess.run(
+            [sys.executable, "-m", "windjoin.pipelines", *query, "--json"], capture_output=True, text=True, timeout=120
+        )
     finally:
         services.down(tmp_path / "services")
-    assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"batch \d+: [\d,]+ records, [\d,]+ pairs .*delay p50", proc.stderr)
     total = re.search(r"([\d,]+) records joined into ([\d,]+) pairs", proc.stderr)
     records, pairs = (int(g.replace(",", "")) for g in total.groups())
@@ -42,3 +46,7 @@ def test_streaming_demo_end_to_end(tmp_path):
         for task in ("same_user", "same_user_near_price")
     )
     assert stored == pairs  # every reported pair is in Parquet, once
+    assert re.search(r"delay: +p50 [\d.]+ s, p99 [\d.]+ s", proc.stderr)
+    assert re.search(r"budget: +median batch [\d.]+ s = read [\d.]+ \+ adapt", proc.stderr)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert len(shown.stdout.splitlines()) == min(10, pairs)  # the pointed-at command reads the demo's results

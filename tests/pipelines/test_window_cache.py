@@ -1,0 +1,38 @@
+"""Windows shared between a machine's Python workers (pipelines.window_cache): exact versions, private folder."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from windjoin.pipelines.window_cache import WindowFiles
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch) -> WindowFiles:
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    return WindowFiles("job-a")
+
+
+def test_a_stored_version_loads_and_only_that_version(files: WindowFiles) -> None:
+    files.store(0, "v1", {"rows": [1, 2]})
+    assert files.load(0, "v1") == {"rows": [1, 2]}
+    assert files.load(0, "v2") is None and files.load(1, "v1") is None
+    files.store(0, "v2", {"rows": [3]})
+    assert files.load(0, "v2") == {"rows": [3]}
+    assert files.load(0, "v1") is None  # the slot's older version is gone: never mistaken for current
+
+
+def test_jobs_do_not_see_each_other(files: WindowFiles) -> None:
+    files.store(0, "v1", "a")
+    assert WindowFiles("job-b").load(0, "v1") is None
+
+
+def test_a_folder_others_can_write_is_not_read(files: WindowFiles) -> None:
+    files.store(0, "v1", "a")
+    os.chmod(files.root, 0o777)
+    assert files.load(0, "v1") is None
+    files.store(0, "v2", "b")  # nor written
+    os.chmod(files.root, 0o700)
+    assert files.load(0, "v2") is None and files.load(0, "v1") == "a"
