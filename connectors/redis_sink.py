@@ -52,7 +52,6 @@ import pyarrow.compute as pc
 import redis
 
 from windjoin.connectors.redis_client import RedisAuth, redis_client
-
 from windjoin.connectors.result_table import (
     BATCH_ID,
     EMITTED_AT,
