@@ -102,3 +102,12 @@ def redis_client(url: str, auth: RedisAuth | None = None, **options: Any) -> red
             raise RedisAuthError(f"redis.ca_file is set but the url {url!r} is not rediss:// (TLS)")
         extra.update(ssl_ca_certs=auth.ca_file, ssl_cert_reqs="required")
     return redis.Redis.from_url(url, **extra, **options)
+
+
+def spec_auth(redis_spec: Any) -> RedisAuth:
+    """The credentials of a spec's `sinks.redis` (username, password_file/password_env, ca_file), or, when it gives
+    none, the environment's (so each component of a deployment logs in as its own user with one shared spec)."""
+    if redis_spec is None:
+        return RedisAuth.from_env()
+    auth = RedisAuth(redis_spec.username, redis_spec.password_file, redis_spec.password_env, redis_spec.ca_file)
+    return auth.or_env()

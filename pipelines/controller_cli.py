@@ -189,11 +189,14 @@ def controller(
         redis_url = spec.sinks.redis.url
     from windjoin.connectors.control_decisions import DecisionStore
     from windjoin.connectors.load_reports import LoadReports
+    from windjoin.connectors.redis_client import spec_auth
     from windjoin.pipelines.controller import Controller
     from windjoin.pipelines.controller_metrics import ControllerMetrics
 
     try:
-        reports, decisions = LoadReports(redis_url, namespace), DecisionStore(redis_url, namespace)
+        auth = spec_auth(spec.sinks.redis)
+        reports = LoadReports(redis_url, namespace, auth=auth)
+        decisions = DecisionStore(redis_url, namespace, auth=auth)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 

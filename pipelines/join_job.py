@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from windjoin.connectors.mark_reports import MarkReports
 from windjoin.connectors.move_store import MoveStore
+from windjoin.connectors.redis_client import RedisAuth
 from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
 from windjoin.connectors.snapshots import Snapshot
 from windjoin.operators.partitioning import RoutingTable
@@ -33,6 +34,7 @@ from windjoin.pipelines.adapted_source import (
 from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.checkpoint_identity import checkpoint_identity, predates_run_ids
 from windjoin.pipelines.checkpoint_layout import check_layout
+from windjoin.pipelines.control_feed import REFUSALS_OPTION, auth_options
 from windjoin.pipelines.dead_letters import DeadLetterWriter
 from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinProcessor
 from windjoin.pipelines.sink_fence import fence_sinks
@@ -93,9 +95,17 @@ class ControlSource:
 
     url: str
     namespace: str = "windjoin"
+    auth: RedisAuth | None = None  # where the job's Redis credentials are (files, variable names: no secret)
+    refusals: str | None = None  # the file counting refused decisions (control_feed.RefusalCounts)
 
     def options(self) -> dict[str, str]:
-        return {CONTROL_REDIS_OPTION: self.url, CONTROL_NAMESPACE_OPTION: self.namespace}
+        refusals = {} if self.refusals is None else {REFUSALS_OPTION: self.refusals}
+        return {
+            CONTROL_REDIS_OPTION: self.url,
+            CONTROL_NAMESPACE_OPTION: self.namespace,
+            **auth_options(self.auth),
+            **refusals,
+        }
 
 
 @dataclass
