@@ -50,6 +50,8 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
+
 try:  # pyspark >= 4.2: admission control (read limits) and Trigger.AvailableNow hooks for Python sources
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
@@ -114,6 +116,7 @@ class KafkaSourceOptions:
     read_timeout_s: float = 60.0
     consume_batch_size: int = 10_000
     kafka_config: Mapping[str, str] = field(default_factory=dict)
+    security: KafkaSecurity = PLAINTEXT  # TLS / SASL (the password is read when a consumer is built)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSourceOptions:
@@ -139,6 +142,11 @@ class KafkaSourceOptions:
         kafka_config = {
             k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
         }
+        secrets = [k for k in kafka_config if "password" in k or k.startswith("sasl.")]
+        if secrets:
+            raise ValueError(
+                f"option(s) {['kafka.' + k for k in secrets]}: credentials go in the spec's kafka: section"
+            )
         return cls(
             bootstrap_servers=bootstrap,
             topics=topics,
@@ -148,6 +156,7 @@ class KafkaSourceOptions:
             read_timeout_s=read_timeout_ms / 1000.0,
             consume_batch_size=batch_size,
             kafka_config=kafka_config,
+            security=KafkaSecurity.from_options(opts),
         )
 
     def consumer_config(self, **overrides: Any) -> dict[str, Any]:
@@ -164,6 +173,7 @@ class KafkaSourceOptions:
             "allow.auto.create.topics": False,
         }
         config.update(self.kafka_config)
+        config.update(self.security.client_config())
         config.update(overrides)
         return config
 

@@ -203,9 +203,12 @@ def controller(
     arrivals = None
     if config.utilisation.measure == "arrivals":  # tau from the records added to the input topics
         from windjoin.connectors.kafka_arrivals import KafkaArrivals
+        from windjoin.connectors.kafka_security import KafkaSecurity
 
         topics = [s.topic for s in spec.streams.values() if s.topic]
-        arrivals = KafkaArrivals(resolve_bootstrap(bootstrap, state_dir), topics)
+        arrivals = KafkaArrivals(
+            resolve_bootstrap(bootstrap, state_dir), topics, security=KafkaSecurity.from_spec(spec.kafka)
+        )
 
     def resume() -> Controller:
         """A controller resuming from the latest recorded decision (at start, and each time we become leader:

@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from windjoin.connectors.kafka_security import KafkaSecurity
 from windjoin.connectors.mark_reports import MarkReports
 from windjoin.connectors.move_store import MoveStore
 from windjoin.connectors.redis_client import RedisAuth
@@ -172,7 +173,9 @@ class BatchSink:
 
     def __post_init__(self) -> None:
         if self.spec.dead_letter_topic:
-            self.dead_letters = DeadLetterWriter(self.bootstrap, self.spec.dead_letter_topic)
+            self.dead_letters = DeadLetterWriter(
+                self.bootstrap, self.spec.dead_letter_topic, security=KafkaSecurity.from_spec(self.spec.kafka)
+            )
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         outcome = BatchOutcome(batch_id)
@@ -289,6 +292,7 @@ def build_stream(
     routing = RoutingTable.round_robin(spec.partitions, spec.slots)
     adapter = Adapter(spec, routing, labels)
     options = {"bootstrap.servers": bootstrap, "startingOffsets": "earliest", MARKS_OPTION: marks_root(spec)}
+    options.update(KafkaSecurity.from_spec(spec.kafka).to_options())
     if spec.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
     if control is not None:
