@@ -156,3 +156,23 @@ def test_the_spec_refuses_a_password_in_the_url() -> None:
     data = SPEC.model_dump(exclude={"base_dir"})
     with pytest.raises(SpecError, match="sinks.redis: url: holds credentials"):
         parse_spec({**data, "sinks": {"redis": {"url": "redis://job:pw@h:6379/0"}}})
+
+
+def test_the_cli_writes_an_acl_file_for_your_own_redis(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from windjoin.pipelines.cli import cli
+
+    (tmp_path / "job").write_text("j-pass\n")
+    (tmp_path / "proxy").write_text("p-pass")
+    args = ["redis-acl", "--password-file", f"job={tmp_path / 'job'}", "--password-file", f"proxy={tmp_path / 'proxy'}"]
+    done = CliRunner().invoke(cli, [*args, "--namespace", "tenant"])
+    assert done.exit_code == 0, done.output
+    assert done.output == acl_file(
+        acl_users(
+            {"job": hashlib.sha256(b"j-pass").hexdigest(), "proxy": hashlib.sha256(b"p-pass").hexdigest()}, "tenant"
+        )
+    )
+    assert "j-pass" not in done.output
+    bad = CliRunner().invoke(cli, ["redis-acl", "--password-file", f"admin={tmp_path / 'job'}"])
+    assert bad.exit_code != 0 and "COMPONENT one of ['job', 'controller', 'proxy']" in bad.output
