@@ -7,11 +7,11 @@ never as the password: `client_config()` reads the password when a client is bui
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
+
+from windjoin.connectors.secret_files import read_secret
 
 OPTION_PREFIX = "windjoin.kafka."  # Spark source options carrying these settings (lower-cased by Spark)
 
@@ -37,19 +37,7 @@ class KafkaSecurity:
         return KafkaSecurity(**{f.name: getattr(kafka, f.name) for f in fields(KafkaSecurity)})
 
     def password(self) -> str | None:
-        if self.password_file:
-            try:
-                return Path(self.password_file).read_text(encoding="utf-8").rstrip("\r\n")
-            except OSError as err:
-                raise KafkaSecurityError(
-                    f"kafka.password_file: cannot read {self.password_file} ({err.strerror})"
-                ) from None
-        if self.password_env:
-            value = os.environ.get(self.password_env)
-            if value is None:
-                raise KafkaSecurityError(f"kafka.password_env: the environment variable {self.password_env} is not set")
-            return value
-        return None
+        return read_secret(self.password_file, self.password_env, "kafka", KafkaSecurityError)
 
     def client_config(self) -> dict[str, str]:
         """librdkafka settings for a consumer, producer or admin client (the password read now)."""

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import redis
+
+from windjoin.connectors.secret_files import read_secret
 
 ENV_USERNAME = "WINDJOIN_REDIS_USERNAME"
 ENV_PASSWORD_FILE = "WINDJOIN_REDIS_PASSWORD_FILE"
@@ -43,19 +44,7 @@ class RedisAuth:
 
     def password(self) -> str | None:
         """The password, read now (None: no password)."""
-        if self.password_file:
-            try:
-                return Path(self.password_file).read_text(encoding="utf-8").rstrip("\r\n")
-            except OSError as err:
-                raise RedisAuthError(
-                    f"redis.password_file: cannot read {self.password_file} ({err.strerror})"
-                ) from None
-        if self.password_env:
-            value = os.environ.get(self.password_env)
-            if value is None:
-                raise RedisAuthError(f"redis.password_env: the environment variable {self.password_env} is not set")
-            return value
-        return None
+        return read_secret(self.password_file, self.password_env, "redis", RedisAuthError)
 
     @staticmethod
     def from_env(environ: Mapping[str, str] | None = None) -> RedisAuth:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,17 +26,16 @@ NS = "windjoin"
 PAIRS = [{"R": {"ts": 7, "k": 1, "x": 1.0, "z": "a"}, "S": {"t": 9, "k": 1, "d": True}}]
 
 
-@pytest.fixture(scope="module")
-def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, RedisAuth]]]:
+@contextmanager
+def acl_redis(root: Path, namespace: str = NS) -> Iterator[tuple[str, dict[str, RedisAuth]]]:
     """A redis-server whose users come from `acl_file`, each password in a file as a mounted Secret would be."""
-    root = tmp_path_factory.mktemp("acl")
     passwords = {c: f"{c}-secret-{i}" for i, c in enumerate(COMPONENTS)}
     auths = {}
     for component, password in passwords.items():
         (root / component).write_text(password + "\n")  # a trailing newline, as `echo > file` leaves
         auths[component] = RedisAuth(username=f"windjoin-{component}", password_file=str(root / component))
     digests = {c: hashlib.sha256(p.encode()).hexdigest() for c, p in passwords.items()}
-    (root / "users.acl").write_text(acl_file(acl_users(digests, NS)))
+    (root / "users.acl").write_text(acl_file(acl_users(digests, namespace)))
     port = processes.free_port()
     argv = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     argv += ["--aclfile", str(root / "users.acl"), "--dir", str(root)]
@@ -48,6 +48,12 @@ def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         yield f"redis://127.0.0.1:{port}/0", auths
     finally:
         processes.stop(pid)
+
+
+@pytest.fixture(scope="module")
+def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, RedisAuth]]]:
+    with acl_redis(tmp_path_factory.mktemp("acl")) as server:
+        yield server
 
 
 def test_default_user_is_off(acl_server) -> None:
