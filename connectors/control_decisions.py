@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import redis
-
 from windjoin.connectors.load_reports import check_namespace
+from windjoin.connectors.redis_client import RedisAuth, redis_client
 
 DEFAULT_MAXLEN = 10_000
 
@@ -32,12 +31,17 @@ class DecisionStore:
     """Record and read the controller's decisions of one namespace."""
 
     def __init__(
-        self, url: str, namespace: str = "windjoin", maxlen: int = DEFAULT_MAXLEN, socket_timeout: float = 10.0
+        self,
+        url: str,
+        namespace: str = "windjoin",
+        maxlen: int = DEFAULT_MAXLEN,
+        socket_timeout: float = 10.0,
+        auth: RedisAuth | None = None,
     ) -> None:
         self.latest_key = decision_key(namespace)
         self.stream_key = decisions_key(namespace)
         self.maxlen = maxlen
-        self.client = redis.Redis.from_url(url, socket_timeout=socket_timeout)
+        self.client = redis_client(url, auth, socket_timeout=socket_timeout)
 
     def close(self) -> None:
         self.client.close()

@@ -19,9 +19,9 @@ def admin_client(bootstrap: str, config: Mapping[str, object] | None = None) -> 
     return AdminClient({"bootstrap.servers": bootstrap, **(config or {})})
 
 
-def list_topics(bootstrap: str, timeout_s: float = 10.0) -> dict[str, int]:
+def list_topics(bootstrap: str, timeout_s: float = 10.0, config: Mapping[str, object] | None = None) -> dict[str, int]:
     """Topic name → partition count, internal topics (leading `__`) left out."""
-    metadata = admin_client(bootstrap).list_topics(timeout=timeout_s)
+    metadata = admin_client(bootstrap, config).list_topics(timeout=timeout_s)
     return {
         name: len(topic.partitions)
         for name, topic in metadata.topics.items()
@@ -29,13 +29,15 @@ def list_topics(bootstrap: str, timeout_s: float = 10.0) -> dict[str, int]:
     }
 
 
-def topic_config(bootstrap: str, topic: str, timeout_s: float = 10.0) -> dict[str, str]:
+def topic_config(
+    bootstrap: str, topic: str, timeout_s: float = 10.0, config: Mapping[str, object] | None = None
+) -> dict[str, str]:
     """The config entries the broker reports for `topic` (name → value; entries without a value left out).
 
     Raises KafkaException when the broker refuses or does not answer (an unknown topic, no permission).
     A broker may leave out entries it only knows as defaults (Tansu reports only those set on the topic).
     """
-    admin = admin_client(bootstrap)  # kept until the answer is in: a collected client cancels its requests
+    admin = admin_client(bootstrap, config)  # kept until the answer is in: a collected client cancels its requests
     [future] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=timeout_s).values()
     entries = future.result(timeout=timeout_s)
     return {name: entry.value for name, entry in entries.items() if entry.value is not None}
@@ -49,15 +51,17 @@ def create_topics(
     config: Mapping[str, str] | None = None,
     exist_ok: bool = False,
     timeout_s: float = 30.0,
+    client: Mapping[str, object] | None = None,
 ) -> None:
     """Create topics with `partitions` partitions each and return once their metadata is complete.
 
-    With `exist_ok`, a topic that already exists is accepted (its partition count is not changed).
+    With `exist_ok`, a topic that already exists is accepted (its partition count is not changed). `config`: the
+    topics' settings; `client`: the admin client's (TLS, SASL).
     """
     topics = [names] if isinstance(names, str) else list(names)
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
-    admin = admin_client(bootstrap)
+    admin = admin_client(bootstrap, client)
     new = [NewTopic(t, partitions, replication_factor, config=dict(config or {})) for t in topics]
     futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
     want: dict[str, int | None] = {}

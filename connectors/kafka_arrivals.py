@@ -11,16 +11,19 @@ from collections.abc import Sequence
 
 from confluent_kafka import Consumer
 
+from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
 from windjoin.connectors.kafka_source import KafkaSourceOptions, list_partitions, probe_partition_bounds
 
 
 class KafkaArrivals:
     """Callable: the records the topics hold up to their ends now (sum of high watermarks)."""
 
-    def __init__(self, bootstrap: str, topics: Sequence[str], timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, bootstrap: str, topics: Sequence[str], timeout_s: float = 10.0, security: KafkaSecurity = PLAINTEXT
+    ) -> None:
         self.topics = tuple(topics)
         self.timeout_s = timeout_s
-        options = KafkaSourceOptions(bootstrap_servers=bootstrap, topics=self.topics)
+        options = KafkaSourceOptions(bootstrap_servers=bootstrap, topics=self.topics, security=security)
         self.consumer = Consumer(options.consumer_config(**{"fetch.wait.max.ms": 10}))
 
     def __call__(self) -> int:

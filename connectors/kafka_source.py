@@ -53,6 +53,8 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
+
 try:  # pyspark >= 4.2: admission control (read limits) and Trigger.AvailableNow hooks for Python sources
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
@@ -118,6 +120,7 @@ class KafkaSourceOptions:
     consume_batch_size: int = 10_000
     read_tasks: int | None = None  # Spark tasks per batch (ranges grouped); None: one task per partition
     kafka_config: Mapping[str, str] = field(default_factory=dict)
+    security: KafkaSecurity = PLAINTEXT  # TLS / SASL (the password is read when a consumer is built)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSourceOptions:
@@ -144,6 +147,11 @@ class KafkaSourceOptions:
         kafka_config = {
             k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
         }
+        secrets = [k for k in kafka_config if "password" in k or k.startswith("sasl.")]
+        if secrets:
+            raise ValueError(
+                f"option(s) {['kafka.' + k for k in secrets]}: credentials go in the spec's kafka: section"
+            )
         return cls(
             bootstrap_servers=bootstrap,
             topics=topics,
@@ -154,6 +162,7 @@ class KafkaSourceOptions:
             consume_batch_size=batch_size,
             read_tasks=read_tasks,
             kafka_config=kafka_config,
+            security=KafkaSecurity.from_options(opts),
         )
 
     def consumer_config(self, **overrides: Any) -> dict[str, Any]:
@@ -170,6 +179,7 @@ class KafkaSourceOptions:
             "allow.auto.create.topics": False,
         }
         config.update(self.kafka_config)
+        config.update(self.security.client_config())
         config.update(overrides)
         return config
 

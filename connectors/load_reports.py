@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 import orjson
-import redis
 
+from windjoin.connectors.redis_client import RedisAuth, redis_client
 from windjoin.connectors.redis_sink import NAMESPACE
 from windjoin.operators.control.load import Load, SlotBatch
 from windjoin.operators.partitioning import Group
@@ -57,13 +57,18 @@ class LoadReports:
     """Publish and read the load stream of one namespace."""
 
     def __init__(
-        self, url: str, namespace: str = "windjoin", maxlen: int = DEFAULT_MAXLEN, socket_timeout: float = 10.0
+        self,
+        url: str,
+        namespace: str = "windjoin",
+        maxlen: int = DEFAULT_MAXLEN,
+        socket_timeout: float = 10.0,
+        auth: RedisAuth | None = None,
     ) -> None:
         if maxlen < 1:
             raise ValueError(f"maxlen must be >= 1, got {maxlen}")
         self.key = load_key(namespace)
         self.maxlen = maxlen
-        self.client = redis.Redis.from_url(url, socket_timeout=socket_timeout)
+        self.client = redis_client(url, auth, socket_timeout=socket_timeout)
 
     def close(self) -> None:
         self.client.close()

@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
+from windjoin.connectors.redis_client import RedisAuth, redis_client
 from windjoin.connectors.result_table import (
     BATCH_ID,
     EMITTED_AT,
@@ -175,6 +176,7 @@ class RedisSink:
         socket_timeout: float = 60.0,
         trim: bool = True,
         feed_batches: int = 10_000,
+        auth: RedisAuth | None = None,
     ) -> None:
         """`trim=False`: never drop results at write time (Parquet snapshots move them out, see
         `redis_tier.advance_snapshot`); `feed_batches`: how many batches the continuous-query feed keeps (about:
@@ -189,7 +191,7 @@ class RedisSink:
         self.namespace = _namespace(namespace)
         # redis-py's default (5 s) is too short for a batch of a million rows on a busy machine; the URL's
         # `?socket_timeout=` still wins.
-        self.client = redis.Redis.from_url(url, socket_timeout=socket_timeout)
+        self.client = redis_client(url, auth, socket_timeout=socket_timeout)
 
     def close(self) -> None:
         self.client.close()

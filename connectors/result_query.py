@@ -55,6 +55,7 @@ import redis
 from windjoin.connectors import redis_tier
 from windjoin.connectors.parquet_replay import ParquetReplay
 from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.redis_client import RedisAuth, redis_client
 from windjoin.connectors.redis_sink import NAMESPACE, meta_key
 from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_schema, result_times
 from windjoin.connectors.snapshots import Snapshot, SnapshotStore
@@ -321,6 +322,7 @@ class ResultStore:
         parquet_path: str | None,
         *,
         parquet_tail: bool = False,
+        auth: RedisAuth | None = None,
     ) -> None:
         """`parquet_tail`: without Redis, one-time queries also read the committed batches no snapshot holds yet
         (a stand-in for an unreachable Redis; a Parquet-only store otherwise shows whole snapshots only)."""
@@ -332,12 +334,12 @@ class ResultStore:
         self.namespace = namespace
         self._schemas = {task.name: result_schema(spec, task.name) for task in spec.tasks}
         self._fields = {name: _schema_fields(schema) for name, schema in self._schemas.items()}
-        self.client = None if redis_url is None else redis.Redis.from_url(redis_url, socket_timeout=30.0)
+        self.client = None if redis_url is None else redis_client(redis_url, auth, socket_timeout=30.0)
         # blocking feed reads wait up to MAX_BLOCK_MS: their own client, with a longer timeout
         self.feed_client = (
             None
             if redis_url is None
-            else redis.Redis.from_url(redis_url, socket_timeout=MAX_BLOCK_MS / 1000 + 30, socket_connect_timeout=10)
+            else redis_client(redis_url, auth, socket_timeout=MAX_BLOCK_MS / 1000 + 30, socket_connect_timeout=10)
         )
         self.parquet_path = None if parquet_path is None else Path(parquet_path)
         self.snapshot_store = None if parquet_path is None else SnapshotStore(parquet_path)

@@ -94,10 +94,72 @@ class TaskSpec(_Strict):
     on: list[PredicateSpec] = []
 
 
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
 class RedisSinkSpec(_Strict):
+    # The server only (never a password): credentials come from the keys below or WINDJOIN_REDIS_* variables.
     url: Annotated[str, Field(pattern=r"^rediss?://")] = "redis://127.0.0.1:6379/0"
+    username: Annotated[str, Field(min_length=1)] | None = None
+    password_file: Annotated[str, Field(min_length=1)] | None = None  # a mounted Secret's file
+    password_env: Annotated[str, Field(pattern=ENV_NAME)] | None = None  # the name of a variable holding it
+    ca_file: Annotated[str, Field(min_length=1)] | None = None  # the CA of a rediss:// server
     retain_ms: Annotated[int, Field(gt=0)] = 600_000
     feed_batches: Annotated[int, Field(gt=0)] = 10_000  # batches the continuous-query feed keeps
+
+    @model_validator(mode="after")
+    def _one_password_source(self) -> RedisSinkSpec:
+        if "@" in self.url.split("/")[2]:
+            raise ValueError(
+                "url: holds credentials; give the server only (redis://host:port/db) and the password by "
+                "password_file or password_env"
+            )
+        if self.password_file and self.password_env:
+            raise ValueError("password_file and password_env: give one of them, not both")
+        if self.ca_file and not self.url.startswith("rediss://"):
+            raise ValueError(f"ca_file: needs a rediss:// (TLS) url, got {self.url!r}")
+        return self
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class KafkaSpec(_Strict):
+    """How every Kafka client of the job connects: TLS and/or SASL, credentials from a file or a variable."""
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    username: Annotated[str, Field(min_length=1)] | None = None
+    password_file: Annotated[str, Field(min_length=1)] | None = None
+    password_env: Annotated[str, Field(pattern=ENV_NAME)] | None = None
+    ca_file: Annotated[str, Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSpec:
+        problems = []
+        sasl = self.security_protocol.startswith("SASL_")
+        if sasl:
+            if self.sasl_mechanism is None:
+                problems.append(
+                    f"sasl_mechanism: required with {self.security_protocol} (one of {list(SASL_MECHANISMS)})"
+                )
+            if self.username is None:
+                problems.append(f"username: required with {self.security_protocol}")
+            if (self.password_file is None) == (self.password_env is None):
+                problems.append(f"password_file or password_env: exactly one is required with {self.security_protocol}")
+        else:
+            given = [k for k in ("sasl_mechanism", "username", "password_file", "password_env") if getattr(self, k)]
+            if given:
+                problems.append(
+                    f"{', '.join(given)}: only used with security_protocol SASL_PLAINTEXT or SASL_SSL "
+                    f"(got {self.security_protocol})"
+                )
+        if self.ca_file is not None and not self.security_protocol.endswith("SSL"):
+            problems.append(f"ca_file: only used with security_protocol SSL or SASL_SSL (got {self.security_protocol})")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class PunctuationSpec(_Strict):
@@ -153,6 +215,7 @@ class JoinSpec(_Strict):
     output_order: Literal["none", "outer", "strict"] = "none"
     checkpoint: Annotated[str, Field(min_length=1)] | None = None
     sinks: SinksSpec = SinksSpec()
+    kafka: KafkaSpec = KafkaSpec()
     dead_letter_topic: Annotated[str, Field(pattern=TOPIC)] | None = None
     # A record whose event time runs further ahead of its Kafka record time is refused (`future_timestamp`):
     # one bad clock must not push a partition's event time forward and make every later tuple late.

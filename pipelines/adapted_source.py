@@ -46,7 +46,7 @@ from windjoin.pipelines.control_epoch import (
     check_spillable,
     next_epoch,
 )
-from windjoin.pipelines.control_feed import DecisionFeed
+from windjoin.pipelines.control_feed import REFUSALS_OPTION, DecisionFeed, RefusalCounts, auth_from_options
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,8 @@ class AdaptedStreamReader(KafkaStreamReader):
 
     def next_control(self, previous: dict[str, Any] | None) -> dict[str, Any]:
         current = ControlEpoch(self.adapter.routing) if previous is None else ControlEpoch.from_json(previous)
+        if isinstance(self.feed, DecisionFeed):  # after a restart too, no decision may roll the routing back
+            self.feed.at_least(current.routing.version, current.spill_version)
         epoch = next_epoch(current, self._decided())
         for table in (epoch.routing, epoch.pending):
             if table is not None:
@@ -219,12 +221,25 @@ class AdaptedKafkaSource(KafkaDataSource):
         return from_arrow_schema(decode_adapter(self.options).schema)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        adapter = decode_adapter(self.options)
         feed_url = self.options.get(CONTROL_REDIS_OPTION)
-        feed = DecisionFeed(feed_url, self.options.get(CONTROL_NAMESPACE_OPTION, "windjoin")) if feed_url else None
+        refusals = self.options.get(REFUSALS_OPTION)
+        feed = (
+            DecisionFeed(
+                feed_url,
+                self.options.get(CONTROL_NAMESPACE_OPTION, "windjoin"),
+                partitions=adapter.spec.partitions,
+                slots=len(adapter.slot_labels),
+                auth=auth_from_options(self.options),
+                refusals=RefusalCounts(refusals) if refusals else None,
+            )
+            if feed_url
+            else None
+        )
         marks_path, costs_path = self.options.get(MARKS_OPTION), self.options.get(COSTS_OPTION)
         return AdaptedStreamReader(
             KafkaSourceOptions.from_options(self.options),
-            decode_adapter(self.options),
+            adapter,
             feed,
             MarkReports(marks_path) if marks_path else None,
             BatchCosts(costs_path) if costs_path else None,

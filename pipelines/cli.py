@@ -19,6 +19,7 @@ from windjoin.pipelines.plan_cli import plan
 from windjoin.pipelines.producer_cli import generate, produce
 from windjoin.pipelines.proxy_cli import proxy
 from windjoin.pipelines.query_cli import query
+from windjoin.pipelines.redis_acl_cli import redis_acl
 from windjoin.pipelines.run_cli import run
 from windjoin.pipelines.services_cli import services
 from windjoin.pipelines.sites_cli import sites
@@ -35,6 +36,7 @@ cli.add_command(plan)
 cli.add_command(controller)
 cli.add_command(sites)
 cli.add_command(bench)
+cli.add_command(redis_acl)
 
 
 @cli.command("join-file")

@@ -1,21 +1,112 @@
-"""The join job's view of the controller: its latest recorded decision as a control target."""
+"""The join job's view of the controller: its latest recorded decision, checked, as a control target.
+
+A decision that fails `decision_check` is refused with a log line and counted by reason; the job keeps steering
+by the last good one. The source's driver side runs in a Python worker of its own, so the counts reach the job's
+metrics through a small JSON file beside the checkpoint (`RefusalCounts`), read when /metrics is scraped.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
 from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.redis_client import RedisAuth
 from windjoin.pipelines.control_epoch import ControlTarget
-from windjoin.pipelines.controller import state_from_fields
+from windjoin.pipelines.decision_check import Accepted, DecisionRefused, check_decision
+
+log = logging.getLogger(__name__)
+
+# Spark source options carrying where the credentials are (never the password itself).
+AUTH_OPTIONS = {
+    "username": "windjoin.control.redis.username",
+    "password_file": "windjoin.control.redis.password_file",
+    "password_env": "windjoin.control.redis.password_env",
+    "ca_file": "windjoin.control.redis.ca_file",
+}
+REFUSALS_OPTION = "windjoin.control.refusals"  # the RefusalCounts file
+
+
+def auth_options(auth: RedisAuth | None) -> dict[str, str]:
+    return {} if auth is None else {o: getattr(auth, k) for k, o in AUTH_OPTIONS.items() if getattr(auth, k)}
+
+
+def auth_from_options(options: Mapping[str, str]) -> RedisAuth:
+    return RedisAuth(**{k: options.get(o) or None for k, o in AUTH_OPTIONS.items()})
+
+
+def refusals_path(spec: Any) -> str:
+    """Where a job counts the decisions it refused: beside Spark's checkpoint, like the batches' marks."""
+    return str(Path(spec.checkpoint).resolve() / "control-refusals.json")
+
+
+class RefusalCounts:
+    """Decisions refused so far, by reason, in a JSON file written atomically (the source writes, metrics read)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def read(self) -> dict[str, int]:
+        try:
+            return {str(k): int(v) for k, v in orjson.loads(self.path.read_bytes()).items()}
+        except (FileNotFoundError, orjson.JSONDecodeError, AttributeError, ValueError):
+            return {}
+
+    def add(self, reason: str) -> None:
+        counts = self.read()
+        counts[reason] = counts.get(reason, 0) + 1
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".refusals-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as out:
+            out.write(orjson.dumps(counts))
+        os.replace(tmp, self.path)
 
 
 class DecisionFeed:
-    """Reads the latest decision of a namespace from Redis (one small HGETALL per planned batch)."""
+    """Reads the latest decision of a namespace from Redis (one small HGETALL per planned batch) and hands out
+    the last one that passed `check_decision` for this job's `partitions` and `slots`."""
 
-    def __init__(self, url: str, namespace: str = "windjoin") -> None:
-        self.store = DecisionStore(url, namespace, socket_timeout=2.0)
+    def __init__(
+        self,
+        url: str,
+        namespace: str = "windjoin",
+        *,
+        partitions: int,
+        slots: int,
+        auth: RedisAuth | None = None,
+        refusals: RefusalCounts | None = None,
+    ) -> None:
+        self.store = DecisionStore(url, namespace, socket_timeout=2.0, auth=auth)
+        self.partitions, self.slots, self.refusals = partitions, slots, refusals
+        self.good: ControlTarget | None = None
+        self.accepted = Accepted()
+        self._refused: dict[str, str] | None = None  # the last refused decision (each is counted once)
+
+    def at_least(self, routing_version: int, spill_version: int) -> None:
+        """No decision below these versions (those the job runs under) is accepted from now on."""
+        a = self.accepted
+        self.accepted = Accepted(a.epoch, max(a.routing_version, routing_version), max(a.spill_version, spill_version))
 
     def latest(self) -> ControlTarget | None:
         fields = self.store.latest()
         if fields is None:
-            return None
-        state, _ = state_from_fields(fields)  # a decision without `spill` asks for no push or clean-up
-        return ControlTarget(state.routing, state.shed_ratio, state.spill)
+            return self.good
+        try:
+            target, accepted = check_decision(fields, self.partitions, self.slots, self.accepted)
+        except DecisionRefused as refused:
+            if fields != self._refused:
+                self._refused = fields
+                log.warning(
+                    "control decision (epoch %r) refused, %s; keeping the last good one", fields.get("epoch"), refused
+                )
+                if self.refusals is not None:
+                    self.refusals.add(refused.reason)
+            return self.good
+        self.good, self.accepted = target, accepted
+        return target

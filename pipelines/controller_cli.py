@@ -189,20 +189,26 @@ def controller(
         redis_url = spec.sinks.redis.url
     from windjoin.connectors.control_decisions import DecisionStore
     from windjoin.connectors.load_reports import LoadReports
+    from windjoin.connectors.redis_client import spec_auth
     from windjoin.pipelines.controller import Controller
     from windjoin.pipelines.controller_metrics import ControllerMetrics
 
     try:
-        reports, decisions = LoadReports(redis_url, namespace), DecisionStore(redis_url, namespace)
+        auth = spec_auth(spec.sinks.redis)
+        reports = LoadReports(redis_url, namespace, auth=auth)
+        decisions = DecisionStore(redis_url, namespace, auth=auth)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 
     arrivals = None
     if config.utilisation.measure == "arrivals":  # tau from the records added to the input topics
         from windjoin.connectors.kafka_arrivals import KafkaArrivals
+        from windjoin.connectors.kafka_security import KafkaSecurity
 
         topics = [s.topic for s in spec.streams.values() if s.topic]
-        arrivals = KafkaArrivals(resolve_bootstrap(bootstrap, state_dir), topics)
+        arrivals = KafkaArrivals(
+            resolve_bootstrap(bootstrap, state_dir), topics, security=KafkaSecurity.from_spec(spec.kafka)
+        )
 
     def resume() -> Controller:
         """A controller resuming from the latest recorded decision (at start, and each time we become leader:

@@ -24,6 +24,7 @@ from windjoin.connectors.codec_errors import register_reason
 from windjoin.connectors.dead_letter import DeadLetter, fit_dead_letter
 from windjoin.connectors.kafka_admin import topic_config
 from windjoin.connectors.kafka_producer import BatchProducer
+from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
 from windjoin.connectors.kafka_source import KafkaRange, KafkaSourceOptions, read_range
 from windjoin.operators import schema
 from windjoin.pipelines.adapter import UNKNOWN_TOPIC
@@ -49,12 +50,14 @@ BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default message.max.byte
 RECORD_OVERHEAD_BYTES = 61 + 36
 
 
-def fetch_originals(bootstrap: str, coords: Iterable[tuple[str, int, int]]) -> dict[tuple[str, int, int], tuple]:
+def fetch_originals(
+    bootstrap: str, coords: Iterable[tuple[str, int, int]], security: KafkaSecurity = PLAINTEXT
+) -> dict[tuple[str, int, int], tuple]:
     """(key, value) bytes of each (topic, partition, offset), read once per partition's offset span."""
     wanted: dict[tuple[str, int], set[int]] = {}
     for topic, partition, offset in coords:
         wanted.setdefault((topic, partition), set()).add(offset)
-    options = KafkaSourceOptions(bootstrap_servers=bootstrap, topics=tuple({t for t, _ in wanted}))
+    options = KafkaSourceOptions(bootstrap_servers=bootstrap, topics=tuple({t for t, _ in wanted}), security=security)
     found = {}
     for (topic, partition), offsets in wanted.items():
         span = KafkaRange(topic, partition, min(offsets), max(offsets) + 1, 0)
@@ -73,8 +76,11 @@ class DeadLetterWriter:
     (1048588) is assumed and a warning logged.
     """
 
-    def __init__(self, bootstrap: str, topic: str, config_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, config_timeout_s: float = 10.0, security: KafkaSecurity = PLAINTEXT
+    ) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.topic = topic
         self.config_timeout_s = config_timeout_s
         self._limit: int | None = None
@@ -87,7 +93,9 @@ class DeadLetterWriter:
 
     def _read_limit(self) -> int:
         try:
-            text = topic_config(self.bootstrap, self.topic, self.config_timeout_s).get(MAX_MESSAGE_BYTES)
+            text = topic_config(self.bootstrap, self.topic, self.config_timeout_s, self.security.client_config()).get(
+                MAX_MESSAGE_BYTES
+            )
             if text is None:
                 problem = "the broker does not report it"
             elif text.isdigit() and int(text) > 0:
@@ -111,7 +119,7 @@ class DeadLetterWriter:
             return 0
         limit = self.message_limit()
         coords = list(zip(rows["topic"], rows["kpartition"].astype(int), rows["koffset"].astype(int), strict=True))
-        originals = fetch_originals(self.bootstrap, coords)
+        originals = fetch_originals(self.bootstrap, coords, self.security)
         now = datetime.now(UTC)
         messages = []
         for (src_topic, partition, offset), stream, reason, detail in zip(
@@ -138,6 +146,6 @@ class DeadLetterWriter:
             "message.max.bytes": min(1_000_000_000, max(1_000_000, limit + 65_536)),
             "batch.size": max(1, limit - RECORD_OVERHEAD_BYTES),
         }
-        with BatchProducer(self.bootstrap, producer_config) as producer:
+        with BatchProducer(self.bootstrap, {**producer_config, **self.security.client_config()}) as producer:
             producer.produce_batch(self.topic, messages)
         return len(messages)

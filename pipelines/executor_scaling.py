@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from windjoin.connectors.control_decisions import decision_key
+from windjoin.connectors.redis_client import RedisAuth, redis_client
 
 log = logging.getLogger(__name__)
 
@@ -142,12 +143,12 @@ class SparkExecutors:
         return killed
 
 
-def redis_desired(url: str, key: str = DEFAULT_REDIS_KEY) -> Callable[[], int | None]:
+def redis_desired(url: str, key: str = DEFAULT_REDIS_KEY, auth: RedisAuth | None = None) -> Callable[[], int | None]:
     """A reader of the desired executor count from Redis: field `slots` of a hash (the controller's latest decision,
     one executor per active slot) or a plain integer string (set by hand). None when absent or unreadable."""
     import redis
 
-    client = redis.Redis.from_url(url, socket_timeout=2.0)
+    client = redis_client(url, auth, socket_timeout=2.0)
 
     def read() -> int | None:
         try:
@@ -229,6 +230,7 @@ def start_following(
     key: str = DEFAULT_REDIS_KEY,
     hold_s: float = 30.0,
     on_change: Callable[[int, list[str], list[str]], None] | None = None,
+    auth: RedisAuth | None = None,
 ) -> ExecutorFollower | None:
     """Start following a fixed executor count or a Redis key (the controller's decision); None when neither is given.
 
@@ -237,6 +239,6 @@ def start_following(
     """
     if fixed is None and redis_url is None:
         return None
-    desired = (lambda: fixed) if redis_url is None else redis_desired(redis_url, key)
+    desired = (lambda: fixed) if redis_url is None else redis_desired(redis_url, key, auth)
     policy = ScalingPolicy(shrink_after_s=hold_s, cooldown_s=min(hold_s, 15.0))
     return ExecutorFollower(SparkExecutors(sc), desired, policy, on_change=on_change).start()

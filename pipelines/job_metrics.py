@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+
+from windjoin.pipelines.decision_check import REASONS
 
 if TYPE_CHECKING:
     from windjoin.pipelines.join_job import BatchOutcome
@@ -58,6 +60,27 @@ class BulkHistogram(Collector):
         yield HistogramMetricFamily(self.name, self.documentation)
 
 
+class RefusedDecisions(Collector):
+    """windjoin_job_decisions_refused_total{reason}: a counter whose values come from `counts()` at each scrape."""
+
+    def __init__(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "windjoin_job_decisions_refused",
+            "Controller decisions the job refused (and kept steering by the last good one), by reason.",
+            labels=["reason"],
+        )
+        counts = self.counts()
+        for reason in sorted({*REASONS, *counts}):
+            family.add_metric([reason], counts.get(reason, 0))
+        yield family
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily("windjoin_job_decisions_refused", "", labels=["reason"])
+
+
 class JobMetrics:
     """Input rows per slot, pairs per task, dead letters by reason, production delay, per-slot batch time and
     window size, batch id, batches a sink skipped as replays; per slot and per hash partition the load the
@@ -70,7 +93,12 @@ class JobMetrics:
     gauge at 0.
     """
 
-    def __init__(self, streams: Sequence[str] = (), executors: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        streams: Sequence[str] = (),
+        executors: Callable[[], int] | None = None,
+        refused: Callable[[], Mapping[str, int]] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self._executors = executors
@@ -219,6 +247,9 @@ class JobMetrics:
             DELAY_BUCKETS,
         )
         r.register(self.delay)
+        # Controller decisions the job refused (pipelines.decision_check), by reason; counted by the source's
+        # planner in its own process, so read from `refused` when scraped. Every reason shows 0 from the start.
+        r.register(RefusedDecisions(refused or dict))
 
     def observe(self, outcome: BatchOutcome) -> None:
         """Account for one committed batch."""

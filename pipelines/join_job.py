@@ -19,8 +19,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from windjoin.connectors.batch_costs import BatchCosts
+from windjoin.connectors.kafka_security import KafkaSecurity
 from windjoin.connectors.mark_reports import MarkReports
 from windjoin.connectors.move_store import MoveStore
+from windjoin.connectors.redis_client import RedisAuth
 from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
 from windjoin.connectors.snapshots import Snapshot
 from windjoin.operators.partitioning import RoutingTable
@@ -36,6 +38,7 @@ from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.batch_budget import batch_budget, spark_parts
 from windjoin.pipelines.checkpoint_identity import checkpoint_identity, predates_run_ids
 from windjoin.pipelines.checkpoint_layout import check_layout
+from windjoin.pipelines.control_feed import REFUSALS_OPTION, auth_options
 from windjoin.pipelines.dead_letters import DeadLetterWriter
 from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinProcessor
 from windjoin.pipelines.sink_fence import fence_sinks
@@ -98,9 +101,17 @@ class ControlSource:
 
     url: str
     namespace: str = "windjoin"
+    auth: RedisAuth | None = None  # where the job's Redis credentials are (files, variable names: no secret)
+    refusals: str | None = None  # the file counting refused decisions (control_feed.RefusalCounts)
 
     def options(self) -> dict[str, str]:
-        return {CONTROL_REDIS_OPTION: self.url, CONTROL_NAMESPACE_OPTION: self.namespace}
+        refusals = {} if self.refusals is None else {REFUSALS_OPTION: self.refusals}
+        return {
+            CONTROL_REDIS_OPTION: self.url,
+            CONTROL_NAMESPACE_OPTION: self.namespace,
+            **auth_options(self.auth),
+            **refusals,
+        }
 
 
 @dataclass
@@ -179,7 +190,9 @@ class BatchSink:
 
     def __post_init__(self) -> None:
         if self.spec.dead_letter_topic:
-            self.dead_letters = DeadLetterWriter(self.bootstrap, self.spec.dead_letter_topic)
+            self.dead_letters = DeadLetterWriter(
+                self.bootstrap, self.spec.dead_letter_topic, security=KafkaSecurity.from_spec(self.spec.kafka)
+            )
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         outcome = BatchOutcome(batch_id)
@@ -330,6 +343,7 @@ def build_stream(
         COSTS_OPTION: costs_path(spec),
         "read.tasks": str(spark.sparkContext.defaultParallelism),  # a read task per core, not per partition
     }
+    options.update(KafkaSecurity.from_spec(spec.kafka).to_options())
     if spec.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
     if control is not None:

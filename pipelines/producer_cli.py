@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import click
@@ -21,6 +21,7 @@ from windjoin.connectors.codec_errors import DecodeError
 from windjoin.connectors.jsonl_file import read_events
 from windjoin.connectors.kafka_admin import create_topics, list_topics
 from windjoin.connectors.kafka_producer import BatchProducer, DeliveryError, Record
+from windjoin.connectors.kafka_security import KafkaSecurity, KafkaSecurityError
 from windjoin.connectors.stream_encoder import (
     OTHER_STREAM,
     STREAM_ENTRY,
@@ -61,20 +62,31 @@ _PARTITIONS = click.option(
 _PROGRESS = click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a tty).")
 
 
-def ensure_topics(bootstrap: str, topics: Iterable[str], partitions: int) -> dict[str, tuple[int, bool]]:
-    """Create the missing topics with `partitions` partitions; per topic: (partition count, created now)."""
+def ensure_topics(
+    bootstrap: str, topics: Iterable[str], partitions: int, client: Mapping[str, object] | None = None
+) -> dict[str, tuple[int, bool]]:
+    """Create the missing topics with `partitions` partitions; per topic: (partition count, created now).
+    `client`: the admin client's settings (TLS, SASL)."""
     topics = list(dict.fromkeys(topics))
     try:
-        existing = list_topics(bootstrap)
+        existing = list_topics(bootstrap, config=client)
     except Exception as err:  # KafkaException: the broker does not answer
         raise click.ClickException(f"cannot reach the Kafka broker at {bootstrap}: {err}") from err
     missing = [t for t in topics if t not in existing]
     if missing:
         try:
-            create_topics(bootstrap, missing, partitions, exist_ok=True)
+            create_topics(bootstrap, missing, partitions, exist_ok=True, client=client)
         except Exception as err:  # KafkaException, TimeoutError: say which topics and where
             raise click.ClickException(f"cannot create topic(s) {missing} on {bootstrap}: {err}") from err
     return {t: (existing[t], False) if t in existing else (partitions, True) for t in topics}
+
+
+def client_security(spec: JoinSpec) -> dict[str, str]:
+    """The spec's `kafka:` settings for a client (the password read now), or a click error naming the key."""
+    try:
+        return KafkaSecurity.from_spec(spec.kafka).client_config()
+    except KafkaSecurityError as err:
+        raise click.ClickException(str(err)) from None
 
 
 def _encoder(spec: JoinSpec, name: str, validate_records: bool = True) -> StreamEncoder:
@@ -131,7 +143,8 @@ def produce(
     if topic is None:
         raise click.UsageError(f"streams.{stream}.topic is not set in {spec_path}; set it or pass --topic")
     bootstrap = resolve_bootstrap(bootstrap, state_dir)
-    _say_topics(ensure_topics(bootstrap, [topic], topic_partitions))
+    security = client_security(spec)
+    _say_topics(ensure_topics(bootstrap, [topic], topic_partitions, security))
 
     refused: Counter[str] = Counter()
     other = produced = 0
@@ -139,7 +152,7 @@ def produce(
     started = time.perf_counter()
     disable = None if progress is None else not progress
     with (
-        BatchProducer(bootstrap, PRODUCER_CONFIG) as producer,
+        BatchProducer(bootstrap, {**PRODUCER_CONFIG, **security}) as producer,
         tqdm(total=events.stat().st_size, unit="B", unit_scale=True, desc=f"producing {topic}", disable=disable) as bar,
     ):
         batch: list[Record] = []
@@ -264,8 +277,10 @@ def generate(
         raise click.UsageError(f"{spec_path}: stream(s) {no_topic} have no topic; set streams.<name>.topic")
     bootstrap = resolve_bootstrap(bootstrap, state_dir)
     # Created first: the idempotent producer's id is fetched in the background while the topics are set up.
-    with BatchProducer(bootstrap, PRODUCER_CONFIG) as producer:
-        _say_topics(ensure_topics(bootstrap, [e.topic for e in encoders.values()], topic_partitions))  # type: ignore[misc]
+    security = client_security(spec)
+    with BatchProducer(bootstrap, {**PRODUCER_CONFIG, **security}) as producer:
+        topics = [e.topic for e in encoders.values()]
+        _say_topics(ensure_topics(bootstrap, topics, topic_partitions, security))  # type: ignore[arg-type]
         _generate(producer, spec, encoders, rate, duration, seed, skew, keys, skew_over, pace, progress)
 
 

@@ -17,6 +17,7 @@ NAMESPACE_OPTION = click.option(
 
 def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE):  # -> ResultStore (imported lazily)
     """The result store over the sinks the spec configures (Redis, Parquet, or both)."""
+    from windjoin.connectors.redis_client import spec_auth
     from windjoin.connectors.result_query import ResultStore
 
     redis_url = spec.sinks.redis.url if spec.sinks.redis is not None else None
@@ -24,7 +25,7 @@ def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE):  # -> ResultSto
     if redis_url is None and parquet_path is None:
         raise click.ClickException("the spec configures no sink (sinks.redis or sinks.parquet): nothing to query")
     try:
-        return ResultStore(spec, redis_url, namespace, parquet_path)
+        return ResultStore(spec, redis_url, namespace, parquet_path, auth=spec_auth(spec.sinks.redis))
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 

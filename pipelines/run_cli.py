@@ -12,12 +12,14 @@ import click
 import numpy as np
 from redis.exceptions import RedisError
 
+from windjoin.connectors.redis_client import RedisAuthError, spec_auth
 from windjoin.connectors.sink_owner import OwnerRecordError
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec
 from windjoin.pipelines.batch_budget import budget_text
 from windjoin.pipelines.checkpoint_identity import checkpoint_identity, predates_run_ids
 from windjoin.pipelines.checkpoint_layout import CheckpointLayoutError, check_layout
 from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
+from windjoin.pipelines.control_feed import RefusalCounts, refusals_path
 from windjoin.pipelines.executor_scaling import DEFAULT_REDIS_KEY, executor_count, start_following
 from windjoin.pipelines.join_job import (
     STATE_CONF,
@@ -48,7 +50,13 @@ def build_sinks(spec: JoinSpec, clock: Callable[[], float] = time.time) -> list[
         sinks.append(ParquetSink(parquet.path))
     redis_sink = None
     if redis is not None:
-        redis_sink = RedisSink(redis.url, redis.retain_ms, trim=parquet is None, feed_batches=redis.feed_batches)
+        redis_sink = RedisSink(
+            redis.url,
+            redis.retain_ms,
+            trim=parquet is None,
+            feed_batches=redis.feed_batches,
+            auth=spec_auth(redis),
+        )
         sinks.append(redis_sink)
     if parquet is not None:
         store = SnapshotStore(parquet.path)
@@ -195,7 +203,7 @@ def run(
         adopt = predates_run_ids(checkpoint)
         for line in fence_sinks(sinks, tasks, checkpoint_identity(checkpoint), fresh_sinks, adopt):
             click.echo(line, err=True)
-    except (SpecError, JobConfigError, CheckpointLayoutError, SinkOwnerError, OwnerRecordError) as err:
+    except (SpecError, JobConfigError, CheckpointLayoutError, SinkOwnerError, OwnerRecordError, RedisAuthError) as err:
         raise click.ClickException(str(err)) from None
     except RedisError as err:
         raise click.ClickException(f"sinks.redis: {err}") from None
@@ -215,6 +223,7 @@ def run(
                 f"executors: target {target}, live {len(live)} {live}" + (f", killing {killed}" if killed else ""),
                 err=True,
             ),
+            auth=spec_auth(spec.sinks.redis),
         )
     except ValueError as err:  # a local master, or dynamic allocation on
         spark.stop()
@@ -225,7 +234,8 @@ def run(
         from windjoin.pipelines.job_metrics import JobMetrics
 
         sc = spark.sparkContext
-        metrics = JobMetrics(streams=list(spec.streams), executors=lambda: executor_count(sc))
+        refused = RefusalCounts(refusals_path(spec)).read if control_redis else None
+        metrics = JobMetrics(streams=list(spec.streams), executors=lambda: executor_count(sc), refused=refused)
         metrics.serve(metrics_port)
         click.echo(f"windjoin: metrics on :{metrics_port}/metrics", err=True)
 
@@ -235,7 +245,8 @@ def run(
         from windjoin.pipelines.load_publisher import LoadPublisher
 
         trigger_s = 0.0 if available_now else spec.trigger_ms / 1000
-        load_publisher = LoadPublisher(LoadReports(spec.sinks.redis.url), trigger_s)
+        reports = LoadReports(spec.sinks.redis.url, auth=spec_auth(spec.sinks.redis))
+        load_publisher = LoadPublisher(reports, trigger_s)
 
     def on_batch(outcome: BatchOutcome) -> None:
         click.echo(progress.line(outcome), err=True)
@@ -244,7 +255,11 @@ def run(
         if load_publisher is not None:
             load_publisher(outcome)
 
-    control = ControlSource(control_redis, control_namespace) if control_redis else None
+    control = (
+        ControlSource(control_redis, control_namespace, spec_auth(spec.sinks.redis), refusals_path(spec))
+        if control_redis
+        else None
+    )
     query = start_job(
         spark, spec, bootstrap, sinks, available_now, on_batch=on_batch, control=control, fresh_sinks=fresh_sinks
     )

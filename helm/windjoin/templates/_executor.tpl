@@ -29,9 +29,12 @@ spec:
       env:
         - name: PYSPARK_PYTHON
           value: /opt/windjoin/venv/bin/python
+        {{- include "windjoin.env" (dict "ctx" . "component" "job") | nindent 8 }}
       {{- include "windjoin.credentialsEnvFrom" . | nindent 6 }}
       volumeMounts:
         {{- include "windjoin.volumeMounts" . | nindent 8 }}
+        {{- include "windjoin.credentialMounts" (dict "ctx" . "kafka" true "spark" true) | nindent 8 }}
   volumes:
     {{- include "windjoin.volumes" . | nindent 4 }}
+    {{- include "windjoin.credentialVolumes" (dict "ctx" . "component" "job" "kafka" true "spark" true) | nindent 4 }}
 {{- end -}}

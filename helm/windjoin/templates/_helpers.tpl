@@ -82,6 +82,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- $_ := set $sinks "redis" (merge (dict "url" (include "windjoin.redisUrl" .) "retain_ms" .Values.redis.retainMs) (default (dict) (get $sinks "redis"))) -}}
 {{- $_ := set $spec "sinks" $sinks -}}
 {{- $_ := set $spec "checkpoint" (include "windjoin.checkpoint" .) -}}
+{{- $_ := set $spec "kafka" (fromYaml (include "windjoin.kafkaSection" .)) -}}
 {{- toYaml $spec -}}
 {{- end -}}
 
@@ -117,4 +118,141 @@ envFrom:
   - secretRef:
       name: {{ .Values.storage.objectStore.credentialsSecret }}
 {{- end }}
+{{- end -}}
+
+{{/* Secret names: the user's existing one, else the one the chart creates. */}}
+{{- define "windjoin.redisAuthSecret" -}}
+{{- default (printf "%s-redis-auth" (include "windjoin.fullname" .)) .Values.redis.auth.existingSecret -}}
+{{- end -}}
+{{- define "windjoin.sparkAuthSecret" -}}
+{{- default (printf "%s-spark-auth" (include "windjoin.fullname" .)) .Values.join.authenticate.existingSecret -}}
+{{- end -}}
+{{- define "windjoin.proxyTokensSecret" -}}
+{{- default (printf "%s-proxy-tokens" (include "windjoin.fullname" .)) .Values.proxy.auth.existingSecret -}}
+{{- end -}}
+
+{{/* A random secret kept across upgrades: the value already in the cluster's Secret, else a new one.
+     (dict "ctx" $ "name" secretName "key" key) */}}
+{{- define "windjoin.keptRandom" -}}
+{{- $found := lookup "v1" "Secret" .ctx.Release.Namespace .name -}}
+{{- if and $found (hasKey $found.data .key) -}}
+{{- index $found.data .key -}}
+{{- else -}}
+{{- randAlphaNum 40 | b64enc -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ACL rules of one component's Redis user: the same as windjoin.connectors.redis_acl.component_rules
+     (tests/deploy checks they agree). (dict "ctx" $ "component" "job") */}}
+{{- define "windjoin.redisAclRules" -}}
+{{- $ns := .ctx.Values.redis.auth.namespace -}}
+{{- $scripts := "+eval +evalsha +eval_ro +evalsha_ro" -}}
+{{- $tx := "+multi +exec +discard +watch +unwatch" -}}
+{{- if eq .component "job" -}}
+~{{ $ns }}:{*}:results ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed ~{{ $ns }}:{*}:owner ~{{ $ns }}:{control}:load %R~{{ $ns }}:{control}:decision -@all +@connection +@read +@write {{ $scripts }} {{ $tx }} -@dangerous -@admin
+{{- else if eq .component "controller" -}}
+%R~{{ $ns }}:{control}:load ~{{ $ns }}:{control}:decision ~{{ $ns }}:{control}:decisions -@all +@connection +@read +@write {{ $tx }} -@dangerous -@admin
+{{- else -}}
+~{{ $ns }}:{*}:results ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed -@all +@connection +@read {{ $scripts }} -@dangerous -@admin
+{{- end -}}
+{{- end -}}
+
+{{/* Environment of a windjoin container: its Redis user (password from the mounted Secret), HOME on /tmp
+     (the root file system is read-only). (dict "ctx" $ "component" "job") */}}
+{{- define "windjoin.env" -}}
+- name: HOME
+  value: /tmp
+- name: PYTHONDONTWRITEBYTECODE
+  value: "1"
+- name: WINDJOIN_REDIS_USERNAME
+  value: windjoin-{{ .component }}
+- name: WINDJOIN_REDIS_PASSWORD_FILE
+  value: /var/run/secrets/windjoin/redis/{{ .component }}
+{{- if .ctx.Values.redis.tls.caSecret }}
+- name: WINDJOIN_REDIS_CA_FILE
+  value: /var/run/secrets/windjoin/redis-ca/ca.crt
+{{- end }}
+{{- end -}}
+
+{{/* Credential volumes of one component: its Redis password only, Kafka's and Spark's where it needs them.
+     (dict "ctx" $ "component" "job" "kafka" true "spark" true) */}}
+{{- define "windjoin.credentialVolumes" -}}
+- name: redis-auth
+  secret:
+    secretName: {{ include "windjoin.redisAuthSecret" .ctx }}
+    defaultMode: 0440
+    items:
+      - key: {{ .component }}
+        path: {{ .component }}
+{{- if .ctx.Values.redis.tls.caSecret }}
+- name: redis-ca
+  secret:
+    secretName: {{ .ctx.Values.redis.tls.caSecret }}
+    items: [{key: ca.crt, path: ca.crt}]
+{{- end }}
+{{- if .kafka }}
+{{- with .ctx.Values.kafka.security.passwordSecret }}
+- name: kafka-auth
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+    items: [{key: password, path: password}]
+{{- end }}
+{{- with .ctx.Values.kafka.security.caSecret }}
+- name: kafka-ca
+  secret:
+    secretName: {{ . }}
+    items: [{key: ca.crt, path: ca.crt}]
+{{- end }}
+{{- end }}
+{{- if .spark }}
+- name: spark-auth
+  secret:
+    secretName: {{ include "windjoin.sparkAuthSecret" .ctx }}
+    defaultMode: 0440
+    items: [{key: secret, path: secret}]
+{{- end }}
+{{- end -}}
+
+{{- define "windjoin.credentialMounts" -}}
+- name: redis-auth
+  mountPath: /var/run/secrets/windjoin/redis
+  readOnly: true
+{{- if .ctx.Values.redis.tls.caSecret }}
+- name: redis-ca
+  mountPath: /var/run/secrets/windjoin/redis-ca
+  readOnly: true
+{{- end }}
+{{- if .kafka }}
+{{- if .ctx.Values.kafka.security.passwordSecret }}
+- name: kafka-auth
+  mountPath: /var/run/secrets/windjoin/kafka
+  readOnly: true
+{{- end }}
+{{- if .ctx.Values.kafka.security.caSecret }}
+- name: kafka-ca
+  mountPath: /var/run/secrets/windjoin/kafka-ca
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- if .spark }}
+- name: spark-auth
+  mountPath: /var/run/secrets/windjoin/spark
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* The spec's `kafka:` section from kafka.security (paths of the mounted Secrets, never their content). */}}
+{{- define "windjoin.kafkaSection" -}}
+{{- $s := .Values.kafka.security -}}
+{{- $out := dict "security_protocol" $s.protocol -}}
+{{- if hasPrefix "SASL_" $s.protocol -}}
+{{- $_ := set $out "sasl_mechanism" $s.saslMechanism -}}
+{{- $_ := set $out "username" $s.username -}}
+{{- $_ := set $out "password_file" "/var/run/secrets/windjoin/kafka/password" -}}
+{{- end -}}
+{{- if and $s.caSecret (hasSuffix "SSL" $s.protocol) -}}
+{{- $_ := set $out "ca_file" "/var/run/secrets/windjoin/kafka-ca/ca.crt" -}}
+{{- end -}}
+{{- toYaml $out -}}
 {{- end -}}

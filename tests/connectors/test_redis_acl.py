@@ -1,0 +1,184 @@
+"""The generated ACLs on a real redis-server: each component's user does its job and is refused everything else."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.connectors.sink_cases import SPEC
+from tests.connectors.test_redis_sink import make_table
+from windjoin.connectors import processes
+from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.load_reports import LoadReports
+from windjoin.connectors.redis_acl import COMPONENTS, acl_file, acl_users, component_rules
+from windjoin.connectors.redis_client import RedisAuth, RedisAuthError, redis_client
+from windjoin.connectors.redis_sink import RedisSink, results_key
+from windjoin.connectors.redis_tier import feed_info, read_span
+from windjoin.connectors.services import redis_binary
+
+NS = "windjoin"
+PAIRS = [{"R": {"ts": 7, "k": 1, "x": 1.0, "z": "a"}, "S": {"t": 9, "k": 1, "d": True}}]
+
+
+@contextmanager
+def acl_redis(root: Path, namespace: str = NS) -> Iterator[tuple[str, dict[str, RedisAuth]]]:
+    """A redis-server whose users come from `acl_file`, each password in a file as a mounted Secret would be."""
+    passwords = {c: f"{c}-secret-{i}" for i, c in enumerate(COMPONENTS)}
+    auths = {}
+    for component, password in passwords.items():
+        (root / component).write_text(password + "\n")  # a trailing newline, as `echo > file` leaves
+        auths[component] = RedisAuth(username=f"windjoin-{component}", password_file=str(root / component))
+    digests = {c: hashlib.sha256(p.encode()).hexdigest() for c, p in passwords.items()}
+    (root / "users.acl").write_text(acl_file(acl_users(digests, namespace)))
+    port = processes.free_port()
+    argv = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    argv += ["--aclfile", str(root / "users.acl"), "--dir", str(root)]
+    pid = processes.spawn(argv, root / "redis.log")
+    try:
+        deadline = time.monotonic() + 10
+        while not processes.port_open("127.0.0.1", port):
+            assert time.monotonic() < deadline, (root / "redis.log").read_text()
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0", auths
+    finally:
+        processes.stop(pid)
+
+
+@pytest.fixture(scope="module")
+def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, RedisAuth]]]:
+    with acl_redis(tmp_path_factory.mktemp("acl")) as server:
+        yield server
+
+
+def test_default_user_is_off(acl_server) -> None:
+    url, _ = acl_server
+    with pytest.raises(redis.AuthenticationError):
+        redis_client(url).ping()
+
+
+def test_wrong_password_is_refused(acl_server, tmp_path: Path) -> None:
+    url, _ = acl_server
+    (tmp_path / "pw").write_text("guess")
+    with pytest.raises(redis.AuthenticationError):
+        redis_client(url, RedisAuth("windjoin-job", str(tmp_path / "pw"))).ping()
+
+
+def test_job_writes_results_and_load_reads_decisions_only(acl_server) -> None:
+    url, auths = acl_server
+    DecisionStore(url, NS, auth=auths["controller"]).record({"epoch": 1, "shed_ratio": "0.0"})
+    sink = RedisSink(url, 10**9, NS, auth=auths["job"])
+    assert sink.write(3, {"a": make_table("a", 3, PAIRS, emitted_at=1)}) == {"a": 1}
+    assert sink.last_committed("a") == 3 and sink.count("a") == 1
+    LoadReports(url, NS, auth=auths["job"]).publish(3, 1.0, 1.0, [{"slot": 0}])
+    job_decisions = DecisionStore(url, NS, auth=auths["job"])
+    assert job_decisions.latest() == {"epoch": "1", "shed_ratio": "0.0"}
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        job_decisions.record({"epoch": 2, "shed_ratio": "1.0"})  # the job cannot steer itself
+    job = sink.client
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        job.xrange(f"{NS}:{{control}}:decisions")  # nor read the controller's history
+    for refused in (lambda: job.set("other", 1), job.flushall, job.flushdb, lambda: job.keys("*")):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            refused()
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        job.config_get("*")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        job.script_flush()
+
+
+def test_controller_writes_decisions_and_reads_load_only(acl_server) -> None:
+    url, auths = acl_server
+    LoadReports(url, NS, auth=auths["job"]).publish(4, 2.0, 1.0, [{"slot": 1}])
+    reports = LoadReports(url, NS, auth=auths["controller"])
+    assert [e.batch_id for e in reports.read()][-1] == 4
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        reports.publish(5, 3.0, 1.0, [])  # a forged load report
+    decisions = DecisionStore(url, NS, auth=auths["controller"])
+    decisions.record({"epoch": 7, "shed_ratio": "0.25"})
+    assert decisions.latest() == {"epoch": "7", "shed_ratio": "0.25"}
+    assert [f["epoch"] for _, f in decisions.history()][-1] == "7"
+    client = decisions.client
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.zadd(results_key("a", NS), {"forged": 1})
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.zrange(results_key("a", NS), 0, -1)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.eval("return 1", 0)
+
+
+def test_proxy_reads_results_and_cannot_write(acl_server) -> None:
+    url, auths = acl_server
+    RedisSink(url, 10**9, NS, auth=auths["job"]).write(8, {"b": make_table("b", 8, PAIRS, emitted_at=2)})
+    proxy = redis_client(url, auths["proxy"])
+    view = read_span(proxy, "b", NS, 0, 100, boundary=False)
+    assert [row["batch_id"] for row in view.rows] == [8]
+    assert feed_info(proxy, "b", NS).last_batch == 8
+    for refused in (
+        lambda: proxy.zadd(results_key("b", NS), {"forged": 1}),
+        lambda: proxy.delete(results_key("b", NS)),
+        lambda: proxy.hgetall(f"{NS}:{{control}}:decision"),
+        lambda: proxy.get(f"{NS}:{{b}}:owner"),
+        lambda: proxy.xadd(f"{NS}:{{control}}:load", {"batch_id": 1}),
+        proxy.flushall,
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            refused()
+    with pytest.raises(redis.ResponseError, match="can't run this command"):  # a write inside a script
+        proxy.eval("return redis.call('DEL', KEYS[1])", 1, results_key("b", NS))
+    assert RedisSink(url, 10**9, NS, auth=auths["job"]).count("b") == 1  # nothing the proxy tried changed it
+
+
+def test_rules_follow_the_namespace() -> None:
+    rules = component_rules("proxy", "tenant.a")
+    assert "~tenant.a:{*}:results" in rules and "windjoin" not in rules
+    with pytest.raises(ValueError, match="component"):
+        component_rules("admin")
+
+
+def test_a_password_in_the_url_is_refused() -> None:
+    with pytest.raises(RedisAuthError, match="password_file"):
+        redis_client("redis://user:secret@127.0.0.1:1/0")
+
+
+def test_credentials_from_the_environment(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_text("s3cret\n")
+    auth = RedisAuth.from_env({"WINDJOIN_REDIS_USERNAME": "u", "WINDJOIN_REDIS_PASSWORD_FILE": str(tmp_path / "pw")})
+    assert auth == RedisAuth("u", str(tmp_path / "pw")) and auth.password() == "s3cret"
+    with pytest.raises(RedisAuthError, match="WINDJOIN_REDIS_PASSWORD_X"):
+        RedisAuth(password_env="WINDJOIN_REDIS_PASSWORD_X").password()
+    with pytest.raises(RedisAuthError, match="redis.password_file"):
+        RedisAuth(password_file=str(tmp_path / "missing")).password()
+
+
+def test_the_spec_refuses_a_password_in_the_url() -> None:
+    from windjoin.operators.spec import SpecError, parse_spec
+
+    data = SPEC.model_dump(exclude={"base_dir"})
+    with pytest.raises(SpecError, match="sinks.redis: url: holds credentials"):
+        parse_spec({**data, "sinks": {"redis": {"url": "redis://job:pw@h:6379/0"}}})
+
+
+def test_the_cli_writes_an_acl_file_for_your_own_redis(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from windjoin.pipelines.cli import cli
+
+    (tmp_path / "job").write_text("j-pass\n")
+    (tmp_path / "proxy").write_text("p-pass")
+    args = ["redis-acl", "--password-file", f"job={tmp_path / 'job'}", "--password-file", f"proxy={tmp_path / 'proxy'}"]
+    done = CliRunner().invoke(cli, [*args, "--namespace", "tenant"])
+    assert done.exit_code == 0, done.output
+    assert done.output == acl_file(
+        acl_users(
+            {"job": hashlib.sha256(b"j-pass").hexdigest(), "proxy": hashlib.sha256(b"p-pass").hexdigest()}, "tenant"
+        )
+    )
+    assert "j-pass" not in done.output
+    bad = CliRunner().invoke(cli, ["redis-acl", "--password-file", f"admin={tmp_path / 'job'}"])
+    assert bad.exit_code != 0 and "COMPONENT one of ['job', 'controller', 'proxy']" in bad.output

@@ -1,0 +1,295 @@
+"""The chart's security, offline: every Secret a pod references resolves, no credential is in a ConfigMap or a
+container argument, the bundled Redis gets the same ACL users as `connectors.redis_acl` (its init script run here,
+its file loaded by a real redis-server), Spark authenticates and encrypts, NetworkPolicies deny by default."""
+
+from __future__ import annotations
+
+import base64
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+import yaml
+
+from tests.deploy.test_chart import CHART, VALUE_SETS, _helm, _render, helm  # noqa: F401 - the helm fixture
+from windjoin.connectors import processes
+from windjoin.connectors.redis_acl import COMPONENTS, component_rules
+from windjoin.connectors.redis_client import RedisAuth, redis_client
+from windjoin.connectors.services import redis_binary
+from windjoin.operators.spec import parse_spec
+
+WORKLOADS = {"Deployment", "StatefulSet"}
+
+
+def _values(name: str) -> dict:
+    path = VALUE_SETS[name]
+    return {} if path is None else yaml.safe_load(path.read_text())
+
+
+def _pods(docs: list[dict]) -> list[tuple[str, dict]]:
+    """(name, pod spec) of every workload, the executor pod template included."""
+    pods = [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in docs if d["kind"] in WORKLOADS]
+    spec_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-spec"))
+    if "executor-pod-template.yaml" in spec_map["data"]:
+        pods.append(("executor", yaml.safe_load(spec_map["data"]["executor-pod-template.yaml"])["spec"]))
+    return pods
+
+
+def _containers(pod: dict) -> list[dict]:
+    return [*pod.get("initContainers", []), *pod["containers"]]
+
+
+def _user_secrets(values: dict) -> set[str]:
+    """Secrets the values name as the user's own (they exist before install)."""
+    found = set()
+
+    def walk(node: object, key: str = "") -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, k)
+        elif (
+            isinstance(node, str)
+            and node
+            and key
+            in {
+                "existingSecret",
+                "caSecret",
+                "passwordSecret",
+                "secretName",
+                "credentialsSecret",
+            }
+        ):
+            found.add(node)
+
+    walk(values)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_secret_reference_resolves(helm, name):  # noqa: F811
+    docs = _render(helm, name)
+    rendered = {
+        d["metadata"]["name"]: {**d.get("data", {}), **d.get("stringData", {})} for d in docs if d["kind"] == "Secret"
+    }
+    values = _values(name)
+    own = _user_secrets(values)
+    if not (values.get("proxy", {}).get("auth", {}).get("tokens")):
+        own.add("wj-windjoin-proxy-tokens")  # the proxy's tokens: yours unless the values list them
+    refs = []
+    for pod_name, pod in _pods(docs):
+        for volume in pod.get("volumes", []):
+            if "secret" in volume:
+                keys = [item["key"] for item in volume["secret"].get("items", [])]
+                refs.append((pod_name, volume["secret"]["secretName"], keys))
+        for container in _containers(pod):
+            for env in container.get("env", []):
+                ref = env.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    refs.append((pod_name, ref["name"], [ref["key"]]))
+            for source in container.get("envFrom", []):
+                if "secretRef" in source:
+                    refs.append((pod_name, source["secretRef"]["name"], []))
+    assert refs
+    for pod_name, secret, keys in refs:
+        if secret in own:
+            continue
+        assert secret in rendered, f"{name}: {pod_name} references Secret {secret}, neither rendered nor yours"
+        missing = [k for k in keys if k not in rendered[secret]]
+        assert not missing, f"{name}: {pod_name} needs keys {missing} of Secret {secret}"
+
+
+def _secret_values(docs: list[dict]) -> list[str]:
+    out = []
+    for d in docs:
+        if d["kind"] == "Secret":
+            out += [base64.b64decode(v).decode() for v in d.get("data", {}).values()]
+            out += [line for v in d.get("stringData", {}).values() for line in v.splitlines() if "sha256" in line]
+    return [v for v in out if v]
+
+
+# A password given inline (not a file path), a URL with a password, librdkafka's or Spark's secret settings.
+CREDENTIAL_TEXT = re.compile(
+    r"\bpassword\s*[=:]\s*(?![\s/])|rediss?://[^/\s@]*:[^/\s@]*@|sasl\.password|spark\.authenticate\.secret="
+    r"|\btoken\s*[=:]\s*(?![\s/])",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_no_credential_in_a_configmap_or_an_argument(helm, name):  # noqa: F811
+    docs = _render(helm, name)
+    secrets = _secret_values(docs)
+    assert secrets or name != "default", "the default values create the Redis and Spark secrets"
+    texts = []
+    for d in docs:
+        if d["kind"] == "ConfigMap":
+            texts += [f"ConfigMap {d['metadata']['name']}: {v}" for v in d["data"].values()]
+    for pod_name, pod in _pods(docs):
+        for container in _containers(pod):
+            where = f"{pod_name}/{container['name']}"
+            texts += [f"{where} arg: {a}" for a in [*container.get("command", []), *container.get("args", [])]]
+            texts += [f"{where} env: {e['name']}={e['value']}" for e in container.get("env", []) if "value" in e]
+    for text in texts:
+        leaked = [s for s in secrets if s in text]
+        assert not leaked, f"{name}: a Secret's value in {text[:200]}"
+        assert not CREDENTIAL_TEXT.search(text), f"{name}: {text[:300]}"
+
+
+def test_the_spec_names_credential_files_only(helm):  # noqa: F811
+    docs = _render(helm, "secure")
+    spec_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-spec"))
+    spec = parse_spec(yaml.safe_load(spec_map["data"]["spec.yaml"]))
+    assert spec.kafka.security_protocol == "SASL_SSL" and spec.kafka.sasl_mechanism == "SCRAM-SHA-512"
+    assert spec.kafka.password_file == "/var/run/secrets/windjoin/kafka/password"
+    assert spec.kafka.ca_file == "/var/run/secrets/windjoin/kafka-ca/ca.crt"
+    assert spec.sinks.redis.username is None and spec.sinks.redis.password_file is None  # per component: env
+    pods = dict(_pods(docs))
+    for pod_name, component in (
+        ("wj-windjoin-driver", "job"),
+        ("executor", "job"),
+        ("wj-windjoin-controller", "controller"),
+        ("wj-windjoin-proxy", "proxy"),
+    ):
+        [container] = pods[pod_name]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        auth = RedisAuth.from_env({k: v for k, v in env.items() if v})
+        assert auth == RedisAuth(
+            f"windjoin-{component}",
+            f"/var/run/secrets/windjoin/redis/{component}",
+            ca_file="/var/run/secrets/windjoin/redis-ca/ca.crt",
+        )
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in pods[pod_name]["volumes"]}
+        redis_volume = volumes[mounts["/var/run/secrets/windjoin/redis"]]["secret"]
+        assert redis_volume["secretName"] == "windjoin-redis-users"
+        assert redis_volume["items"] == [{"key": component, "path": component}]  # its own password only
+        kafka_mounted = "/var/run/secrets/windjoin/kafka" in mounts
+        assert kafka_mounted == (component != "proxy")
+    proxy = pods["wj-windjoin-proxy"]["containers"][0]
+    assert "--tokens-file=/var/run/secrets/windjoin/proxy-tokens/tokens.yaml" in proxy["args"]
+    assert "--tls-cert-file=/var/run/secrets/windjoin/proxy-tls/tls.crt" in proxy["args"]
+    assert proxy["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    tokens = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "wj-windjoin-proxy-tokens")
+    assert yaml.safe_load(tokens["stringData"]["tokens.yaml"]) == _values("secure")["proxy"]["auth"]
+
+
+def test_spark_authenticates_and_encrypts_with_a_secret_file(helm):  # noqa: F811
+    for name in ("default", "secure"):
+        docs = _render(helm, name)
+        pods = dict(_pods(docs))
+        args = pods["wj-windjoin-driver"]["containers"][0]["args"]
+        conf = dict(a.removeprefix("--spark-conf=").split("=", 1) for a in args if a.startswith("--spark-conf="))
+        assert conf["spark.authenticate"] == "true" and conf["spark.network.crypto.enabled"] == "true"
+        assert conf["spark.ui.killEnabled"] == "false"
+        path = conf["spark.authenticate.secret.file"]
+        for pod_name in ("wj-windjoin-driver", "executor"):
+            pod = pods[pod_name]
+            mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+            volume = next(v for v in pod["volumes"] if v["name"] == mounts[str(Path(path).parent)])
+            assert volume["secret"]["items"] == [{"key": "secret", "path": Path(path).name}]
+    done = _helm(helm, "template", "wj", str(CHART), "--set", "join.sparkConf.spark\\.authenticate\\.secret=x")
+    assert done.returncode != 0 and "join.sparkConf.spark.authenticate.secret: a credential" in done.stderr
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_read_only_root_file_systems_and_a_read_only_proxy_data_volume(helm, name):  # noqa: F811
+    docs = _render(helm, name)
+    for pod_name, pod in _pods(docs):
+        for container in _containers(pod):
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, f"{pod_name}/{container['name']}"
+            if "redis" not in pod_name:
+                assert any(m["mountPath"] == "/tmp" for m in container.get("volumeMounts", [])), pod_name
+    proxy = dict(_pods(docs))["wj-windjoin-proxy"]["containers"][0]
+    data = [m for m in proxy["volumeMounts"] if m["mountPath"] == "/data"]
+    assert all(m.get("readOnly") for m in data)
+
+
+def test_network_policies_deny_by_default_and_allow_the_needed_flows(helm):  # noqa: F811
+    docs = _render(helm, "controller")
+    policies = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
+    deny = policies["wj-windjoin-default-deny"]
+    assert deny["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "windjoin",
+        "app.kubernetes.io/instance": "wj",
+    }
+    assert set(deny["policyTypes"]) == {"Ingress", "Egress"} and "ingress" not in deny and "egress" not in deny
+    workloads = {
+        d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
+        for d in docs
+        if d["kind"] in WORKLOADS
+    }
+    covered = {p["podSelector"]["matchLabels"].get("app.kubernetes.io/component") for p in policies.values()}
+    assert workloads | {"executor"} <= covered
+    redis_in = policies["wj-windjoin-redis"]["ingress"]
+    assert [r["ports"] for r in redis_in] == [[{"protocol": "TCP", "port": 6379}]]
+    assert sorted(p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in redis_in[0]["from"]) == [
+        "controller",
+        "driver",
+        "executor",
+        "proxy",
+    ]
+    assert "egress" not in policies["wj-windjoin-redis"]  # Redis reaches nobody
+    proxy_egress = policies["wj-windjoin-proxy"]["egress"]
+    assert [p["port"] for rule in proxy_egress for p in rule["ports"]] == [6379]  # the proxy reaches Redis only
+    driver_in = policies["wj-windjoin-driver"]["ingress"]
+    assert {p["port"] for p in driver_in[0]["ports"]} == {7078, 7079}
+    assert driver_in[1]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    secure = {d["metadata"]["name"]: d["spec"] for d in _render(helm, "secure") if d["kind"] == "NetworkPolicy"}
+    assert secure["wj-windjoin-proxy"]["ingress"][0]["from"] == _values("secure")["proxy"]["allowFrom"]
+    assert "wj-windjoin-redis" not in secure  # an external Redis: reached at its own peers and port
+    assert {"to": _values("secure")["redis"]["networkPeers"], "ports": [{"protocol": "TCP", "port": 6380}]} in secure[
+        "wj-windjoin-proxy"
+    ]["egress"]
+
+
+def test_bad_security_values_are_refused(helm):  # noqa: F811
+    done = _helm(helm, "template", "wj", str(CHART), "--set", "kafka.security.protocol=SASL_SSL")
+    assert done.returncode != 0 and "/kafka/security" in done.stderr, done.stderr
+    done = _helm(helm, "template", "wj", str(CHART), "--set", "kafka.security.protocol=TLS")
+    assert done.returncode != 0 and "/kafka/security/protocol" in done.stderr, done.stderr
+    done = _helm(helm, "template", "wj", str(CHART), "--set", "proxy.auth.tokens[0].name=a")
+    assert done.returncode != 0 and "/proxy/auth/tokens/0" in done.stderr, done.stderr
+
+
+def test_the_bundled_redis_loads_the_acl_users_from_its_secret(helm, tmp_path):  # noqa: F811
+    """The Redis pod's init script, run here with sh on the chart's own Secret, writes an ACL file a real
+    redis-server loads: the same rules as `connectors.redis_acl`, each user logging in with its password."""
+    docs = _render(helm, "default")
+    statefulset = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "wj-windjoin-redis")
+    [init] = statefulset["spec"]["template"]["spec"]["initContainers"]
+    secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "wj-windjoin-redis-auth")
+    passwords = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert set(passwords) == set(COMPONENTS) and len(set(passwords.values())) == 3
+    auth_dir, acl_dir = tmp_path / "redis-auth", tmp_path / "acl"
+    auth_dir.mkdir()
+    acl_dir.mkdir()
+    for component, password in passwords.items():
+        (auth_dir / component).write_text(password)
+    script = init["command"][2].replace("/etc/redis-auth", str(auth_dir)).replace("/acl/", f"{acl_dir}/")
+    subprocess.run(["sh", "-ec", script], check=True, timeout=30)
+    lines = (acl_dir / "users.acl").read_text().splitlines()
+    assert lines[0] == "user default off resetkeys resetchannels -@all"
+    for component, line in zip(COMPONENTS, lines[1:], strict=True):
+        assert line.split(" resetkeys resetchannels ")[1] == component_rules(component)
+    port = processes.free_port()
+    argv = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    pid = processes.spawn([*argv, "--aclfile", str(acl_dir / "users.acl"), "--dir", str(tmp_path)], tmp_path / "log")
+    try:
+        deadline = time.monotonic() + 10
+        while not processes.port_open("127.0.0.1", port):
+            assert time.monotonic() < deadline, (tmp_path / "log").read_text()
+            time.sleep(0.05)
+        url = f"redis://127.0.0.1:{port}/0"
+        for component in COMPONENTS:
+            client = redis_client(url, RedisAuth(f"windjoin-{component}", str(auth_dir / component)))
+            assert client.ping()  # logged in as its user (the default user is off)
+            client.close()
+        with pytest.raises(redis.AuthenticationError):
+            redis_client(url).ping()
+    finally:
+        processes.stop(pid)
