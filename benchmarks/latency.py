@@ -108,6 +108,7 @@ def run_variant(
     from windjoin.operators.batch_size import fit_batch_cost
     from windjoin.operators.spec import load_spec
     from windjoin.pipelines.join_job import start_job
+    from windjoin.pipelines.producer_cli import ensure_topics
     from windjoin.pipelines.run_cli import build_sinks
 
     params = Params()
@@ -132,6 +133,7 @@ def run_variant(
     path = workdir / f"spec-{label}.yaml"
     path.write_text(yaml.safe_dump(spec))
     loaded = load_spec(path)
+    ensure_topics(bootstrap, list(topics), params.topic_partitions)
     outcomes: list = []
     log = workdir / f"generator-{label}.log"
     query = start_job(spark, loaded, bootstrap, build_sinks(loaded), on_batch=outcomes.append, fresh_sinks=True)
@@ -237,7 +239,7 @@ def main() -> None:
     previous["latency"] = result
     out.write_text(json.dumps(previous, indent=2) + "\n")  # the full run's plot stays as it is
     print(f"written: {out} (key 'latency')")
-    services.down(services.ServicesConfig(state_dir=workdir / "services"))
+    services.down(workdir / "services")
 
 
 if __name__ == "__main__":
