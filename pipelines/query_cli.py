@@ -11,6 +11,7 @@ printed once, in commit order.
 from __future__ import annotations
 
 import os
+import ssl
 import sys
 import time
 from collections.abc import Iterator
@@ -69,7 +70,7 @@ class Connection:
         else:
             token = os.environ.get(TOKEN_ENV, "").strip()
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.verify: str | bool = ca_file if ca_file else True
+        self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
 
     def client(self, timeout: httpx.Timeout | float) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=timeout, headers=self.headers, verify=self.verify)
