@@ -36,7 +36,6 @@ import base64
 import binascii
 import functools
 import heapq
-import itertools
 import math
 import operator
 import re
@@ -66,7 +65,6 @@ MAX_TIME = 2**53 - 1  # result times must survive a round trip through a double 
 MAX_CONDITION_CHARS = 4096
 MAX_IN_VALUES = 1000
 _ATTEMPTS = 5
-_MAX_REDIS_READ = 100_000  # rows per Redis read when a selection keeps few of them
 _VECTOR_ROWS = 32  # below this many rows a selection is evaluated row by row
 # Condition values numpy compares exactly as Python does, per column kind: int64, float64, bool.
 _EXACT: dict[str, Callable[[Any], bool]] = {
@@ -476,46 +474,35 @@ class ResultStore:
     def _redis_rows(self, scan: _Scan) -> tuple[_Keyed, int | None, int | None]:
         """The first `n` matching rows Redis serves (batches after its recorded snapshot when Parquet is read too),
         that snapshot's id, and the fallback boundary used when Redis recorded none (see the module docstring).
-        Reads grow geometrically while a selection leaves too few rows; if the recorded snapshot moves between
-        reads, raises _Moved (the Parquet part must be read at one snapshot)."""
+        Redis is read in capped steps keeping at most `n` rows (`redis_tier.read_span`); if the recorded snapshot
+        moves between steps, raises _Moved (the Parquet part must be read at one snapshot)."""
         assert self.client is not None
         task, lower, upper, conditions, after, n = scan
         with_parquet = self.snapshot_store is not None
-        selected: _Keyed = []
-        position = after
-        want = n
-        first: int | None = None
         fallback: int | None = None
-        for reads in itertools.count():
-            view = redis_tier.read_span(
-                self.client,
-                task,
-                self.namespace,
-                lower,
-                upper,
-                boundary=with_parquet,
-                after=position,
-                limit=want,
-                fallback_batch=fallback,
-            )
-            if reads == 0:
-                first = view.snapshot_id
-            elif view.snapshot_id != first:
-                raise _Moved
+        while True:
+            try:
+                view = redis_tier.read_span(
+                    self.client,
+                    task,
+                    self.namespace,
+                    lower,
+                    upper,
+                    boundary=with_parquet,
+                    after=after,
+                    limit=n,
+                    fallback_batch=fallback,
+                    select=lambda rows: select(rows, conditions),
+                )
+            except redis_tier.SpanMoved:
+                raise _Moved from None
             if with_parquet and view.snapshot_batch is None and fallback is None:
                 assert self._parquet is not None
                 fallback = self._parquet.last_committed(task)
                 if fallback is not None:  # read again, leaving out the batches Parquet answers for
                     continue
-            for row in select(view.rows, conditions):
-                selected.append((_key(row), row))
-                if len(selected) >= n:
-                    return selected, first if with_parquet else None, fallback
-            if not view.more or not view.rows:
-                return selected, first if with_parquet else None, fallback
-            position = _key(view.rows[-1])
-            want = min(want * 4, _MAX_REDIS_READ)
-        raise AssertionError("unreachable")
+            selected = [(_key(row), row) for row in view.rows]
+            return selected, view.snapshot_id if with_parquet else None, fallback
 
     def _parquet_rows(self, scan: _Scan, snapshot_id: int | None, upto_batch: int | None = None) -> _Keyed:
         """The first `n` matching rows of the batches covered by snapshots <= `snapshot_id`, or, given

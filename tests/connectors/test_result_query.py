@@ -392,9 +392,9 @@ def test_follow_cursor_older_than_the_feed_is_gone(redis_url: str, tiers_factory
 
 
 def test_a_snapshot_moving_between_redis_reads_of_one_page(tiers_factory, monkeypatch) -> None:
-    """A selective query reads Redis several times for one page; when the boundary moves in between, the page is
-    read again at the new snapshot, still exact."""
-    import windjoin.connectors.result_query as rq
+    """A selective query reads Redis in several capped steps for one page; when the boundary moves in between, the
+    page is read again at the new snapshot, still exact."""
+    import windjoin.connectors.redis_tier as tier
 
     tiers = tiers_factory(retain_ms=1)
     for b in range(4):
@@ -406,21 +406,22 @@ def test_a_snapshot_moving_between_redis_reads_of_one_page(tiers_factory, monkey
                 ]
             }
         )
-    reads = []
-    real = rq.redis_tier.read_span
+    monkeypatch.setattr(tier, "_SPAN_CHUNK", 4)
+    steps = []
+    real = tier._scan_step
 
-    def read_span(*args: Any, **kw: Any) -> Any:
-        reads.append(kw.get("after"))
-        view = real(*args, **kw)
-        if len(reads) == 1:  # after the first read: a snapshot takes all four batches, Redis drops old rows
+    def scan_step(*args: Any) -> Any:
+        steps.append(args[4])  # the member it resumes after (None: a scan's first step)
+        step = real(*args)
+        if len(steps) == 1:  # after the first step: a snapshot takes all four batches, Redis drops old rows
             tiers.snapshot()
-        return view
+        return step
 
-    monkeypatch.setattr(rq.redis_tier, "read_span", read_span)
+    monkeypatch.setattr(tier, "_scan_step", scan_step)
     where = [parse_condition("R.k=8", FIELDS)]
     with tiers.store() as store:
         page = store.one_time("a", 0, 1000, where, None, 2, None)
-    assert len(reads) >= 3  # first read, a second that saw the boundary move, then the page read again
+    assert steps[:2] != [None, None] and steps.count(None) >= 2  # a second step saw the move; the scan restarted
     assert page.snapshot_id == 1
     assert [(r["result_time"], r["batch_id"]) for r in page.rows] == [(8, 0), (18, 1)]
     assert tiers.redis.count("a") < 36
