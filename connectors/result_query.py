@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import heapq
 import math
 import operator
@@ -47,15 +46,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import redis
 
-from windjoin.connectors import redis_tier
+from windjoin.connectors import parquet_scan, redis_tier
 from windjoin.connectors.parquet_replay import ParquetReplay
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import NAMESPACE, meta_key
-from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_schema, result_times
+from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_schema
 from windjoin.connectors.snapshots import Snapshot, SnapshotStore
 from windjoin.operators.spec import JoinSpec
 
@@ -82,14 +79,6 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "<=": operator.le,
     ">": operator.gt,
     ">=": operator.ge,
-}
-_ARROW_OPS = {
-    "=": pc.equal,
-    "!=": pc.not_equal,
-    "<": pc.less,
-    "<=": pc.less_equal,
-    ">": pc.greater,
-    ">=": pc.greater_equal,
 }
 OPS = (*_OPS, "in")
 _CONDITION = re.compile(
@@ -143,7 +132,8 @@ _Keyed = list[tuple[tuple[int, int, int], dict[str, Any]]]  # rows with their (r
 
 class _Scan(NamedTuple):
     """What one read of a one-time query takes: the task's rows with result time in [lower, upper] meeting every
-    condition, strictly after the position `after` (None: from the start), the first `n` of them."""
+    condition, strictly after the position `after` (None: from the start), the first `n` of them; `names`: the
+    fields the answer keeps (None: whole rows)."""
 
     task: str
     lower: int
@@ -151,6 +141,7 @@ class _Scan(NamedTuple):
     conditions: list[Condition]
     after: tuple[int, ...] | None
     n: int
+    names: list[str] | None = None
 
 
 def parse_condition(text: str, fields: Mapping[str, str]) -> Condition:
@@ -439,7 +430,9 @@ class ResultStore:
             return Page([], None, None)
         for attempt in range(_ATTEMPTS):
             try:
-                keyed, snapshot_id = self._one_time_rows(_Scan(task, lower, upper, conditions, after, limit + 1))
+                keyed, snapshot_id = self._one_time_rows(
+                    _Scan(task, lower, upper, conditions, after, limit + 1, projection)
+                )
                 break
             except (FileNotFoundError, _Moved):  # a snapshot moved or expired while being read: read again
                 if attempt == _ATTEMPTS - 1:
@@ -477,7 +470,7 @@ class ResultStore:
         Redis is read in capped steps keeping at most `n` rows (`redis_tier.read_span`); if the recorded snapshot
         moves between steps, raises _Moved (the Parquet part must be read at one snapshot)."""
         assert self.client is not None
-        task, lower, upper, conditions, after, n = scan
+        task, lower, upper, conditions, after, n, _ = scan
         with_parquet = self.snapshot_store is not None
         fallback: int | None = None
         while True:
@@ -508,7 +501,7 @@ class ResultStore:
         """The first `n` matching rows of the batches covered by snapshots <= `snapshot_id`, or, given
         `upto_batch`, of every retained committed batch up to it (snapshots then only prune), with their keys."""
         assert self.snapshot_store is not None and self._parquet is not None and self._replay is not None
-        task, lower, upper, conditions, after, n = scan
+        task, lower, upper, conditions, after, n, _ = scan
 
         def overlaps(s: Snapshot) -> bool:
             return (
@@ -531,55 +524,7 @@ class ResultStore:
             }
             batches = [b for b in self._replay.retained(task) if b <= upto_batch and b not in pruned]
         files = [str(f) for b in batches for f in self._parquet.batch_files(task, b)]
-        if not files:
-            return []
-        schema = self._schemas[task]
-        timestamps = [ds.field(stream, ts) for stream, ts in _timestamps(schema)]
-        # result time = max(t1, ..., tn) in [lower, upper] <=> every ti <= upper and some ti >= lower
-        span = functools.reduce(operator.and_, [t <= upper for t in timestamps]) & functools.reduce(
-            operator.or_, [t >= lower for t in timestamps]
-        )
-        dataset = ds.dataset(files, schema=schema, format="parquet")
-        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]] = []
-        for fragment in dataset.get_fragments():
-            fragment.ensure_complete_metadata()
-            offsets = np.concatenate([[0], np.cumsum([rg.num_rows for rg in fragment.row_groups])])
-            for piece in fragment.split_by_row_group(span):
-                (group,) = piece.row_groups
-                table = piece.to_table(schema=schema)
-                if not table.num_rows:
-                    continue
-                times = result_times(table)
-                rows = np.arange(offsets[group.id], offsets[group.id] + table.num_rows, dtype=np.int64)
-                batches = table.column(BATCH_ID).to_numpy()
-                mask = (times >= lower) & (times <= upper)
-                if after is not None:
-                    t, b, r = after
-                    mask &= (times > t) | ((times == t) & ((batches > b) | ((batches == b) & (rows > r))))
-                for condition in conditions:
-                    mask &= _arrow_mask(table, times, condition)
-                chosen = np.flatnonzero(mask)
-                if not len(chosen):
-                    continue
-                order = np.lexsort((rows[chosen], batches[chosen], times[chosen]))[:n]
-                chosen = chosen[order]
-                pieces.append((times[chosen], batches[chosen], rows[chosen], table.take(pa.array(chosen))))
-        if not pieces:
-            return []
-        times = np.concatenate([p[0] for p in pieces])
-        batches = np.concatenate([p[1] for p in pieces])
-        rows = np.concatenate([p[2] for p in pieces])
-        table = pa.concat_tables([p[3] for p in pieces])
-        order = np.lexsort((rows, batches, times))[:n]
-        records = table.take(pa.array(order)).to_pylist()
-        streams = [stream for stream, _ in _timestamps(schema)]
-        out = []
-        for i, record in zip(order.tolist(), records, strict=True):
-            key = (int(times[i]), int(batches[i]), int(rows[i]))
-            row = {stream: record[stream] for stream in streams}  # the same shape and key order as Redis rows
-            row.update({BATCH_ID: key[1], ROW: key[2], EMITTED_AT: record[EMITTED_AT], RESULT_TIME: key[0]})
-            out.append((key, row))
-        return out
+        return parquet_scan.first_rows(files, self._schemas[task], lower, upper, after, conditions, n, scan.names)
 
     # -- continuous queries -----------------------------------------------------------------------------------
 
@@ -804,26 +749,6 @@ def matches(row: Mapping[str, Any], condition: Condition) -> bool:
     if condition.op == "in":
         return any(value == v for v in condition.value)
     return _OPS[condition.op](value, condition.value)
-
-
-def _arrow_mask(table: pa.Table, times: np.ndarray, condition: Condition) -> np.ndarray:
-    """The rows of a result table meeting a condition, with Arrow compute."""
-    stream, dot, name = condition.field.partition(".")
-    if dot:
-        column = pc.struct_field(table.column(stream), name)
-    elif condition.field == RESULT_TIME:
-        column = pa.array(times)
-    else:
-        column = table.column(condition.field)
-    kind = column.type
-    if condition.op == "in":
-        result = pc.is_in(column, value_set=pa.array(condition.value, type=kind))
-    else:
-        result = _ARROW_OPS[condition.op](column, pa.scalar(condition.value, type=kind))
-    result = pc.fill_null(result, False)
-    if isinstance(result, pa.ChunkedArray):
-        result = result.combine_chunks()
-    return np.asarray(result.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def select(rows: Sequence[dict[str, Any]], conditions: Sequence[Condition]) -> list[dict[str, Any]]:
