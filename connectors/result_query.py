@@ -82,13 +82,14 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 }
 OPS = (*_OPS, "in")
 _CONDITION = re.compile(
-    r"^\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)"
-    r"(?:\s*(?P<op><=|>=|!=|=|<|>)|\s+(?P<in>in)(?=\s|$))\s*(?P<value>.*?)\s*$",
+    r"\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)"
+    r"(?:\s*(?P<op><=|>=|!=|=|<|>)|\s+(?P<in>in)(?=\s|\Z))\s*(?P<value>.*?)\s*",
     re.DOTALL,
 )
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)")
-_IN_ITEM = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|([^,"]*?))\s*(,|$)', re.DOTALL)
-_INT = re.compile(r"^[+-]?[0-9]+$")
+# one value of an `in` list and what follows it: a comma (more values) or the end of the text
+_IN_ITEM = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|([^,"\s](?:[^,"]*[^,"\s])?))\s*(?:(,)|\Z)', re.DOTALL)
+_INT = re.compile(r"[+-]?[0-9]+")
 _BOOLS = {"true": True, "false": False, "1": True, "0": False}
 
 
@@ -152,7 +153,7 @@ def parse_condition(text: str, fields: Mapping[str, str]) -> Condition:
     """
     if not isinstance(text, str) or len(text) > MAX_CONDITION_CHARS:
         raise QueryError(400, f"where: a condition is a text of at most {MAX_CONDITION_CHARS} characters")
-    match = _CONDITION.match(text)
+    match = _CONDITION.fullmatch(text)
     if match is None:
         name = _NAME.match(text) if isinstance(text, str) else None
         if name is not None and name.group(1) not in fields:
@@ -183,12 +184,20 @@ def parse_condition(text: str, fields: Mapping[str, str]) -> Condition:
 
 
 def _split_in(raw: str, field: str) -> list[tuple[str, bool]]:
+    """The values of an `in` list, strictly: `v1,v2,...`, each unquoted (no comma or quote in it, not empty) or a
+    JSON-quoted string; anything else (an unterminated quote, text after a quote, an empty or trailing item) is a
+    QueryError(400), never a shorter list."""
     items: list[tuple[str, bool]] = []
     pos = 0
-    while pos <= len(raw):
+    while True:
         match = _IN_ITEM.match(raw, pos)
-        if match is None or (match.end() == pos and pos == len(raw) and items):
-            break
+        if match is None:
+            near = raw[pos : pos + 20]
+            raise QueryError(
+                400,
+                f"where: {field} in ...: malformed list at {near!r} (values are separated by commas; a value is "
+                'unquoted, without commas or quotes, or "quoted")',
+            )
         if match.group(1) is not None:
             try:
                 items.append((orjson.loads(f'"{match.group(1)}"'), True))
@@ -196,12 +205,9 @@ def _split_in(raw: str, field: str) -> list[tuple[str, bool]]:
                 raise QueryError(400, f"where: {field} in ...: a badly quoted value") from None
         else:
             items.append((match.group(2), False))
-        if match.group(3) == "":
-            if match.end() < len(raw):
-                raise QueryError(400, f"where: {field} in ...: values are separated by commas")
-            break
+        if not match.group(3):
+            return items
         pos = match.end()
-    return items
 
 
 def _typed(field: str, kind: str, text: str, quoted: bool) -> Any:
@@ -219,7 +225,7 @@ def _typed(field: str, kind: str, text: str, quoted: bool) -> Any:
         raise bad
     text = text.strip()
     if kind == "int":
-        if not _INT.match(text) or not -(2**63) <= int(text) < 2**63:
+        if not _INT.fullmatch(text) or not -(2**63) <= int(text) < 2**63:
             raise bad
         return int(text)
     if kind == "float":
@@ -315,7 +321,7 @@ class ResultStore:
         (a stand-in for an unreachable Redis; a Parquet-only store otherwise shows whole snapshots only)."""
         if redis_url is None and parquet_path is None:
             raise ValueError("a result store needs a Redis URL or a Parquet path (or both)")
-        if not isinstance(namespace, str) or not NAMESPACE.match(namespace):
+        if not isinstance(namespace, str) or not NAMESPACE.fullmatch(namespace):
             raise ValueError(f"namespace {namespace!r} is not accepted (accepted: {NAMESPACE.pattern})")
         self.spec = spec
         self.namespace = namespace

@@ -256,10 +256,23 @@ def test_parse_condition() -> None:
         ('R.k="1"', "type int"),
         ("R.ts}:x=1", "not a condition"),
         ("R.k=1" + "1" * 5000, "characters"),
+        # `in` lists are parsed strictly: a malformed one is refused, never read as a shorter list
+        ('R.k in 1,"abc', "malformed list"),
+        ("R.k in 1,", "malformed list"),
+        ("R.k in 1,,2", "malformed list"),
+        ("R.k in ,1", "malformed list"),
+        ('R.z in "a"b,c', "malformed list"),
+        ('R.z in "a" "b"', "malformed list"),
+        ("R.k=5\n1", "type int"),
     ]:
         with pytest.raises(QueryError, match=words) as err:
             parse_condition(bad, FIELDS)
         assert err.value.status == 400
+
+
+def test_a_namespace_with_a_trailing_newline_is_refused() -> None:
+    with pytest.raises(ValueError, match="namespace 'wj\\\\n' is not accepted"):
+        ResultStore(SPEC, None, "wj\n", "/nonexistent")
 
 
 def test_fields_and_tasks(tiers_factory) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import pytest
 import yaml
 
 from tests.pipelines.proxy_helpers import AUTH, TOKENS_FILE, make_spec
@@ -34,7 +33,6 @@ def _status(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
-@pytest.mark.slow
 def test_a_large_page_over_a_large_history_keeps_one_page(tmp_path: Path) -> None:
     folder = tmp_path / "parquet"
     spec = make_spec(None, folder)
