@@ -172,11 +172,17 @@ def _http_pages(
     if fields:
         params["fields"] = fields
     with connection.client(timeout=60) as client:
+        refusals = 0
         while True:
             try:
                 response = client.get(f"/v1/tasks/{task}/results", params=params)
             except httpx.TransportError as err:
                 raise click.ClickException(f"{connection.url}: {err}") from None
+            if response.status_code == 429 and refusals < RETRIES:
+                refusals += 1
+                _wait_as_told(response)
+                continue
+            refusals = 0
             body = _json_or_fail(response)
             yield body["rows"]
             if not body["next_cursor"]:
@@ -234,6 +240,16 @@ def _store_pages(
         store.close()
 
 
+def _wait_as_told(response: httpx.Response) -> None:
+    """Sleep for a 429's Retry-After (seconds; at most a minute), saying so."""
+    try:
+        wait = min(max(float(response.headers.get("Retry-After", "1")), 0.0), 60.0)
+    except ValueError:
+        wait = 1.0
+    click.echo(f"the proxy asks to slow down (429); retrying in {wait:g} s", err=True)
+    time.sleep(wait)
+
+
 def _json_or_fail(response: httpx.Response) -> Any:
     if response.status_code != 200:
         try:
@@ -279,6 +295,10 @@ class FollowStream:
                         if response.status_code != 200:
                             response.read()
                             if self._resumable(response):
+                                continue
+                            if response.status_code == 429 and failures < RETRIES:
+                                failures += 1
+                                _wait_as_told(response)
                                 continue
                             _json_or_fail(response)
                         failures = 0

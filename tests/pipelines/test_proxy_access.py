@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -238,3 +239,17 @@ def test_tokens_file_from_the_environment_serves(tiers: Results, tmp_path: Path)
         assert httpx.get(url, headers=B_AUTH).json()["rows"] == tiers.oracle("b", 0, 500)
     finally:
         processes.stop(pid)
+
+
+def test_the_query_client_waits_out_a_429(tiers: Results) -> None:
+    """Paging faster than the token's rate: the client sleeps for Retry-After and gets every row, once, in order."""
+    app = create_app(tiers.store(), access=access(Limits(rate=2, burst=1, streams=1)))
+    with Server(app) as server:
+        result = CliRunner().invoke(
+            cli,
+            ["query", "results", server.url, "b", "--from", "0", "--to", "500", "--json", "--page-size", "10"],
+            env={"WINDJOIN_TOKEN": B_TOKEN},
+        )
+    assert result.exit_code == 0, result.output
+    assert "429" in result.stderr
+    assert [orjson.loads(line) for line in result.stdout.splitlines()] == tiers.oracle("b", 0, 500)
