@@ -22,8 +22,11 @@ the batch", `FEED_END` is "after the whole batch"; `None` is the start of the fe
 
 from __future__ import annotations
 
+import contextlib
 import heapq
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +39,7 @@ from windjoin.connectors.result_table import check_batch_id
 __all__ = [
     "FEED_END",
     "FeedInfo",
+    "Pace",
     "RedisView",
     "SpanMoved",
     "advance_snapshot",
@@ -157,48 +161,26 @@ class SpanMoved(Exception):
     """The recorded snapshot changed between two steps of one scan: the boundary moved, read again."""
 
 
-# One capped step of a span scan. KEYS: results, meta. ARGV: from, to, resume member ("" to start at `from`), step,
-# boundary ("1"/"0"), fallback boundary ("" for none: used when the meta hash has no snapshot marker), last batch
-# ("" for the committed one read here). Examines at most `step` members in (score, member) order, from `from` or
-# just after the resume member (ZRANK: O(log N), robust to members added or removed elsewhere), keeping members of
-# batches after the boundary and up to the last batch. Returns {meta {snapshot, snapshot_batch, committed},
-# lost (1: the resume member is gone), kept members, the last member examined (false: the span is done), its score}.
+# One capped step of a span scan. KEYS: results, meta. ARGV: from, to, resume member ("" to start at `from`), step.
+# Returns the meta hash's {snapshot, snapshot_batch, committed}, lost (1: the resume member is gone), and at most
+# `step` members with scores in [from, to] in (score, member) order, from `from` or just after the resume member
+# (by rank: O(log N), right whatever was added or removed elsewhere). No per-member work in Lua: the caller
+# decodes and filters them.
 _SCAN_STEP = """
 local meta = redis.call('HMGET', KEYS[2], 'snapshot', 'snapshot_batch', 'committed')
-local boundary = nil
-if ARGV[5] == '1' then
-  if meta[2] then boundary = tonumber(meta[2]) elseif ARGV[6] ~= '' then boundary = tonumber(ARGV[6]) end
-end
-local last_batch = tonumber(meta[3])
-if ARGV[7] ~= '' then last_batch = tonumber(ARGV[7]) end
 local first
 if ARGV[3] ~= '' then
   local rank = redis.call('ZRANK', KEYS[1], ARGV[3])
-  if not rank then return {meta, 1, {}, false, false} end
+  if not rank then return {meta, 1, {}} end
   first = rank + 1
 else
   first = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[1])
 end
-local step = tonumber(ARGV[4])
-local upper = tonumber(ARGV[2])
-local page = redis.call('ZRANGE', KEYS[1], first, first + step - 1, 'WITHSCORES')
-local out = {}
-local last, last_score = false, false
-for i = 1, #page, 2 do
-  local member, text = page[i], page[i + 1]
-  if tonumber(text) > upper then
-    return {meta, 0, out, false, false}
-  end
-  last, last_score = member, text
-  local b = tonumber(string.match(member, '^%[(%d+),'))
-  if ((not boundary) or b > boundary) and ((not last_batch) or b <= last_batch) then
-    out[#out + 1] = member
-  end
-end
-if #page < 2 * step then last = false end
-return {meta, 0, out, last, last_score}
+local last = math.min(first + tonumber(ARGV[4]), redis.call('ZCOUNT', KEYS[1], '-inf', ARGV[2])) - 1
+if last < first then return {meta, 0, {}} end
+return {meta, 0, redis.call('ZRANGE', KEYS[1], first, last)}
 """
-_SPAN_CHUNK = 1000  # members examined per step: a step holds Redis for about a millisecond
+_SPAN_CHUNK = 1000  # members per step: a step holds Redis for about a millisecond
 
 
 @dataclass
@@ -208,25 +190,34 @@ class _Step:
     committed: int | None
     lost: bool
     members: list[bytes]
-    last: bytes | None  # resume after this member; None: the span is done
-    last_score: float | None
+    done: bool  # the span has no member after these
 
 
-def _scan_step(
-    client: redis.Redis,
-    keys: list[str],
-    lower: int,
-    upper: int,
-    resume: bytes | None,
-    boundary: bool,
-    fallback_batch: int | None,
-    last_batch: int | None,
-) -> _Step:
-    args = [lower, upper, b"" if resume is None else resume, _SPAN_CHUNK, "1" if boundary else "0"]
-    args += ["" if fallback_batch is None else int(fallback_batch), "" if last_batch is None else int(last_batch)]
-    (snapshot, snapshot_batch, committed), lost, members, last, last_score = client.eval(_SCAN_STEP, 2, *keys, *args)
-    score = None if not last_score else float(last_score)
-    return _Step(_int(snapshot), _int(snapshot_batch), _int(committed), bool(lost), members, last or None, score)
+def _scan_step(client: redis.Redis, keys: list[str], lower: int, upper: int, resume: bytes | None) -> _Step:
+    args = [lower, upper, b"" if resume is None else resume, _SPAN_CHUNK]
+    (snapshot, snapshot_batch, committed), lost, members = client.eval(_SCAN_STEP, 2, *keys, *args)
+    done = len(members) < _SPAN_CHUNK
+    return _Step(_int(snapshot), _int(snapshot_batch), _int(committed), bool(lost), members, done)
+
+
+class Pace:
+    """Keeps a process's span reads to at most `share` of Redis' time: one step at a time, each followed by a pause
+    (the lock still held) so that steps fill at most `share` of the wall time. A sink write that arrives meanwhile
+    waits for at most one step, and only `share` of the time; a storm of queries slows itself, not the job."""
+
+    def __init__(self, share: float) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"Redis read share {share!r} is not accepted (accepted: 0 < share <= 1)")
+        self.share = share
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        with self._lock:
+            started = time.perf_counter()
+            yield
+            if self.share < 1:
+                time.sleep((time.perf_counter() - started) * (1 / self.share - 1))
 
 
 class _Smallest:
@@ -266,6 +257,7 @@ def read_span(
     limit: int | None = None,
     fallback_batch: int | None = None,
     select: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+    pace: Pace | None = None,
 ) -> RedisView:
     """The Redis part of a one-time query over result times [t_from, t_to] (see RedisView).
 
@@ -273,6 +265,7 @@ def read_span(
     long, however wide the span or however many members share a score), keeping only the first `limit` rows in
     memory; stops as soon as no later member can be among them. Members of batches after the last committed one
     (as of the first step) are left out. Raises SpanMoved when the recorded snapshot changes between steps.
+    `pace`: paces the steps (shared by a process's queries: see Pace).
 
     `after`: only rows after this (result_time, batch_id, row); `limit`: at most this many rows (the first ones;
     `more` says whether rows were left out); `select`: keeps the rows a query's conditions accept (from a list of
@@ -287,8 +280,8 @@ def read_span(
     resume: bytes | None = None
     stopped = False
     while True:
-        cap = None if first is None else first.committed
-        step = _scan_step(client, keys, lower, int(t_to), resume, boundary, fallback_batch, cap)
+        with pace.step() if pace is not None else contextlib.nullcontext():
+            step = _scan_step(client, keys, lower, int(t_to), resume)
         if first is None:
             first = step
         elif (step.snapshot_id, step.snapshot_batch) != (first.snapshot_id, first.snapshot_batch):
@@ -296,17 +289,24 @@ def read_span(
         if step.lost:  # the member to resume after was trimmed meanwhile: start again
             raise SpanMoved
         rows = [decode_row(member) for member in step.members]
-        if after is not None:
-            rows = [row for row in rows if _row_key(row) > after]
+        held = rows[-1]["result_time"] if rows else None
+        below = first.snapshot_batch if first.snapshot_batch is not None else fallback_batch
+        rows = [
+            row
+            for row in rows
+            if (not boundary or below is None or row["batch_id"] > below)
+            and (first.committed is None or row["batch_id"] <= first.committed)
+            and (after is None or _row_key(row) > after)
+        ]
         for row in select(rows) if select is not None else rows:
             best.push(_row_key(row), row)
-        if step.last is None:
+        if step.done:
             break
         worst = best.worst_time()
-        if worst is not None and step.last_score is not None and step.last_score > worst:
+        if worst is not None and held is not None and held > worst:
             stopped = True  # every later member has a later result time than the rows held
             break
-        resume = step.last
+        resume = step.members[-1]
     return RedisView(first.snapshot_id, first.snapshot_batch, first.committed, best.rows(), best.dropped or stopped)
 
 

@@ -316,9 +316,11 @@ class ResultStore:
         parquet_path: str | None,
         *,
         parquet_tail: bool = False,
+        redis_share: float = 1.0,
     ) -> None:
         """`parquet_tail`: without Redis, one-time queries also read the committed batches no snapshot holds yet
-        (a stand-in for an unreachable Redis; a Parquet-only store otherwise shows whole snapshots only)."""
+        (a stand-in for an unreachable Redis; a Parquet-only store otherwise shows whole snapshots only).
+        `redis_share`: the most of Redis' time this store's one-time queries take together (`redis_tier.Pace`)."""
         if redis_url is None and parquet_path is None:
             raise ValueError("a result store needs a Redis URL or a Parquet path (or both)")
         if not isinstance(namespace, str) or not NAMESPACE.fullmatch(namespace):
@@ -339,6 +341,7 @@ class ResultStore:
         self._parquet = None if parquet_path is None else ParquetSink(parquet_path)
         self._replay = None if self._parquet is None else ParquetReplay(self._parquet, self.snapshot_store)
         self.parquet_tail = parquet_tail
+        self._pace = redis_tier.Pace(redis_share)
 
     def close(self) -> None:
         for client in (self.client, self.feed_client):
@@ -492,6 +495,7 @@ class ResultStore:
                     limit=n,
                     fallback_batch=fallback,
                     select=lambda rows: select(rows, conditions),
+                    pace=self._pace,
                 )
             except redis_tier.SpanMoved:
                 raise _Moved from None

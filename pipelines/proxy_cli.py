@@ -17,8 +17,9 @@ NAMESPACE_OPTION = click.option(
 )
 
 
-def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE):  # -> ResultStore (imported lazily)
-    """The result store over the sinks the spec configures (Redis, Parquet, or both)."""
+def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE, redis_share: float = 1.0):  # -> ResultStore (lazily)
+    """The result store over the sinks the spec configures (Redis, Parquet, or both); `redis_share`: the most of
+    Redis' time its one-time queries take together."""
     from windjoin.connectors.result_query import ResultStore
 
     redis_url = spec.sinks.redis.url if spec.sinks.redis is not None else None
@@ -26,7 +27,7 @@ def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE):  # -> ResultSto
     if redis_url is None and parquet_path is None:
         raise click.ClickException("the spec configures no sink (sinks.redis or sinks.parquet): nothing to query")
     try:
-        return ResultStore(spec, redis_url, namespace, parquet_path)
+        return ResultStore(spec, redis_url, namespace, parquet_path, redis_share=redis_share)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 
@@ -94,6 +95,13 @@ def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE):  # -> ResultSto
     show_default=True,
     help="/metrics: any valid token may read it (token), anyone (open), or not served (off).",
 )
+@click.option(
+    "--redis-share",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=0.25,
+    show_default=True,
+    help="The most of Redis' time one-time queries take together (reads are paced; the job's writes keep the rest).",
+)
 @click.option("--docs/--no-docs", default=True, show_default=True, help="Serve /docs, /redoc and /openapi.json.")
 def proxy(
     spec_path: Path,
@@ -111,6 +119,7 @@ def proxy(
     max_span_ms: int,
     max_limit: int,
     metrics: str,
+    redis_share: float,
     docs: bool,
 ) -> None:
     """Serve one-time and continuous queries of SPEC's results over HTTP(S) to holders of a token."""
@@ -143,7 +152,9 @@ def proxy(
             fg="red",
             bold=True,
         )
-    app = create_app(store_from_spec(spec, namespace), FeedConfig(queue_size=queue_size), access=access, bounds=bounds)
+    app = create_app(
+        store_from_spec(spec, namespace, redis_share), FeedConfig(queue_size=queue_size), access=access, bounds=bounds
+    )
     scheme = "https" if tls_cert_file else "http"
     click.echo(f"windjoin proxy: {scheme}://{host}:{port} (docs: {docs}, metrics: {metrics})", err=True)
     uvicorn.run(app, host=host, port=port, log_level="info", ssl_certfile=tls_cert_file, ssl_keyfile=tls_key_file)

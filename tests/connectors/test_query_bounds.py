@@ -82,3 +82,25 @@ def test_no_query_holds_redis_for_50_ms(loaded: tuple[str, list[tuple[int, int, 
     assert slow == [], [(e["duration"], e["command"][:80]) for e in slow]
     print(f"queries took {elapsed:.1f} s; no Redis command over {SLOW_US} us")
     store.close()
+
+
+def test_paced_reads_take_at_most_their_share_of_redis(loaded: tuple[str, list[tuple[int, int, int]]]) -> None:
+    """A `where` matching nothing examines all 200k members; paced at 5% of Redis' time, Redis' own CPU time (INFO
+    cpu) over the query's wall time stays within that share, whatever the query's length."""
+    url, _ = loaded
+    client = redis.Redis.from_url(url)
+
+    def redis_cpu() -> float:
+        info = client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    shares = {}
+    for share in (1.0, 0.05):
+        store = ResultStore(make_spec(url, None), url, "wj", None, redis_share=share)
+        where = [parse_condition("R.k=-1", store.fields("a"))]
+        cpu, started = redis_cpu(), time.monotonic()
+        assert store.one_time("a", 0, 10**6, where, limit=10).rows == []
+        shares[share] = (redis_cpu() - cpu) / (time.monotonic() - started)
+        store.close()
+    print(f"Redis busy during the scan: unpaced {shares[1.0]:.1%}, paced at 5%: {shares[0.05]:.1%}")
+    assert shares[0.05] <= 0.05 < shares[1.0]
