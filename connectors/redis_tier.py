@@ -22,11 +22,11 @@ the batch", `FEED_END` is "after the whole batch"; `None` is the start of the fe
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import heapq
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,23 +162,29 @@ class SpanMoved(Exception):
 
 
 # One capped step of a span scan. KEYS: results, meta. ARGV: from, to, resume member ("" to start at `from`), step.
-# Returns the meta hash's {snapshot, snapshot_batch, committed}, lost (1: the resume member is gone), and at most
+# Returns the meta hash's {snapshot, snapshot_batch, committed}, lost (1: the resume member is gone), at most
 # `step` members with scores in [from, to] in (score, member) order, from `from` or just after the resume member
-# (by rank: O(log N), right whatever was added or removed elsewhere). No per-member work in Lua: the caller
-# decodes and filters them.
+# (by rank: O(log N), right whatever was added or removed elsewhere), and the microseconds the script ran. No
+# per-member work in Lua: the caller decodes and filters them.
 _SCAN_STEP = """
+local t0 = redis.call('TIME')
+local function took()
+  local t1 = redis.call('TIME')
+  return (t1[1] - t0[1]) * 1000000 + (t1[2] - t0[2])
+end
 local meta = redis.call('HMGET', KEYS[2], 'snapshot', 'snapshot_batch', 'committed')
 local first
 if ARGV[3] ~= '' then
   local rank = redis.call('ZRANK', KEYS[1], ARGV[3])
-  if not rank then return {meta, 1, {}} end
+  if not rank then return {meta, 1, {}, took()} end
   first = rank + 1
 else
   first = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[1])
 end
 local last = math.min(first + tonumber(ARGV[4]), redis.call('ZCOUNT', KEYS[1], '-inf', ARGV[2])) - 1
-if last < first then return {meta, 0, {}} end
-return {meta, 0, redis.call('ZRANGE', KEYS[1], first, last)}
+if last < first then return {meta, 0, {}, took()} end
+local members = redis.call('ZRANGE', KEYS[1], first, last)
+return {meta, 0, members, took()}
 """
 _SPAN_CHUNK = 1000  # members per step: a step holds Redis for about a millisecond
 
@@ -191,19 +197,22 @@ class _Step:
     lost: bool
     members: list[bytes]
     done: bool  # the span has no member after these
+    redis_s: float  # how long the step held Redis
 
 
 def _scan_step(client: redis.Redis, keys: list[str], lower: int, upper: int, resume: bytes | None) -> _Step:
     args = [lower, upper, b"" if resume is None else resume, _SPAN_CHUNK]
-    (snapshot, snapshot_batch, committed), lost, members = client.eval(_SCAN_STEP, 2, *keys, *args)
+    (snapshot, snapshot_batch, committed), lost, members, took_us = client.eval(_SCAN_STEP, 2, *keys, *args)
     done = len(members) < _SPAN_CHUNK
-    return _Step(_int(snapshot), _int(snapshot_batch), _int(committed), bool(lost), members, done)
+    step = _Step(_int(snapshot), _int(snapshot_batch), _int(committed), bool(lost), members, done, took_us / 1e6)
+    return step
 
 
 class Pace:
     """Keeps a process's span reads to at most `share` of Redis' time: one step at a time, each followed by a pause
-    (the lock still held) so that steps fill at most `share` of the wall time. A sink write that arrives meanwhile
-    waits for at most one step, and only `share` of the time; a storm of queries slows itself, not the job."""
+    (the lock still held) so that the time Redis spent on the steps (as the script measured it) fills at most
+    `share` of the wall time. A sink write that arrives meanwhile waits for at most one step, and only `share` of
+    the time; a storm of queries slows itself, not the job."""
 
     def __init__(self, share: float) -> None:
         if not 0 < share <= 1:
@@ -211,13 +220,13 @@ class Pace:
         self.share = share
         self._lock = threading.Lock()
 
-    @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
+    def step(self, read: Callable[[], _Step]) -> _Step:
+        """Run one step, then pause as the share demands."""
         with self._lock:
-            started = time.perf_counter()
-            yield
+            step = read()
             if self.share < 1:
-                time.sleep((time.perf_counter() - started) * (1 / self.share - 1))
+                time.sleep(step.redis_s * (1 / self.share - 1))
+        return step
 
 
 class _Smallest:
@@ -280,8 +289,8 @@ def read_span(
     resume: bytes | None = None
     stopped = False
     while True:
-        with pace.step() if pace is not None else contextlib.nullcontext():
-            step = _scan_step(client, keys, lower, int(t_to), resume)
+        read = functools.partial(_scan_step, client, keys, lower, int(t_to), resume)
+        step = pace.step(read) if pace is not None else read()
         if first is None:
             first = step
         elif (step.snapshot_id, step.snapshot_batch) != (first.snapshot_id, first.snapshot_batch):
