@@ -6,9 +6,10 @@ trim (RedisSink(trim=False)); instead, after a snapshot's manifest is committed,
 `advance_snapshot`, which in one Lua script drops the members that are both older than the Redis retention
 (score < cutoff) and inside the snapshot (batch id <= its last batch), and records `snapshot` / `snapshot_batch`
 in the meta hash. Hence the invariant readers rely on: Redis holds every result of every batch newer than the
-recorded `snapshot_batch`, and the recorded snapshot's manifest exists. A one-time query takes, in one
-Lua script, the recorded snapshot and the members of the span (`read_span`), keeps the members of newer batches,
-and reads the older batches from the Parquet snapshots up to that id: no gap, no duplicate.
+recorded `snapshot_batch`, and the recorded snapshot's manifest exists. A one-time query reads the members of
+the span in short steps (`read_span`: at most `_SPAN_CHUNK` members a Lua call, each with the recorded snapshot;
+a snapshot that moves between steps makes it read again), keeps the members of newer batches, and reads the older
+batches from the Parquet snapshots up to that id: no gap, no duplicate.
 
 Redis lost (restarted without persistence, flushed): the meta hash comes back without the snapshot marker, and
 `since` (see `redis_sink`) names the first batch this database holds. Readers then never trust Redis for what it

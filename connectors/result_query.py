@@ -6,12 +6,13 @@ order; the result time is the latest of their timestamps. Selectable and
 projectable names: `<stream>.<field>` (the stream's timestamp field included), `result_time`, `batch_id`,
 `emitted_at`.
 
-One-time queries (`ResultStore.one_time`) read, for result times [from, to]: the Redis view (in one transaction:
-the snapshot recorded as the tier boundary and the members of batches newer than it, see `redis_tier`) and the
-Parquet part, the batches covered by the snapshots up to that id (files outside the span are pruned by the
-snapshots' result-time ranges, then row groups by the timestamp columns' statistics through pyarrow.dataset, and
-the rows are filtered with Arrow compute). Both parts are ordered by (result_time, batch_id, row) and merged; a
-batch is in exactly one of them, so there is no duplicate and no gap at the boundary. Paging: the cursor is the
+One-time queries (`ResultStore.one_time`) read, for result times [from, to]: the Redis view (the snapshot
+recorded as the tier boundary and the members of batches newer than it, read in short paced steps at one
+snapshot, see `redis_tier.read_span`) and the Parquet part, the batches covered by the snapshots up to that id
+(files outside the span are pruned by the snapshots' result-time ranges, then row groups by their statistics, one
+row group read at a time, see `parquet_scan`). Each part keeps at most one page of rows. Both parts are ordered
+by (result_time, batch_id, row) and merged; a batch is in exactly one of them, so there is no duplicate and no gap
+at the boundary. Paging: the cursor is the
 position (result_time, batch_id, row) of the last row served; the next page starts strictly after it, which stays
 right when a snapshot moves rows from Redis to Parquet in between. With one tier configured, it alone serves.
 
