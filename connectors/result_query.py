@@ -12,9 +12,9 @@ snapshot, see `redis_tier.read_span`) and the Parquet part, the batches covered 
 (files outside the span are pruned by the snapshots' result-time ranges, then row groups by their statistics, one
 row group read at a time, see `parquet_scan`). Each part keeps at most one page of rows. Both parts are ordered
 by (result_time, batch_id, row) and merged; a batch is in exactly one of them, so there is no duplicate and no gap
-at the boundary. Paging: the cursor is the
-position (result_time, batch_id, row) of the last row served; the next page starts strictly after it, which stays
-right when a snapshot moves rows from Redis to Parquet in between. With one tier configured, it alone serves.
+at the boundary. Paging: the cursor is the position (result_time, batch_id, row) of the last row served; the next
+page starts strictly after it, which stays right when a snapshot moves rows from Redis to Parquet in between.
+With one tier configured, it alone serves.
 
 Continuous queries (`ResultStore.follow`) read the Redis feed, in commit order (batch_id, row), after a cursor.
 
