@@ -51,6 +51,7 @@ import redis
 
 from windjoin.connectors import parquet_scan, redis_tier
 from windjoin.connectors.parquet_replay import ParquetReplay
+from windjoin.connectors.parquet_scan import RESULT_TIME, ROW
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import NAMESPACE, meta_key
 from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_schema
@@ -70,8 +71,6 @@ _EXACT: dict[str, Callable[[Any], bool]] = {
     "f": lambda v: type(v) is float or (type(v) is int and abs(v) <= 2**53),
     "b": lambda v: type(v) is bool,
 }
-RESULT_TIME = "result_time"
-ROW = "row"
 _SPECIAL_FIELDS = {RESULT_TIME: "int", BATCH_ID: "int", EMITTED_AT: "int"}
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "=": operator.eq,
