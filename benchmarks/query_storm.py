@@ -11,7 +11,9 @@ storm's write latencies (p50, p99) to the baseline's is the figure; Redis' SLOWL
 the end. Run twice: unpinned (Redis, the proxy, the clients and the writer share every core, so part of the
 slow-down is plain CPU contention: the proxy decoding members takes CPU from the writer), and pinned (Redis and
 the writer on the first core, the proxy and the clients on the others, as when the proxy runs on its own node):
-then what slows the writes is Redis' time spent on the queries' steps.
+then what slows the writes is Redis' time spent on the queries' steps. A third phase, the control, takes the
+same CPU the storm's proxy and clients took (busy-loop processes, measured from /proc) without touching Redis:
+storm/control is the part of the slow-down that comes from the queries' use of Redis.
 
     python -m benchmarks.query_storm [--quick]
 """
@@ -66,6 +68,30 @@ def batch(spec: Any, batch_id: int, rows: int, rng: np.random.Generator, tied: b
         "S": {"t": ts - 5, "k": k, "d": np.ones(rows, dtype=bool)},
     }
     return table_from_columns(spec, TASK, sides, batch_id, int(time.time() * 1000))
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds a process has used (user + system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+BURN = (
+    "import time\nwhile True:\n    t = time.perf_counter()\n"
+    "    while time.perf_counter() - t < {on}: pass\n    time.sleep({off})"
+)
+
+
+def burn(cores: float, on_cores: list[int] | None) -> list[subprocess.Popen]:
+    """Processes taking `cores` of CPU without touching Redis (each busy a share of every 10 ms)."""
+    n = max(1, int(np.ceil(cores)))
+    duty = min(1.0, cores / n)
+    code = BURN.format(on=0.01 * duty, off=0.01 * (1 - duty))
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+    if on_cores is not None:
+        for proc in procs:
+            os.sched_setaffinity(proc.pid, on_cores)
+    return procs
 
 
 def quantiles(values: list[float]) -> dict[str, float]:
@@ -162,7 +188,7 @@ def main() -> None:
         result["runs"][label] = run(args, (cores[:1], cores[1:]) if pinned else None)
     print(f"{'run':<10}{'phase':<10}{'writes':>8}{'p50 ms':>10}{'p99 ms':>10}{'load':>12}{'redis cpu':>11}")
     for label, r in result["runs"].items():
-        for phase in ("baseline", "storm"):
+        for phase in ("baseline", "storm", "control"):
             p = r[phase]
             load = f"{p['load_before']:.1f}-{p['load_after']:.1f}"
             cpu = f"{p['redis_cpu_share']:.0%}"
@@ -170,6 +196,8 @@ def main() -> None:
         ratio = r["ratio"]
         slow = len(r["slowlog_over_50ms"])
         print(f"{label}: storm/baseline p50 x{ratio['p50']:.2f}, p99 x{ratio['p99']:.2f}; SLOWLOG over 50 ms: {slow}")
+        control = r["ratio_to_control"]
+        print(f"{label}: storm/control (the same CPU, no Redis) p50 x{control['p50']:.2f}, p99 x{control['p99']:.2f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written: {args.out}")
@@ -233,9 +261,21 @@ def run(args: argparse.Namespace, pinning: tuple[list[int], list[int]] | None) -
             os.sched_setaffinity(child.pid, pinning[1])
         time.sleep(1.0)  # the storm is on before the writes are timed
         first = preload + result["baseline"]["batches"]
+        cpu_before, began = cpu_s(pid) + cpu_s(child.pid), time.monotonic()
         result["storm"] = write_phase(sink, spec, first, args.seconds, interval, args.batch_rows)
+        storm_cores = (cpu_s(pid) + cpu_s(child.pid) - cpu_before) / (time.monotonic() - began)
         out, _ = child.communicate(timeout=600)
         result["queries"] = json.loads(out.strip().splitlines()[-1])
+        result["storm"]["proxy_and_clients_cores"] = storm_cores
+        print(f"control: writes while burners take the {storm_cores:.2f} cores the storm took ...", flush=True)
+        burners = burn(storm_cores, pinning[1] if pinning is not None else None)
+        try:
+            first += result["storm"]["batches"]
+            result["control"] = write_phase(sink, spec, first, args.seconds, interval, args.batch_rows)
+        finally:
+            for burner in burners:
+                burner.kill()
+                burner.wait()
         slow = client.slowlog_get(128)
         result["slowlog_over_50ms"] = [
             {"us": e["duration"], "command": e["command"][:60].decode(errors="replace")} for e in slow
@@ -243,6 +283,10 @@ def run(args: argparse.Namespace, pinning: tuple[list[int], list[int]] | None) -
         result["ratio"] = {
             "p50": result["storm"]["p50_ms"] / result["baseline"]["p50_ms"],
             "p99": result["storm"]["p99_ms"] / result["baseline"]["p99_ms"],
+        }
+        result["ratio_to_control"] = {  # the storm against the same CPU taken without touching Redis
+            "p50": result["storm"]["p50_ms"] / result["control"]["p50_ms"],
+            "p99": result["storm"]["p99_ms"] / result["control"]["p99_ms"],
         }
         print(json.dumps(result["storm"]), flush=True)
         print(json.dumps(result["queries"]), flush=True)
