@@ -49,6 +49,9 @@ KEYS = 100_000
 SELECTIVE_BELOW = 1000
 SELECTIVE = f"R.k<{SELECTIVE_BELOW}"  # keys are uniform over KEYS values: about 1% of the rows
 LAG_LIMIT_MS = 2000
+TOKEN = "windjoin-bench-queries"  # the benchmark's bearer token; the proxy's limits are lifted for its load
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+UNLIMITED = ["--rate-limit", "1000000", "--rate-burst", "1000000", "--max-streams", "100000"]
 
 
 @dataclass
@@ -143,7 +146,7 @@ def quantiles(values: list[float]) -> dict[str, float | None]:
 async def one_time_queries(base: str, p: Params, t_lo: int, t_hi: int, boundary: int) -> dict[str, Any]:
     rng = np.random.default_rng(1)
     out: dict[str, Any] = {}
-    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+    async with httpx.AsyncClient(base_url=base, timeout=60, headers=AUTH) as client:
         classes = {
             f"span_{n}s": [(int(s), int(s) + n * 1000) for s in rng.integers(t_lo, t_hi - n * 1000, p.queries)]
             for n in (1, 10, 60)
@@ -195,7 +198,7 @@ async def follow(base: str, where: str | None, stats: dict[str, Any]) -> None:
     occurrences and the last row's emitted_at is the integer after the last one."""
     params = {"where": where} if where else {}
     async with (
-        httpx.AsyncClient(base_url=base, timeout=None) as client,
+        httpx.AsyncClient(base_url=base, timeout=None, headers=AUTH) as client,
         client.stream("GET", f"/v1/tasks/{TASK}/stream", params=params) as resp,
     ):
         buffer = bytearray()
@@ -296,6 +299,7 @@ def main() -> None:
     from windjoin.connectors import services
     from windjoin.connectors.processes import free_port
     from windjoin.operators.spec import load_spec
+    from windjoin.pipelines.proxy_tokens import token_hash
 
     workdir = Path(tempfile.mkdtemp(prefix="windjoin-bench-queries-"))
     proxy = None
@@ -328,8 +332,11 @@ def main() -> None:
         boundary = t0 + (latest.last_batch + 1) * 1000 if latest else t0  # batch b holds result times of second b
         port = free_port()
         base = f"http://127.0.0.1:{port}"
+        tokens = workdir / "tokens.yaml"
+        tokens.write_text(yaml.safe_dump({"tokens": [{"name": "bench", "sha256": token_hash(TOKEN), "tasks": "*"}]}))
         proxy = subprocess.Popen(
-            [sys.executable, "-m", "windjoin.pipelines", "proxy", str(spec_path), "--port", str(port)],
+            [sys.executable, "-m", "windjoin.pipelines", "proxy", str(spec_path), "--port", str(port)]
+            + ["--tokens-file", str(tokens), *UNLIMITED],
             stdout=subprocess.DEVNULL,
             stderr=open(workdir / "proxy.log", "wb"),  # noqa: SIM115 - closed with the process
         )

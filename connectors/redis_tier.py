@@ -6,9 +6,10 @@ trim (RedisSink(trim=False)); instead, after a snapshot's manifest is committed,
 `advance_snapshot`, which in one Lua script drops the members that are both older than the Redis retention
 (score < cutoff) and inside the snapshot (batch id <= its last batch), and records `snapshot` / `snapshot_batch`
 in the meta hash. Hence the invariant readers rely on: Redis holds every result of every batch newer than the
-recorded `snapshot_batch`, and the recorded snapshot's manifest exists. A one-time query takes, in one
-Lua script, the recorded snapshot and the members of the span (`read_span`), keeps the members of newer batches,
-and reads the older batches from the Parquet snapshots up to that id: no gap, no duplicate.
+recorded `snapshot_batch`, and the recorded snapshot's manifest exists. A one-time query reads the members of
+the span in short steps (`read_span`: at most `_SPAN_CHUNK` members a Lua call, each with the recorded snapshot;
+a snapshot that moves between steps makes it read again), keeps the members of newer batches, and reads the older
+batches from the Parquet snapshots up to that id: no gap, no duplicate.
 
 Redis lost (restarted without persistence, flushed): the meta hash comes back without the snapshot marker, and
 `since` (see `redis_sink`) names the first batch this database holds. Readers then never trust Redis for what it
@@ -22,6 +23,11 @@ the batch", `FEED_END` is "after the whole batch"; `None` is the start of the fe
 
 from __future__ import annotations
 
+import functools
+import heapq
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +40,9 @@ from windjoin.connectors.result_table import check_batch_id
 __all__ = [
     "FEED_END",
     "FeedInfo",
+    "Pace",
     "RedisView",
+    "SpanMoved",
     "advance_snapshot",
     "FeedCoverage",
     "feed_coverage",
@@ -139,9 +147,9 @@ def advance_snapshot(
 
 @dataclass
 class RedisView:
-    """What Redis holds of a span, read atomically: the recorded snapshot boundary, the last committed batch, and
-    the result rows of batches newer than the boundary, ordered by (result_time, batch_id, row). `more`: rows
-    were cut at the requested limit (more are in the span)."""
+    """What Redis holds of a span: the recorded snapshot boundary, the last committed batch, and the first result
+    rows of batches newer than the boundary (up to the last committed one), ordered by (result_time, batch_id,
+    row). `more`: rows were left out at the requested limit (or may have been: the scan stopped early)."""
 
     snapshot_id: int | None
     snapshot_batch: int | None
@@ -150,59 +158,101 @@ class RedisView:
     more: bool = False
 
 
-# KEYS: results, meta. ARGV: from, to, limit, boundary ("1"/"0"), cursor score, batch, row (all "" for none),
-# chunk, fallback boundary ("" for none: used when the meta hash has no snapshot marker). Scans the span in score
-# order, in chunks (each resumes at the last score seen, skipping the members of that score already seen), keeping
-# members of batches after the boundary and after the cursor, and stops at the first score above the one where
-# `limit` members were kept (so every member tied with the last kept is in).
-# Returns {meta {snapshot, snapshot_batch, committed}, members, more}.
-_READ_SPAN = """
+class SpanMoved(Exception):
+    """The recorded snapshot changed between two steps of one scan: the boundary moved, read again."""
+
+
+# One capped step of a span scan. KEYS: results, meta. ARGV: from, to, resume member ("" to start at `from`), step.
+# Returns the meta hash's {snapshot, snapshot_batch, committed}, lost (1: the resume member is gone), at most
+# `step` members with scores in [from, to] in (score, member) order, from `from` or just after the resume member
+# (by rank: O(log N), right whatever was added or removed elsewhere), and the microseconds the script ran. No
+# per-member work in Lua: the caller decodes and filters them.
+_SCAN_STEP = """
+local t0 = redis.call('TIME')
+local function took()
+  local t1 = redis.call('TIME')
+  return (t1[1] - t0[1]) * 1000000 + (t1[2] - t0[2])
+end
 local meta = redis.call('HMGET', KEYS[2], 'snapshot', 'snapshot_batch', 'committed')
-local boundary = nil
-if ARGV[4] == '1' then
-  if meta[2] then boundary = tonumber(meta[2]) elseif ARGV[9] ~= '' then boundary = tonumber(ARGV[9]) end
+local first
+if ARGV[3] ~= '' then
+  local rank = redis.call('ZRANK', KEYS[1], ARGV[3])
+  if not rank then return {meta, 1, {}, took()} end
+  first = rank + 1
+else
+  first = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[1])
 end
-local limit = tonumber(ARGV[3])
-local a_score, a_batch, a_row = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local chunk = tonumber(ARGV[8])
-local out = {}
-local stop = nil
-local more = 0
-local start, skip = ARGV[1], 0
-local last_text, same = nil, 0
-local done = false
-while not done do
-  local page = redis.call('ZRANGE', KEYS[1], start, ARGV[2], 'BYSCORE', 'LIMIT', skip, chunk, 'WITHSCORES')
-  if #page == 0 then break end
-  for i = 1, #page, 2 do
-    local member, text = page[i], page[i + 1]
-    local score = tonumber(text)
-    if stop and score > stop then
-      more = 1
-      done = true
-      break
-    end
-    if text == last_text then same = same + 1 else last_text, same = text, 1 end
-    local b, r = string.match(member, '^%[(%d+),(%d+),')
-    b, r = tonumber(b), tonumber(r)
-    local keep = (not boundary) or b > boundary
-    if keep and a_score and score == a_score and (b < a_batch or (b == a_batch and r <= a_row)) then
-      keep = false
-    end
-    if keep and a_score and score < a_score then keep = false end
-    if keep then
-      out[#out + 1] = member
-      if #out >= limit and not stop then stop = score end
-    end
-  end
-  if not done then
-    if #page < 2 * chunk then break end
-    if last_text == start then skip = skip + chunk else start, skip = last_text, same end
-  end
-end
-return {meta, out, more}
+local last = math.min(first + tonumber(ARGV[4]), redis.call('ZCOUNT', KEYS[1], '-inf', ARGV[2])) - 1
+if last < first then return {meta, 0, {}, took()} end
+local members = redis.call('ZRANGE', KEYS[1], first, last)
+return {meta, 0, members, took()}
 """
-_SPAN_CHUNK = 1000
+_SPAN_CHUNK = 1000  # members per step: a step holds Redis for about a millisecond
+
+
+@dataclass
+class _Step:
+    snapshot_id: int | None
+    snapshot_batch: int | None
+    committed: int | None
+    lost: bool
+    members: list[bytes]
+    done: bool  # the span has no member after these
+    redis_s: float  # how long the step held Redis
+
+
+def _scan_step(client: redis.Redis, keys: list[str], lower: int, upper: int, resume: bytes | None) -> _Step:
+    args = [lower, upper, b"" if resume is None else resume, _SPAN_CHUNK]
+    (snapshot, snapshot_batch, committed), lost, members, took_us = client.eval(_SCAN_STEP, 2, *keys, *args)
+    done = len(members) < _SPAN_CHUNK
+    step = _Step(_int(snapshot), _int(snapshot_batch), _int(committed), bool(lost), members, done, took_us / 1e6)
+    return step
+
+
+class Pace:
+    """Keeps a process's span reads to at most `share` of Redis' time: one step at a time, each followed by a pause
+    (the lock still held) so that the time Redis spent on the steps (as the script measured it) fills at most
+    `share` of the wall time. A sink write that arrives meanwhile waits for at most one step, and only `share` of
+    the time; a storm of queries slows itself, not the job."""
+
+    def __init__(self, share: float) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"Redis read share {share!r} is not accepted (accepted: 0 < share <= 1)")
+        self.share = share
+        self._lock = threading.Lock()
+
+    def step(self, read: Callable[[], _Step]) -> _Step:
+        """Run one step, then pause as the share demands."""
+        with self._lock:
+            step = read()
+            if self.share < 1:
+                time.sleep(step.redis_s * (1 / self.share - 1))
+        return step
+
+
+class _Smallest:
+    """The `n` rows with the smallest (result_time, batch_id, row) keys pushed so far (a bounded heap)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._heap: list[tuple[tuple[int, int, int], int, dict[str, Any]]] = []  # negated keys: the worst on top
+        self.dropped = False
+
+    def push(self, key: tuple[int, int, int], row: dict[str, Any]) -> None:
+        item = ((-key[0], -key[1], -key[2]), id(row), row)
+        if len(self._heap) < self.n:
+            heapq.heappush(self._heap, item)
+            return
+        self.dropped = True
+        if item[0] > self._heap[0][0]:
+            heapq.heapreplace(self._heap, item)
+
+    def worst_time(self) -> int | None:
+        """The result time of the largest key held, once `n` rows are held (None before)."""
+        return -self._heap[0][0][0] if len(self._heap) >= self.n else None
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [row for _, _, row in sorted(self._heap, key=lambda item: item[0], reverse=True)]
 
 
 def read_span(
@@ -216,27 +266,74 @@ def read_span(
     after: tuple[int, int, int] | None = None,
     limit: int | None = None,
     fallback_batch: int | None = None,
+    select: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+    pace: Pace | None = None,
 ) -> RedisView:
-    """The Redis part of a one-time query over result times [t_from, t_to] (see RedisView), in one Lua script.
+    """The Redis part of a one-time query over result times [t_from, t_to] (see RedisView).
+
+    Reads in steps of at most `_SPAN_CHUNK` members (each one short Lua call, so that no query holds Redis for
+    long, however wide the span or however many members share a score), keeping only the first `limit` rows in
+    memory; stops as soon as no later member can be among them. Members of batches after the last committed one
+    (as of the first step) are left out. Raises SpanMoved when the recorded snapshot changes between steps.
+    `pace`: paces the steps (shared by a process's queries: see Pace).
 
     `after`: only rows after this (result_time, batch_id, row); `limit`: at most this many rows (the first ones;
-    `more` says whether rows were left out). `boundary=False`: also rows of batches inside the recorded snapshot
-    (for a reader without the Parquet tier). `fallback_batch`: the boundary to apply when Redis records no
-    snapshot (then `snapshot_batch` is None in the view and rows of batches <= it are left out).
+    `more` says whether rows were left out); `select`: keeps the rows a query's conditions accept (from a list of
+    rows, in order). `boundary=False`: also rows of batches inside the recorded snapshot (for a reader without the
+    Parquet tier). `fallback_batch`: the boundary to apply when Redis records no snapshot (then `snapshot_batch`
+    is None in the view and rows of batches <= it are left out).
     """
-    cursor = ("", "", "") if after is None else tuple(str(int(v)) for v in after)
-    lower = int(t_from) if after is None else max(int(t_from), int(after[0]))
     keys = [results_key(task, namespace), meta_key(task, namespace)]
-    fallback = "" if fallback_batch is None else str(int(fallback_batch))
-    args = [lower, int(t_to), 2**53 if limit is None else int(limit), "1" if boundary else "0", *cursor, _SPAN_CHUNK]
-    args.append(fallback)
-    (snapshot, snapshot_batch, committed), members, more = client.eval(_READ_SPAN, 2, *keys, *args)
-    rows = [decode_row(member) for member in members]
-    rows.sort(key=lambda row: (row["result_time"], row["batch_id"], row["row"]))
-    cut = limit is not None and len(rows) > limit
-    if cut:
-        rows = rows[:limit]
-    return RedisView(_int(snapshot), _int(snapshot_batch), _int(committed), rows, bool(more) or cut)
+    lower = int(t_from) if after is None else max(int(t_from), int(after[0]))
+    best = _Smallest(2**62 if limit is None else int(limit))
+    first: _Step | None = None
+    resume: bytes | None = None
+    stopped = False
+    while True:
+        read = functools.partial(_scan_step, client, keys, lower, int(t_to), resume)
+        step = pace.step(read) if pace is not None else read()
+        if first is None:
+            first = step
+        elif (step.snapshot_id, step.snapshot_batch) != (first.snapshot_id, first.snapshot_batch):
+            raise SpanMoved
+        if step.lost:  # the member to resume after was trimmed meanwhile: start again
+            raise SpanMoved
+        rows = decode_rows(step.members)
+        held = rows[-1]["result_time"] if rows else None
+        below = first.snapshot_batch if first.snapshot_batch is not None else fallback_batch
+        rows = [
+            row
+            for row in rows
+            if (not boundary or below is None or row["batch_id"] > below)
+            and (first.committed is None or row["batch_id"] <= first.committed)
+            and (after is None or _row_key(row) > after)
+        ]
+        for row in select(rows) if select is not None else rows:
+            best.push(_row_key(row), row)
+        if step.done:
+            break
+        worst = best.worst_time()
+        if worst is not None and held is not None and held > worst:
+            stopped = True  # every later member has a later result time than the rows held
+            break
+        resume = step.members[-1]
+    return RedisView(first.snapshot_id, first.snapshot_batch, first.committed, best.rows(), best.dropped or stopped)
+
+
+def _row_key(row: dict[str, Any]) -> tuple[int, int, int]:
+    return (row["result_time"], row["batch_id"], row["row"])
+
+
+def decode_rows(members: list[bytes]) -> list[dict[str, Any]]:
+    """Stored members as result rows (see `decode_row`), parsed in one go."""
+    if not members:
+        return []
+    rows = []
+    for batch_id, row, emitted_at, sides in orjson.loads(b"[" + b",".join(members) + b"]"):
+        rows.append(
+            {**sides, "batch_id": batch_id, "row": row, "emitted_at": emitted_at, "result_time": result_time_of(sides)}
+        )
+    return rows
 
 
 def decode_row(member: bytes) -> dict[str, Any]:

@@ -6,14 +6,15 @@ order; the result time is the latest of their timestamps. Selectable and
 projectable names: `<stream>.<field>` (the stream's timestamp field included), `result_time`, `batch_id`,
 `emitted_at`.
 
-One-time queries (`ResultStore.one_time`) read, for result times [from, to]: the Redis view (in one transaction:
-the snapshot recorded as the tier boundary and the members of batches newer than it, see `redis_tier`) and the
-Parquet part, the batches covered by the snapshots up to that id (files outside the span are pruned by the
-snapshots' result-time ranges, then row groups by the timestamp columns' statistics through pyarrow.dataset, and
-the rows are filtered with Arrow compute). Both parts are ordered by (result_time, batch_id, row) and merged; a
-batch is in exactly one of them, so there is no duplicate and no gap at the boundary. Paging: the cursor is the
-position (result_time, batch_id, row) of the last row served; the next page starts strictly after it, which stays
-right when a snapshot moves rows from Redis to Parquet in between. With one tier configured, it alone serves.
+One-time queries (`ResultStore.one_time`) read, for result times [from, to]: the Redis view (the snapshot
+recorded as the tier boundary and the members of batches newer than it, read in short paced steps at one
+snapshot, see `redis_tier.read_span`) and the Parquet part, the batches covered by the snapshots up to that id
+(files outside the span are pruned by the snapshots' result-time ranges, then row groups by their statistics, one
+row group read at a time, see `parquet_scan`). Each part keeps at most one page of rows. Both parts are ordered
+by (result_time, batch_id, row) and merged; a batch is in exactly one of them, so there is no duplicate and no gap
+at the boundary. Paging: the cursor is the position (result_time, batch_id, row) of the last row served; the next
+page starts strictly after it, which stays right when a snapshot moves rows from Redis to Parquet in between.
+With one tier configured, it alone serves.
 
 Continuous queries (`ResultStore.follow`) read the Redis feed, in commit order (batch_id, row), after a cursor.
 
@@ -34,9 +35,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import heapq
-import itertools
 import math
 import operator
 import re
@@ -48,16 +47,15 @@ from typing import Any, NamedTuple
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import redis
 
-from windjoin.connectors import redis_tier
+from windjoin.connectors import parquet_scan, redis_tier
 from windjoin.connectors.parquet_replay import ParquetReplay
+from windjoin.connectors.parquet_scan import RESULT_TIME, ROW
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_client import RedisAuth, redis_client
 from windjoin.connectors.redis_sink import NAMESPACE, meta_key
-from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_schema, result_times
+from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_schema
 from windjoin.connectors.snapshots import Snapshot, SnapshotStore
 from windjoin.operators.spec import JoinSpec
 
@@ -67,7 +65,6 @@ MAX_TIME = 2**53 - 1  # result times must survive a round trip through a double 
 MAX_CONDITION_CHARS = 4096
 MAX_IN_VALUES = 1000
 _ATTEMPTS = 5
-_MAX_REDIS_READ = 100_000  # rows per Redis read when a selection keeps few of them
 _VECTOR_ROWS = 32  # below this many rows a selection is evaluated row by row
 # Condition values numpy compares exactly as Python does, per column kind: int64, float64, bool.
 _EXACT: dict[str, Callable[[Any], bool]] = {
@@ -75,8 +72,6 @@ _EXACT: dict[str, Callable[[Any], bool]] = {
     "f": lambda v: type(v) is float or (type(v) is int and abs(v) <= 2**53),
     "b": lambda v: type(v) is bool,
 }
-RESULT_TIME = "result_time"
-ROW = "row"
 _SPECIAL_FIELDS = {RESULT_TIME: "int", BATCH_ID: "int", EMITTED_AT: "int"}
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "=": operator.eq,
@@ -86,23 +81,16 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt,
     ">=": operator.ge,
 }
-_ARROW_OPS = {
-    "=": pc.equal,
-    "!=": pc.not_equal,
-    "<": pc.less,
-    "<=": pc.less_equal,
-    ">": pc.greater,
-    ">=": pc.greater_equal,
-}
 OPS = (*_OPS, "in")
 _CONDITION = re.compile(
-    r"^\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)"
-    r"(?:\s*(?P<op><=|>=|!=|=|<|>)|\s+(?P<in>in)(?=\s|$))\s*(?P<value>.*?)\s*$",
+    r"\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)"
+    r"(?:\s*(?P<op><=|>=|!=|=|<|>)|\s+(?P<in>in)(?=\s|\Z))\s*(?P<value>.*?)\s*",
     re.DOTALL,
 )
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)")
-_IN_ITEM = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|([^,"]*?))\s*(,|$)', re.DOTALL)
-_INT = re.compile(r"^[+-]?[0-9]+$")
+# one value of an `in` list and what follows it: a comma (more values) or the end of the text
+_IN_ITEM = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|([^,"\s](?:[^,"]*[^,"\s])?))\s*(?:(,)|\Z)', re.DOTALL)
+_INT = re.compile(r"[+-]?[0-9]+")
 _BOOLS = {"true": True, "false": False, "1": True, "0": False}
 
 
@@ -146,7 +134,8 @@ _Keyed = list[tuple[tuple[int, int, int], dict[str, Any]]]  # rows with their (r
 
 class _Scan(NamedTuple):
     """What one read of a one-time query takes: the task's rows with result time in [lower, upper] meeting every
-    condition, strictly after the position `after` (None: from the start), the first `n` of them."""
+    condition, strictly after the position `after` (None: from the start), the first `n` of them; `names`: the
+    fields the answer keeps (None: whole rows)."""
 
     task: str
     lower: int
@@ -154,6 +143,7 @@ class _Scan(NamedTuple):
     conditions: list[Condition]
     after: tuple[int, ...] | None
     n: int
+    names: list[str] | None = None
 
 
 def parse_condition(text: str, fields: Mapping[str, str]) -> Condition:
@@ -164,7 +154,7 @@ def parse_condition(text: str, fields: Mapping[str, str]) -> Condition:
     """
     if not isinstance(text, str) or len(text) > MAX_CONDITION_CHARS:
         raise QueryError(400, f"where: a condition is a text of at most {MAX_CONDITION_CHARS} characters")
-    match = _CONDITION.match(text)
+    match = _CONDITION.fullmatch(text)
     if match is None:
         name = _NAME.match(text) if isinstance(text, str) else None
         if name is not None and name.group(1) not in fields:
@@ -195,12 +185,20 @@ def parse_condition(text: str, fields: Mapping[str, str]) -> Condition:
 
 
 def _split_in(raw: str, field: str) -> list[tuple[str, bool]]:
+    """The values of an `in` list, strictly: `v1,v2,...`, each unquoted (no comma or quote in it, not empty) or a
+    JSON-quoted string; anything else (an unterminated quote, text after a quote, an empty or trailing item) is a
+    QueryError(400), never a shorter list."""
     items: list[tuple[str, bool]] = []
     pos = 0
-    while pos <= len(raw):
+    while True:
         match = _IN_ITEM.match(raw, pos)
-        if match is None or (match.end() == pos and pos == len(raw) and items):
-            break
+        if match is None:
+            near = raw[pos : pos + 20]
+            raise QueryError(
+                400,
+                f"where: {field} in ...: malformed list at {near!r} (values are separated by commas; a value is "
+                'unquoted, without commas or quotes, or "quoted")',
+            )
         if match.group(1) is not None:
             try:
                 items.append((orjson.loads(f'"{match.group(1)}"'), True))
@@ -208,12 +206,9 @@ def _split_in(raw: str, field: str) -> list[tuple[str, bool]]:
                 raise QueryError(400, f"where: {field} in ...: a badly quoted value") from None
         else:
             items.append((match.group(2), False))
-        if match.group(3) == "":
-            if match.end() < len(raw):
-                raise QueryError(400, f"where: {field} in ...: values are separated by commas")
-            break
+        if not match.group(3):
+            return items
         pos = match.end()
-    return items
 
 
 def _typed(field: str, kind: str, text: str, quoted: bool) -> Any:
@@ -231,7 +226,7 @@ def _typed(field: str, kind: str, text: str, quoted: bool) -> Any:
         raise bad
     text = text.strip()
     if kind == "int":
-        if not _INT.match(text) or not -(2**63) <= int(text) < 2**63:
+        if not _INT.fullmatch(text) or not -(2**63) <= int(text) < 2**63:
             raise bad
         return int(text)
     if kind == "float":
@@ -323,12 +318,14 @@ class ResultStore:
         *,
         parquet_tail: bool = False,
         auth: RedisAuth | None = None,
+        redis_share: float = 1.0,
     ) -> None:
         """`parquet_tail`: without Redis, one-time queries also read the committed batches no snapshot holds yet
-        (a stand-in for an unreachable Redis; a Parquet-only store otherwise shows whole snapshots only)."""
+        (a stand-in for an unreachable Redis; a Parquet-only store otherwise shows whole snapshots only).
+        `redis_share`: the most of Redis' time this store's one-time queries take together (`redis_tier.Pace`)."""
         if redis_url is None and parquet_path is None:
             raise ValueError("a result store needs a Redis URL or a Parquet path (or both)")
-        if not isinstance(namespace, str) or not NAMESPACE.match(namespace):
+        if not isinstance(namespace, str) or not NAMESPACE.fullmatch(namespace):
             raise ValueError(f"namespace {namespace!r} is not accepted (accepted: {NAMESPACE.pattern})")
         self.spec = spec
         self.namespace = namespace
@@ -346,6 +343,7 @@ class ResultStore:
         self._parquet = None if parquet_path is None else ParquetSink(parquet_path)
         self._replay = None if self._parquet is None else ParquetReplay(self._parquet, self.snapshot_store)
         self.parquet_tail = parquet_tail
+        self._pace = redis_tier.Pace(redis_share)
 
     def close(self) -> None:
         for client in (self.client, self.feed_client):
@@ -443,7 +441,9 @@ class ResultStore:
             return Page([], None, None)
         for attempt in range(_ATTEMPTS):
             try:
-                keyed, snapshot_id = self._one_time_rows(_Scan(task, lower, upper, conditions, after, limit + 1))
+                keyed, snapshot_id = self._one_time_rows(
+                    _Scan(task, lower, upper, conditions, after, limit + 1, projection)
+                )
                 break
             except (FileNotFoundError, _Moved):  # a snapshot moved or expired while being read: read again
                 if attempt == _ATTEMPTS - 1:
@@ -478,52 +478,42 @@ class ResultStore:
     def _redis_rows(self, scan: _Scan) -> tuple[_Keyed, int | None, int | None]:
         """The first `n` matching rows Redis serves (batches after its recorded snapshot when Parquet is read too),
         that snapshot's id, and the fallback boundary used when Redis recorded none (see the module docstring).
-        Reads grow geometrically while a selection leaves too few rows; if the recorded snapshot moves between
-        reads, raises _Moved (the Parquet part must be read at one snapshot)."""
+        Redis is read in capped steps keeping at most `n` rows (`redis_tier.read_span`); if the recorded snapshot
+        moves between steps, raises _Moved (the Parquet part must be read at one snapshot)."""
         assert self.client is not None
-        task, lower, upper, conditions, after, n = scan
+        task, lower, upper, conditions, after, n, _ = scan
         with_parquet = self.snapshot_store is not None
-        selected: _Keyed = []
-        position = after
-        want = n
-        first: int | None = None
         fallback: int | None = None
-        for reads in itertools.count():
-            view = redis_tier.read_span(
-                self.client,
-                task,
-                self.namespace,
-                lower,
-                upper,
-                boundary=with_parquet,
-                after=position,
-                limit=want,
-                fallback_batch=fallback,
-            )
-            if reads == 0:
-                first = view.snapshot_id
-            elif view.snapshot_id != first:
-                raise _Moved
+        while True:
+            try:
+                view = redis_tier.read_span(
+                    self.client,
+                    task,
+                    self.namespace,
+                    lower,
+                    upper,
+                    boundary=with_parquet,
+                    after=after,
+                    limit=n,
+                    fallback_batch=fallback,
+                    select=lambda rows: select(rows, conditions),
+                    pace=self._pace,
+                )
+            except redis_tier.SpanMoved:
+                raise _Moved from None
             if with_parquet and view.snapshot_batch is None and fallback is None:
                 assert self._parquet is not None
                 fallback = self._parquet.last_committed(task)
                 if fallback is not None:  # read again, leaving out the batches Parquet answers for
                     continue
-            for row in select(view.rows, conditions):
-                selected.append((_key(row), row))
-                if len(selected) >= n:
-                    return selected, first if with_parquet else None, fallback
-            if not view.more or not view.rows:
-                return selected, first if with_parquet else None, fallback
-            position = _key(view.rows[-1])
-            want = min(want * 4, _MAX_REDIS_READ)
-        raise AssertionError("unreachable")
+            selected = [(_key(row), row) for row in view.rows]
+            return selected, view.snapshot_id if with_parquet else None, fallback
 
     def _parquet_rows(self, scan: _Scan, snapshot_id: int | None, upto_batch: int | None = None) -> _Keyed:
         """The first `n` matching rows of the batches covered by snapshots <= `snapshot_id`, or, given
         `upto_batch`, of every retained committed batch up to it (snapshots then only prune), with their keys."""
         assert self.snapshot_store is not None and self._parquet is not None and self._replay is not None
-        task, lower, upper, conditions, after, n = scan
+        task, lower, upper, conditions, after, n, _ = scan
 
         def overlaps(s: Snapshot) -> bool:
             return (
@@ -546,55 +536,7 @@ class ResultStore:
             }
             batches = [b for b in self._replay.retained(task) if b <= upto_batch and b not in pruned]
         files = [str(f) for b in batches for f in self._parquet.batch_files(task, b)]
-        if not files:
-            return []
-        schema = self._schemas[task]
-        timestamps = [ds.field(stream, ts) for stream, ts in _timestamps(schema)]
-        # result time = max(t1, ..., tn) in [lower, upper] <=> every ti <= upper and some ti >= lower
-        span = functools.reduce(operator.and_, [t <= upper for t in timestamps]) & functools.reduce(
-            operator.or_, [t >= lower for t in timestamps]
-        )
-        dataset = ds.dataset(files, schema=schema, format="parquet")
-        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]] = []
-        for fragment in dataset.get_fragments():
-            fragment.ensure_complete_metadata()
-            offsets = np.concatenate([[0], np.cumsum([rg.num_rows for rg in fragment.row_groups])])
-            for piece in fragment.split_by_row_group(span):
-                (group,) = piece.row_groups
-                table = piece.to_table(schema=schema)
-                if not table.num_rows:
-                    continue
-                times = result_times(table)
-                rows = np.arange(offsets[group.id], offsets[group.id] + table.num_rows, dtype=np.int64)
-                batches = table.column(BATCH_ID).to_numpy()
-                mask = (times >= lower) & (times <= upper)
-                if after is not None:
-                    t, b, r = after
-                    mask &= (times > t) | ((times == t) & ((batches > b) | ((batches == b) & (rows > r))))
-                for condition in conditions:
-                    mask &= _arrow_mask(table, times, condition)
-                chosen = np.flatnonzero(mask)
-                if not len(chosen):
-                    continue
-                order = np.lexsort((rows[chosen], batches[chosen], times[chosen]))[:n]
-                chosen = chosen[order]
-                pieces.append((times[chosen], batches[chosen], rows[chosen], table.take(pa.array(chosen))))
-        if not pieces:
-            return []
-        times = np.concatenate([p[0] for p in pieces])
-        batches = np.concatenate([p[1] for p in pieces])
-        rows = np.concatenate([p[2] for p in pieces])
-        table = pa.concat_tables([p[3] for p in pieces])
-        order = np.lexsort((rows, batches, times))[:n]
-        records = table.take(pa.array(order)).to_pylist()
-        streams = [stream for stream, _ in _timestamps(schema)]
-        out = []
-        for i, record in zip(order.tolist(), records, strict=True):
-            key = (int(times[i]), int(batches[i]), int(rows[i]))
-            row = {stream: record[stream] for stream in streams}  # the same shape and key order as Redis rows
-            row.update({BATCH_ID: key[1], ROW: key[2], EMITTED_AT: record[EMITTED_AT], RESULT_TIME: key[0]})
-            out.append((key, row))
-        return out
+        return parquet_scan.first_rows(files, self._schemas[task], lower, upper, after, conditions, n, scan.names)
 
     # -- continuous queries -----------------------------------------------------------------------------------
 
@@ -819,26 +761,6 @@ def matches(row: Mapping[str, Any], condition: Condition) -> bool:
     if condition.op == "in":
         return any(value == v for v in condition.value)
     return _OPS[condition.op](value, condition.value)
-
-
-def _arrow_mask(table: pa.Table, times: np.ndarray, condition: Condition) -> np.ndarray:
-    """The rows of a result table meeting a condition, with Arrow compute."""
-    stream, dot, name = condition.field.partition(".")
-    if dot:
-        column = pc.struct_field(table.column(stream), name)
-    elif condition.field == RESULT_TIME:
-        column = pa.array(times)
-    else:
-        column = table.column(condition.field)
-    kind = column.type
-    if condition.op == "in":
-        result = pc.is_in(column, value_set=pa.array(condition.value, type=kind))
-    else:
-        result = _ARROW_OPS[condition.op](column, pa.scalar(condition.value, type=kind))
-    result = pc.fill_null(result, False)
-    if isinstance(result, pa.ChunkedArray):
-        result = result.combine_chunks()
-    return np.asarray(result.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def select(rows: Sequence[dict[str, Any]], conditions: Sequence[Condition]) -> list[dict[str, Any]]:

@@ -2,28 +2,34 @@
 
 Endpoints (OpenAPI at /openapi.json, docs at /docs): task listing, field listing, one-time queries with cursor
 paging, continuous queries as server-sent events (`proxy_feed` fans each task's feed out), snapshot listing,
-/healthz, /readyz and /metrics. Every `QueryError` becomes its status with `{"detail": message}`; a store that
-cannot be reached becomes 503; FastAPI's own parameter validation answers 422.
+/healthz, /readyz and /metrics. Every data endpoint needs a bearer token allowed to read the task (`proxy_access`:
+401, 403, 429); /healthz and /readyz need none (probes). Every `QueryError` becomes its status with
+`{"detail": message}`; a store that cannot be reached becomes 503; FastAPI's own parameter validation answers 422.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
 import orjson
 import redis
-from fastapi import FastAPI, Header, Path, Query, Request
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from windjoin.connectors.result_query import MAX_LIMIT, QueryError, ResultStore, parse_condition
 from windjoin.operators.spec import IDENTIFIER
+from windjoin.pipelines.proxy_access import Gate
+from windjoin.pipelines.proxy_config import Access, Bounds
 from windjoin.pipelines.proxy_feed import SLOW_CONSUMER, Chunk, FeedConfig, FeedHub, Subscription
 from windjoin.pipelines.proxy_metrics import ProxyMetrics
+from windjoin.pipelines.proxy_tokens import Client
 
 DEFAULT_LIMIT = 1000
 MAX_CONDITIONS = 32
@@ -112,17 +118,53 @@ Fields = Annotated[
         max_length=MAX_TEXT,
     ),
 ]
+DENIED: dict[int | str, dict[str, Any]] = {
+    401: {"model": Problem, "description": "No bearer token, or one the proxy does not know."},
+    429: {
+        "model": Problem,
+        "description": "Over the client's request rate or open-stream limit; retry after Retry-After seconds.",
+    },
+}
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": Problem, "description": "Malformed query (bad field, condition, time span or cursor)."},
+    **DENIED,
+    403: {"model": Problem, "description": "The token may not read this task."},
     404: {"model": Problem, "description": "Unknown task (for streams also: no Redis tier configured)."},
     503: {"model": Problem, "description": "The store (Redis or Parquet) cannot be reached."},
 }
 
 
-def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_s: float = 30.0) -> FastAPI:
-    """The proxy app over `store`; `feed` tunes the continuous-query fan-out (queue size, page size)."""
+def create_app(
+    store: ResultStore,
+    feed: FeedConfig | None = None,
+    send_timeout_s: float = 30.0,
+    *,
+    access: Access,
+    bounds: Bounds | None = None,
+) -> FastAPI:
+    """The proxy app over `store`; `access` says who may read what (see `proxy_access`), `bounds` the largest
+    one-time query; `feed` tunes the continuous-query fan-out (queue size, page size)."""
     hub = FeedHub(store, feed)
     metrics = ProxyMetrics()
+    gate = Gate(access, metrics)
+    bounds = bounds or Bounds()
+    bearer = HTTPBearer(auto_error=False, description="A token of the proxy's tokens file.")
+
+    # dependencies as defaults: closures cannot be resolved from postponed annotations (strings)
+    bearer_token = Depends(bearer)
+
+    async def caller(request: Request, credentials: HTTPAuthorizationCredentials | None = bearer_token) -> Client:
+        """The authenticated client, within its request rate."""
+        return gate.caller(request, credentials)
+
+    needs_token = Depends(caller)
+
+    async def reader(task: TaskName, client: Client = needs_token) -> Client:
+        """The authenticated client, allowed to read the task."""
+        gate.check_task(client, task)
+        return client
+
+    needs_task = Depends(reader)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -134,6 +176,9 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
         version="1",
         description="One-time and continuous queries over a windjoin pipeline's join results (Redis and Parquet).",
         lifespan=lifespan,
+        docs_url="/docs" if access.docs else None,
+        redoc_url="/redoc" if access.docs else None,
+        openapi_url="/openapi.json" if access.docs else None,
     )
     app.state.store, app.state.hub, app.state.metrics = store, hub, metrics
 
@@ -160,13 +205,14 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
         metrics.answered(kind, 200, rows(result) if rows else 0)
         return result
 
-    @app.get("/v1/tasks", response_model=TaskList, tags=["queries"])
-    async def tasks(request: Request) -> TaskList:
-        """The tasks whose results can be queried."""
-        return TaskList(tasks=await answer(request, "tasks", store.tasks))
+    @app.get("/v1/tasks", response_model=TaskList, responses=DENIED, tags=["queries"])
+    async def tasks(request: Request, client: Client = needs_token) -> TaskList:
+        """The tasks whose results can be queried with this token."""
+        names = await answer(request, "tasks", store.tasks)
+        return TaskList(tasks=[name for name in names if client.may_read(name)])
 
     @app.get("/v1/tasks/{task}/fields", response_model=FieldList, responses=ERRORS, tags=["queries"])
-    async def fields(request: Request, task: TaskName) -> FieldList:
+    async def fields(request: Request, task: TaskName, _: Client = needs_task) -> FieldList:
         """The fields of a task's results, usable in `where` and `fields`."""
         return FieldList(task=task, fields=await answer(request, "fields", lambda: store.fields(task)))
 
@@ -182,15 +228,19 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
         ],
         where: Where = None,
         fields: Fields = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Rows per page.")] = DEFAULT_LIMIT,
+        limit: Annotated[
+            int, Query(ge=1, le=MAX_LIMIT, description="Rows per page (the proxy may set a lower bound).")
+        ] = DEFAULT_LIMIT,
         cursor: Annotated[
             str | None, Query(max_length=MAX_TEXT, description="`next_cursor` of the previous page.")
         ] = None,
+        _: Client = needs_task,
     ) -> Response:
         """One-time query: the task's results with result time in [from, to], in (result_time, batch_id, row)
         order, recent ones from Redis and older ones from the latest Parquet snapshot, merged without duplicates."""
 
         def query() -> Any:
+            check_bounds(bounds, t_from, t_to, limit)
             conditions, names = parse_query(store, task, where, fields)
             return store.one_time(task, t_from, t_to, conditions, names, limit, cursor)
 
@@ -240,6 +290,7 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
             str | None,
             Header(alias="Last-Event-ID", max_length=MAX_TEXT, description="Set by browsers on reconnect; wins."),
         ] = None,
+        client: Client = needs_task,
     ) -> EventSourceResponse:
         """Continuous query: new results of the task matching `where`, in commit order, as server-sent events."""
         after = last_event_id or cursor
@@ -251,7 +302,12 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
             start = after if after else (None if rows else next_cursor)
             return Subscription(hub, task, start, conditions, names), Chunk(rows, next_cursor)
 
-        subscription, chunk = await answer(request, "stream", first)
+        lease = gate.stream(client)
+        try:
+            subscription, chunk = await answer(request, "stream", first)
+        except BaseException:
+            lease.release()
+            raise
 
         async def events() -> AsyncIterator[dict[str, str] | bytes]:
             metrics.subscribers.inc()
@@ -270,11 +326,14 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
                         yield {"event": "end", "data": orjson.dumps(data).decode()}
             finally:
                 metrics.subscribers.dec()
+                lease.release()
 
-        return EventSourceResponse(events(), ping=15, send_timeout=send_timeout_s)
+        body = events()
+        weakref.finalize(body, lease.release)  # also when the response never starts iterating it
+        return EventSourceResponse(body, ping=15, send_timeout=send_timeout_s)
 
     @app.get("/v1/tasks/{task}/snapshots", response_model=SnapshotList, responses=ERRORS, tags=["queries"])
-    async def snapshots(request: Request, task: TaskName) -> SnapshotList:
+    async def snapshots(request: Request, task: TaskName, _: Client = needs_task) -> SnapshotList:
         """The task's committed Parquet snapshots, ascending by id."""
         found = await answer(request, "snapshots", lambda: store.snapshots(task))
         return SnapshotList(task=task, snapshots=[SnapshotInfo(**vars(s)) for s in found])
@@ -296,17 +355,33 @@ def create_app(store: ResultStore, feed: FeedConfig | None = None, send_timeout_
         ready = all(checks.values())
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
-    @app.get(
-        "/metrics",
-        response_class=Response,
-        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
-        tags=["operations"],
-    )
-    async def prometheus() -> Response:
-        """Prometheus metrics: queries by kind and status, latency, rows served, open streams."""
-        return Response(metrics.exposition(), media_type=metrics.content_type)
+    if access.metrics != "off":
+        guard = [needs_token] if access.metrics == "token" else []
+
+        @app.get(
+            "/metrics",
+            response_class=Response,
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **DENIED},
+            dependencies=guard,
+            tags=["operations"],
+        )
+        async def prometheus() -> Response:
+            """Prometheus metrics: queries by kind and status, latency, rows served, open streams, refusals."""
+            return Response(metrics.exposition(), media_type=metrics.content_type)
 
     return app
+
+
+def check_bounds(bounds: Bounds, t_from: int, t_to: int, limit: int) -> None:
+    """QueryError(400) naming the parameter and its bound when a one-time query is larger than the proxy serves."""
+    if t_to - t_from > bounds.max_span_ms:
+        raise QueryError(
+            400,
+            f"to: the span from..to is {t_to - t_from} ms; this proxy answers spans of at most "
+            f"{bounds.max_span_ms} ms (query a longer span in several parts)",
+        )
+    if limit > bounds.max_limit:
+        raise QueryError(400, f"limit: {limit} is above this proxy's bound of {bounds.max_limit} rows a page")
 
 
 def parse_query(

@@ -8,6 +8,8 @@ import click
 
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.cli_options import SPEC_ARGUMENT, load_spec_or_fail
+from windjoin.pipelines.proxy_config import MAX_PAGE, METRICS_MODES, Access, Bounds, Limits
+from windjoin.pipelines.proxy_tokens import TokenTable
 
 NAMESPACE = "windjoin"  # the Redis sink's default key prefix (see connectors/redis_sink.py)
 NAMESPACE_OPTION = click.option(
@@ -15,8 +17,9 @@ NAMESPACE_OPTION = click.option(
 )
 
 
-def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE):  # -> ResultStore (imported lazily)
-    """The result store over the sinks the spec configures (Redis, Parquet, or both)."""
+def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE, redis_share: float = 1.0):  # -> ResultStore (lazily)
+    """The result store over the sinks the spec configures (Redis, Parquet, or both); `redis_share`: the most of
+    Redis' time its one-time queries take together."""
     from windjoin.connectors.redis_client import spec_auth
     from windjoin.connectors.result_query import ResultStore
 
@@ -25,7 +28,9 @@ def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE):  # -> ResultSto
     if redis_url is None and parquet_path is None:
         raise click.ClickException("the spec configures no sink (sinks.redis or sinks.parquet): nothing to query")
     try:
-        return ResultStore(spec, redis_url, namespace, parquet_path, auth=spec_auth(spec.sinks.redis))
+        return ResultStore(
+            spec, redis_url, namespace, parquet_path, auth=spec_auth(spec.sinks.redis), redis_share=redis_share
+        )
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 
@@ -42,14 +47,117 @@ def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE):  # -> ResultSto
     help="Pending result chunks per stream subscriber before it counts as slow and is disconnected.",
 )
 @NAMESPACE_OPTION
-def proxy(spec_path: Path, host: str, port: int, queue_size: int, namespace: str) -> None:
-    """Serve one-time and continuous queries of SPEC's results over HTTP (OpenAPI at /docs)."""
+@click.option(
+    "--tokens-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="WINDJOIN_PROXY_TOKENS_FILE",
+    help="YAML file of bearer tokens (SHA-256 hashes) and the tasks each may read (env WINDJOIN_PROXY_TOKENS_FILE).",
+)
+@click.option(
+    "--insecure-no-auth", is_flag=True, help="Serve without authentication: anyone who reaches the port reads all."
+)
+@click.option(
+    "--tls-cert-file", type=click.Path(exists=True, dir_okay=False), help="Serve HTTPS with this certificate."
+)
+@click.option("--tls-key-file", type=click.Path(exists=True, dir_okay=False), help="The certificate's private key.")
+@click.option(
+    "--rate-limit",
+    type=click.FloatRange(min=0, min_open=True),
+    default=20.0,
+    show_default=True,
+    help="Requests per second per token.",
+)
+@click.option(
+    "--rate-burst", type=click.IntRange(min=1), default=40, show_default=True, help="Requests a token may send at once."
+)
+@click.option(
+    "--max-streams",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Continuous queries a token may hold open.",
+)
+@click.option(
+    "--max-span-ms",
+    type=click.IntRange(min=1),
+    default=Bounds.max_span_ms,
+    show_default=True,
+    help="Largest to - from of a one-time query.",
+)
+@click.option(
+    "--max-limit",
+    type=click.IntRange(min=1, max=MAX_PAGE),
+    default=MAX_PAGE,
+    show_default=True,
+    help="Largest page (limit) of a one-time query.",
+)
+@click.option(
+    "--metrics",
+    type=click.Choice(METRICS_MODES),
+    default="token",
+    show_default=True,
+    help="/metrics: any valid token may read it (token), anyone (open), or not served (off).",
+)
+@click.option(
+    "--redis-share",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=0.25,
+    show_default=True,
+    help="The most of Redis' time one-time queries take together (reads are paced; the job's writes keep the rest).",
+)
+@click.option("--docs/--no-docs", default=True, show_default=True, help="Serve /docs, /redoc and /openapi.json.")
+def proxy(
+    spec_path: Path,
+    host: str,
+    port: int,
+    queue_size: int,
+    namespace: str,
+    tokens_file: Path | None,
+    insecure_no_auth: bool,
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+    rate_limit: float,
+    rate_burst: int,
+    max_streams: int,
+    max_span_ms: int,
+    max_limit: int,
+    metrics: str,
+    redis_share: float,
+    docs: bool,
+) -> None:
+    """Serve one-time and continuous queries of SPEC's results over HTTP(S) to holders of a token."""
     import uvicorn
 
     from windjoin.pipelines.proxy import create_app
     from windjoin.pipelines.proxy_feed import FeedConfig
 
     spec = load_spec_or_fail(spec_path)
-    app = create_app(store_from_spec(spec, namespace), FeedConfig(queue_size=queue_size))
-    click.echo(f"windjoin proxy: http://{host}:{port} (OpenAPI: /docs, metrics: /metrics)", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    if (tls_cert_file is None) != (tls_key_file is None):
+        raise click.UsageError("--tls-cert-file and --tls-key-file go together (give both or neither)")
+    if tokens_file is not None and insecure_no_auth:
+        raise click.UsageError("--tokens-file and --insecure-no-auth exclude each other")
+    if tokens_file is None and not insecure_no_auth:
+        raise click.UsageError(
+            "no --tokens-file (or WINDJOIN_PROXY_TOKENS_FILE): the proxy does not serve results without "
+            "authentication; pass --insecure-no-auth to do so anyway"
+        )
+    try:
+        tokens = None if tokens_file is None else TokenTable.from_file(tokens_file, [t.name for t in spec.tasks])
+        access = Access(tokens, Limits(rate_limit, rate_burst, max_streams), metrics, docs)
+        bounds = Bounds(max_span_ms, max_limit)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    if tokens is None:
+        click.secho(
+            "windjoin proxy: WARNING: AUTHENTICATION IS OFF (--insecure-no-auth): anyone who reaches "
+            f"{host}:{port} reads every task's results",
+            err=True,
+            fg="red",
+            bold=True,
+        )
+    app = create_app(
+        store_from_spec(spec, namespace, redis_share), FeedConfig(queue_size=queue_size), access=access, bounds=bounds
+    )
+    scheme = "https" if tls_cert_file else "http"
+    click.echo(f"windjoin proxy: {scheme}://{host}:{port} (docs: {docs}, metrics: {metrics})", err=True)
+    uvicorn.run(app, host=host, port=port, log_level="info", ssl_certfile=tls_cert_file, ssl_keyfile=tls_key_file)

@@ -14,7 +14,7 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 
 
 class ProxyMetrics:
-    """Queries by kind and status, latency by kind, rows served by kind, active stream subscribers."""
+    """Queries by kind and status, latency by kind, rows served by kind, active stream subscribers, refusals."""
 
     content_type = CONTENT_TYPE_LATEST
 
@@ -42,6 +42,12 @@ class ProxyMetrics:
         self.slow_consumers = Counter(
             "windjoin_proxy_slow_consumers",
             "Streams closed because their client did not keep up (queue full).",
+            registry=self.registry,
+        )
+        self.refused = Counter(
+            "windjoin_proxy_refused",
+            "Requests refused before any query, by reason: unauthenticated (401), scope (403), rate and streams (429).",
+            ["reason"],
             registry=self.registry,
         )
 

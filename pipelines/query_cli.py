@@ -10,6 +10,8 @@ printed once, in commit order.
 
 from __future__ import annotations
 
+import os
+import ssl
 import sys
 import time
 from collections.abc import Iterator
@@ -37,6 +39,41 @@ WHERE_OPTION = click.option(
 )
 FIELDS_OPTION = click.option("--fields", metavar="F1,F2", help='Fields to print, e.g. "R.k,S.t,result_time".')
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON lines (one row per line).")
+TOKEN_ENV = "WINDJOIN_TOKEN"
+TOKEN_FILE_OPTION = click.option(
+    "--token-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="WINDJOIN_TOKEN_FILE",
+    help=f"File holding the proxy's bearer token (env WINDJOIN_TOKEN_FILE; or the token itself in env {TOKEN_ENV}).",
+)
+CA_FILE_OPTION = click.option(
+    "--ca-file",
+    type=click.Path(exists=True, dir_okay=False),
+    envvar="WINDJOIN_CA_FILE",
+    help="CA certificate(s) to verify an https:// proxy with (env WINDJOIN_CA_FILE; default: the system's).",
+)
+
+
+class Connection:
+    """How to reach the proxy: its base URL, the bearer token (from a file or the environment, never an argument)
+    and the certificates to verify it with."""
+
+    def __init__(self, url: str, token_file: Path | None, ca_file: str | None) -> None:
+        self.url = url.rstrip("/")
+        if token_file is not None:
+            try:
+                token = token_file.read_text().strip()
+            except OSError as err:
+                raise click.ClickException(f"--token-file {token_file}: cannot be read ({err})") from None
+            if not token:
+                raise click.ClickException(f"--token-file {token_file}: empty (it holds the token, one line)")
+        else:
+            token = os.environ.get(TOKEN_ENV, "").strip()
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
+
+    def client(self, timeout: httpx.Timeout | float) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=timeout, headers=self.headers, verify=self.verify)
 
 
 @query.command("results")
@@ -50,6 +87,8 @@ JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON l
 @click.option("--page-size", type=click.IntRange(min=1), default=DEFAULT_PAGE, show_default=True)
 @click.option("--namespace", default="windjoin", show_default=True, help="With a SPEC: the Redis sink's key prefix.")
 @JSON_OPTION
+@TOKEN_FILE_OPTION
+@CA_FILE_OPTION
 def results(
     source: str,
     task: str,
@@ -61,13 +100,16 @@ def results(
     page_size: int,
     namespace: str,
     as_json: bool,
+    token_file: Path | None,
+    ca_file: str | None,
 ) -> None:
     """Results of TASK with result time in [--from, --to], in (result_time, batch_id, row) order.
 
     URL-or-SPEC: the proxy's base URL (http://host:port), or a spec file to read its sinks directly.
     """
     if source.startswith(("http://", "https://")):
-        pages = _http_pages(source, task, t_from, t_to, list(where), fields, page_size)
+        connection = Connection(source, token_file, ca_file)
+        pages = _http_pages(connection, task, t_from, t_to, list(where), fields, page_size)
     else:
         pages = _store_pages(Path(source), namespace, task, t_from, t_to, list(where), fields, page_size)
     printer = RowPrinter(as_json)
@@ -94,6 +136,8 @@ def results(
     help="Stop once this many rows were printed, at the end of an event (default: run until ^C).",
 )
 @JSON_OPTION
+@TOKEN_FILE_OPTION
+@CA_FILE_OPTION
 def follow(
     url: str,
     task: str,
@@ -103,10 +147,12 @@ def follow(
     cursor: str | None,
     max_rows: int | None,
     as_json: bool,
+    token_file: Path | None,
+    ca_file: str | None,
 ) -> None:
     """New results of TASK as they are committed (a continuous query), from now, --from or --cursor."""
     printer = RowPrinter(as_json)
-    stream = FollowStream(url, task, list(where), fields, t_from, cursor)
+    stream = FollowStream(Connection(url, token_file, ca_file), task, list(where), fields, t_from, cursor)
     try:
         for rows in stream.batches():
             printer.print(rows)  # whole events: the cursor printed on exit resumes right after the last row shown
@@ -120,17 +166,23 @@ def follow(
 
 
 def _http_pages(
-    url: str, task: str, t_from: int, t_to: int, where: list[str], fields: str | None, page_size: int
+    connection: Connection, task: str, t_from: int, t_to: int, where: list[str], fields: str | None, page_size: int
 ) -> Iterator[list[dict[str, Any]]]:
     params: dict[str, Any] = {"from": t_from, "to": t_to, "where": where, "limit": page_size}
     if fields:
         params["fields"] = fields
-    with httpx.Client(base_url=url.rstrip("/"), timeout=60) as client:
+    with connection.client(timeout=60) as client:
+        refusals = 0
         while True:
             try:
                 response = client.get(f"/v1/tasks/{task}/results", params=params)
             except httpx.TransportError as err:
-                raise click.ClickException(f"{url}: {err}") from None
+                raise click.ClickException(f"{connection.url}: {err}") from None
+            if response.status_code == 429 and refusals < RETRIES:
+                refusals += 1
+                _wait_as_told(response)
+                continue
+            refusals = 0
             body = _json_or_fail(response)
             yield body["rows"]
             if not body["next_cursor"]:
@@ -188,6 +240,16 @@ def _store_pages(
         store.close()
 
 
+def _wait_as_told(response: httpx.Response) -> None:
+    """Sleep for a 429's Retry-After (seconds; at most a minute), saying so."""
+    try:
+        wait = min(max(float(response.headers.get("Retry-After", "1")), 0.0), 60.0)
+    except ValueError:
+        wait = 1.0
+    click.echo(f"the proxy asks to slow down (429); retrying in {wait:g} s", err=True)
+    time.sleep(wait)
+
+
 def _json_or_fail(response: httpx.Response) -> Any:
     if response.status_code != 200:
         try:
@@ -202,9 +264,16 @@ class FollowStream:
     """A continuous query's rows, reconnecting with the last event id (the cursor) whenever the stream ends."""
 
     def __init__(
-        self, url: str, task: str, where: list[str], fields: str | None, t_from: int | None, cursor: str | None
+        self,
+        connection: Connection,
+        task: str,
+        where: list[str],
+        fields: str | None,
+        t_from: int | None,
+        cursor: str | None,
     ) -> None:
-        self.url = url.rstrip("/")
+        self.connection = connection
+        self.url = connection.url
         self.task = task
         self.params: dict[str, Any] = {"where": where}
         if fields:
@@ -214,7 +283,7 @@ class FollowStream:
 
     def batches(self) -> Iterator[list[dict[str, Any]]]:
         failures = 0
-        with httpx.Client(base_url=self.url, timeout=httpx.Timeout(60, read=None)) as client:
+        with self.connection.client(timeout=httpx.Timeout(60, read=None)) as client:
             while True:
                 params = dict(self.params)
                 if self.cursor:
@@ -226,6 +295,10 @@ class FollowStream:
                         if response.status_code != 200:
                             response.read()
                             if self._resumable(response):
+                                continue
+                            if response.status_code == 429 and failures < RETRIES:
+                                failures += 1
+                                _wait_as_told(response)
                                 continue
                             _json_or_fail(response)
                         failures = 0

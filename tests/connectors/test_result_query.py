@@ -256,10 +256,23 @@ def test_parse_condition() -> None:
         ('R.k="1"', "type int"),
         ("R.ts}:x=1", "not a condition"),
         ("R.k=1" + "1" * 5000, "characters"),
+        # `in` lists are parsed strictly: a malformed one is refused, never read as a shorter list
+        ('R.k in 1,"abc', "malformed list"),
+        ("R.k in 1,", "malformed list"),
+        ("R.k in 1,,2", "malformed list"),
+        ("R.k in ,1", "malformed list"),
+        ('R.z in "a"b,c', "malformed list"),
+        ('R.z in "a" "b"', "malformed list"),
+        ("R.k=5\n1", "type int"),
     ]:
         with pytest.raises(QueryError, match=words) as err:
             parse_condition(bad, FIELDS)
         assert err.value.status == 400
+
+
+def test_a_namespace_with_a_trailing_newline_is_refused() -> None:
+    with pytest.raises(ValueError, match="namespace 'wj\\\\n' is not accepted"):
+        ResultStore(SPEC, None, "wj\n", "/nonexistent")
 
 
 def test_fields_and_tasks(tiers_factory) -> None:
@@ -392,11 +405,11 @@ def test_follow_cursor_older_than_the_feed_is_gone(redis_url: str, tiers_factory
 
 
 def test_a_snapshot_moving_between_redis_reads_of_one_page(tiers_factory, monkeypatch) -> None:
-    """A selective query reads Redis several times for one page; when the boundary moves in between, the page is
-    read again at the new snapshot, still exact."""
-    import windjoin.connectors.result_query as rq
+    """A selective query reads Redis in several capped steps for one page; when the boundary moves in between, the
+    page is read again at the new snapshot, still exact."""
+    import windjoin.connectors.redis_tier as tier
 
-    tiers = tiers_factory(retain_ms=1)
+    tiers = tiers_factory(retain_ms=10**6)  # Redis keeps every row: only the boundary moves
     for b in range(4):
         tiers.write(
             {
@@ -406,21 +419,23 @@ def test_a_snapshot_moving_between_redis_reads_of_one_page(tiers_factory, monkey
                 ]
             }
         )
-    reads = []
-    real = rq.redis_tier.read_span
+        if b == 1:
+            tiers.snapshot()  # snapshot 1: batches 0 and 1
+    monkeypatch.setattr(tier, "_SPAN_CHUNK", 4)
+    steps = []
+    real = tier._scan_step
 
-    def read_span(*args: Any, **kw: Any) -> Any:
-        reads.append(kw.get("after"))
-        view = real(*args, **kw)
-        if len(reads) == 1:  # after the first read: a snapshot takes all four batches, Redis drops old rows
+    def scan_step(*args: Any) -> Any:
+        steps.append(args[4])  # the member it resumes after (None: a scan's first step)
+        step = real(*args)
+        if len(steps) == 1:  # after the first step: snapshot 2 takes all four batches
             tiers.snapshot()
-        return view
+        return step
 
-    monkeypatch.setattr(rq.redis_tier, "read_span", read_span)
+    monkeypatch.setattr(tier, "_scan_step", scan_step)
     where = [parse_condition("R.k=8", FIELDS)]
     with tiers.store() as store:
-        page = store.one_time("a", 0, 1000, where, None, 2, None)
-    assert len(reads) >= 3  # first read, a second that saw the boundary move, then the page read again
-    assert page.snapshot_id == 1
-    assert [(r["result_time"], r["batch_id"]) for r in page.rows] == [(8, 0), (18, 1)]
-    assert tiers.redis.count("a") < 36
+        page = store.one_time("a", 0, 1000, where, None, 4, None)
+    assert [(r["result_time"], r["batch_id"]) for r in page.rows] == [(8, 0), (18, 1), (28, 2), (38, 3)]
+    assert page.snapshot_id == 2
+    assert steps[:2] != [None, None] and steps.count(None) >= 2  # a second step saw the move; the scan restarted

@@ -22,8 +22,26 @@ from windjoin.connectors.result_query import ResultStore
 from windjoin.connectors.result_table import table_from_records
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.spec import JoinSpec, parse_spec
+from windjoin.pipelines.proxy_config import Access, Limits
+from windjoin.pipelines.proxy_tokens import TokenTable, token_hash
 
 TASKS = ("a", "b")
+TOKEN = "wj-test-token-all-tasks"  # may read every task
+B_TOKEN = "wj-test-token-task-b"  # may read task b only
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+B_AUTH = {"Authorization": f"Bearer {B_TOKEN}"}
+TOKENS_FILE = {
+    "tokens": [
+        {"name": "tester", "sha256": token_hash(TOKEN), "tasks": "*"},
+        {"name": "b-reader", "sha256": token_hash(B_TOKEN), "tasks": ["b"]},
+    ]
+}
+GENEROUS = Limits(rate=10_000, burst=10_000, streams=1000)  # tests that are not about limits never meet them
+
+
+def access(limits: Limits = GENEROUS, **kw: Any) -> Access:
+    """The tests' access configuration: the two tokens above, generous limits unless told otherwise."""
+    return Access(TokenTable.from_data(TOKENS_FILE, TASKS), limits, **kw)
 
 
 def make_spec(redis_url: str | None, parquet_path: Path | None) -> JoinSpec:
@@ -147,12 +165,21 @@ def new_namespace() -> str:
 
 
 class Server:
-    """uvicorn serving `app` on a free port of 127.0.0.1 in a thread of this process; stop() ends it."""
+    """uvicorn serving `app` on a free port of 127.0.0.1 in a thread of this process; stop() ends it. With
+    `tls` (certificate file, key file): over HTTPS."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, tls: tuple[str, str] | None = None) -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+            ssl_certfile=tls[0] if tls else None,
+            ssl_keyfile=tls[1] if tls else None,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="proxy-under-test", daemon=True)
 

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.pipelines.proxy_helpers import Results, Server, make_spec, new_namespace
+from tests.pipelines.proxy_helpers import AUTH, Results, Server, access, make_spec, new_namespace
 from windjoin.connectors.processes import free_port
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.pipelines.proxy import create_app
@@ -43,7 +43,7 @@ def tiers(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Results:
 
 @pytest.fixture(scope="module")
 def client(tiers: Results) -> TestClient:
-    with TestClient(create_app(tiers.store())) as client:
+    with TestClient(headers=AUTH, app=create_app(tiers.store(), access=access())) as client:
         yield client
 
 
@@ -185,7 +185,7 @@ def test_health_readiness_and_metrics(client: TestClient, tiers: Results) -> Non
 def test_not_ready_when_redis_is_down(tiers: Results) -> None:
     dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     store = ResultStore(make_spec(dead, tiers.parquet_path), dead, tiers.namespace, str(tiers.parquet_path))
-    with TestClient(create_app(store)) as client:
+    with TestClient(headers=AUTH, app=create_app(store, access=access())) as client:
         assert client.get("/healthz").status_code == 200
         ready = client.get("/readyz")
         assert ready.status_code == 503 and ready.json()["checks"]["redis"] is False
@@ -248,7 +248,8 @@ class Reader(threading.Thread):
         stall: threading.Event | None = None,
     ) -> None:
         super().__init__(daemon=True)
-        self.url, self.params, self.want, self.headers, self.stall = url, params, want, headers or {}, stall
+        self.url, self.params, self.want, self.stall = url, params, want, stall
+        self.headers = {**AUTH, **(headers or {})}
         self.events: list[tuple[str, list[dict[str, Any]]]] = []
         self.end: dict[str, Any] | None = None
         self.ready: str | None = None  # id of the "ready" event (the start cursor)
@@ -302,7 +303,7 @@ def stream_url(server: Server, task: str) -> str:
 def wait_subscribers(server: Server, n: int) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if _metric(httpx.get(f"{server.url}/metrics").text, "windjoin_proxy_subscribers") >= n:
+        if _metric(httpx.get(f"{server.url}/metrics", headers=AUTH).text, "windjoin_proxy_subscribers") >= n:
             return
         time.sleep(0.05)
     raise AssertionError(f"never {n} subscribers")
@@ -310,7 +311,7 @@ def wait_subscribers(server: Server, n: int) -> None:
 
 def test_stream_delivers_every_new_result_once_in_order_across_a_reconnect(live: Results) -> None:
     live.write(ROWS, t0=0)  # before the subscription: not part of "now"
-    with Server(create_app(live.store(), FeedConfig(block_ms=200))) as server:
+    with Server(create_app(live.store(), FeedConfig(block_ms=200), access=access())) as server:
         start = live.next_batch
         batches = [live.prepare(ROWS, t0=100 * b) for b in range(9)]
         total = 9 * ROWS
@@ -339,7 +340,7 @@ def test_stream_delivers_every_new_result_once_in_order_across_a_reconnect(live:
 
 
 def test_stream_from_a_past_cursor_catches_up_then_follows_with_a_selection(live: Results) -> None:
-    with Server(create_app(live.store(), FeedConfig(block_ms=200, page_rows=7))) as server:
+    with Server(create_app(live.store(), FeedConfig(block_ms=200, page_rows=7), access=access())) as server:
         for b in range(4):
             live.write(ROWS, t0=100 * b)
         everything = Reader(stream_url(server, "b"), {"from": 0}, want=4 * ROWS)
@@ -369,7 +370,7 @@ def test_a_slow_consumer_is_cut_off_and_resumes_while_a_fast_one_gets_everything
     # A chunk per batch (page_rows = rows): the slow client's queue holds 16 x 200 kB, far less than is written.
     config = FeedConfig(queue_size=16, page_rows=rows, block_ms=100)
     written = threading.Event()
-    with Server(create_app(live.store(), config)) as server:
+    with Server(create_app(live.store(), config, access=access())) as server:
         fast = Reader(stream_url(server, "a"), {}, want=total)
         slow = Reader(stream_url(server, "a"), {}, want=total, stall=written)
         fast.start()
@@ -389,14 +390,14 @@ def test_a_slow_consumer_is_cut_off_and_resumes_while_a_fast_one_gets_everything
         resumed.start()
         resumed.finish()
         assert slow.rows + resumed.rows == expected
-        metrics = httpx.get(f"{server.url}/metrics").text
+        metrics = httpx.get(f"{server.url}/metrics", headers=AUTH).text
         assert _metric(metrics, "windjoin_proxy_slow_consumers_total") == 1
 
 
 def test_a_parquet_only_proxy_serves_the_snapshots_and_refuses_streams(tiers: Results) -> None:
     spec = make_spec(None, tiers.parquet_path)
     store = ResultStore(spec, None, tiers.namespace, str(tiers.parquet_path))
-    with TestClient(create_app(store)) as client:
+    with TestClient(headers=AUTH, app=create_app(store, access=access())) as client:
         rows = fetch_all(client, "a", {"from": 0, "to": 5000, "limit": 50})
         assert rows == [r for r in tiers.oracle("a", 0, 5000) if r["batch_id"] <= SNAPSHOT_AFTER]
         assert client.get("/readyz").json() == {"ready": True, "checks": {"parquet": True}}
@@ -409,21 +410,21 @@ def test_a_cursor_older_than_the_feed_is_gone(live: Results) -> None:
 
     for b in range(5):
         live.write(3, t0=100 * b)
-    with Server(create_app(live.store(), FeedConfig(page_rows=3))) as server:
+    with Server(create_app(live.store(), FeedConfig(page_rows=3), access=access())) as server:
         reader = Reader(stream_url(server, "a"), {"from": 0}, want=3)  # one event: batch 0, id = the cursor after it
         reader.start()
         [(cursor, rows)] = reader.finish().events
         assert rows == live.since("a", 0)[:3]
         live.redis.xtrim(feed_key("a", live.namespace), maxlen=2, approximate=False)  # as MAXLEN would: keep 3, 4
         for params, want in (({"cursor": cursor}, live.since("a", 0)[3:]), ({"from": 0}, live.since("a", 0))):
-            response = httpx.get(stream_url(server, "a"), params=params)
+            response = httpx.get(stream_url(server, "a"), params=params, headers=AUTH)
             assert response.status_code == 410 and "from Parquet" in response.json()["detail"], response.text
             # the 410's cursor reads the trimmed batches from Parquet, then the feed: every row once, in order
             resumed = Reader(stream_url(server, "a"), {"cursor": response.json()["cursor"]}, want=len(want))
             resumed.start()
             assert resumed.finish().rows == want
-    with Server(create_app(live.store_without_parquet(), FeedConfig(page_rows=3))) as server:
-        response = httpx.get(stream_url(server, "a"), params={"cursor": cursor})
+    with Server(create_app(live.store_without_parquet(), FeedConfig(page_rows=3), access=access())) as server:
+        response = httpx.get(stream_url(server, "a"), params={"cursor": cursor}, headers=AUTH)
         assert response.status_code == 410 and "one-time query" in response.json()["detail"], response.text
         assert response.json()["cursor"] is None
 
@@ -431,7 +432,7 @@ def test_a_cursor_older_than_the_feed_is_gone(live: Results) -> None:
 def test_many_subscribers_of_a_task_share_one_feed_reader(live: Results) -> None:
     """Five idle streams of task a: Redis sees one blocked feed read (XREAD BLOCK), not five; then each stream
     gets the next batch."""
-    with Server(create_app(live.store(), FeedConfig(block_ms=1000))) as server:
+    with Server(create_app(live.store(), FeedConfig(block_ms=1000), access=access())) as server:
         batch = live.prepare(ROWS, t0=0)
         readers = [Reader(stream_url(server, "a"), {}, want=ROWS) for _ in range(5)]
         for reader in readers:
@@ -452,7 +453,7 @@ def test_a_client_that_leaves_before_any_result_resumes_from_the_ready_event(liv
     """A stream from now says where "now" is (event "ready", id = cursor): a browser reconnecting with that id as
     Last-Event-ID gets every result committed while it was away."""
     live.write(ROWS, t0=0)
-    with Server(create_app(live.store(), FeedConfig(block_ms=200))) as server:
+    with Server(create_app(live.store(), FeedConfig(block_ms=200), access=access())) as server:
         first = Reader(stream_url(server, "a"), {}, want=0)
         first.start()
         assert first.finish().ready is not None and first.rows == []

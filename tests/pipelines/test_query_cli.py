@@ -15,7 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from tests.pipelines.proxy_helpers import Results, Server, make_spec, new_namespace
+from tests.pipelines.proxy_helpers import TOKEN, TOKENS_FILE, Results, Server, access, make_spec, new_namespace
 from tests.pipelines.test_proxy import wait_subscribers
 from windjoin.connectors import processes
 from windjoin.connectors.processes import free_port
@@ -37,12 +37,12 @@ def tiers(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Results:
 
 @pytest.fixture(scope="module")
 def server(tiers: Results) -> Server:
-    with Server(create_app(tiers.store(), FeedConfig(block_ms=200))) as server:
+    with Server(create_app(tiers.store(), FeedConfig(block_ms=200), access=access())) as server:
         yield server
 
 
 def run(*args: Any) -> Any:
-    return CliRunner().invoke(cli, ["query", *map(str, args)], catch_exceptions=False)
+    return CliRunner().invoke(cli, ["query", *map(str, args)], catch_exceptions=False, env={"WINDJOIN_TOKEN": TOKEN})
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
@@ -108,7 +108,7 @@ def test_follow_prints_new_results_then_resumes_from_its_cursor(redis_url: str, 
     live = Results(make_spec(redis_url, None), new_namespace(), redis_url, None)
     live.write(5, t0=0)  # before: not followed
     batches = [live.prepare(10, t0=100 * b) for b in range(6)]
-    with Server(create_app(live.store(), FeedConfig(block_ms=200))) as server:
+    with Server(create_app(live.store(), FeedConfig(block_ms=200), access=access())) as server:
 
         def produce() -> None:
             wait_subscribers(server, 1)
@@ -134,7 +134,10 @@ def test_windjoin_proxy_serves_a_spec(tiers: Results, tmp_path: Path) -> None:
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(yaml.safe_dump(tiers.spec.model_dump(mode="json", exclude_none=True)))
     port = free_port()
+    tokens_file = tmp_path / "tokens.yaml"
+    tokens_file.write_text(yaml.safe_dump(TOKENS_FILE))
     argv = [sys.executable, "-m", "windjoin.pipelines", "proxy", str(spec_file), "--port", str(port)]
+    argv += ["--tokens-file", str(tokens_file)]
     pid = processes.spawn([*argv, "--namespace", tiers.namespace], tmp_path / "proxy.log")
     try:
         url = f"http://127.0.0.1:{port}"
@@ -205,7 +208,7 @@ def test_follow_resumes_from_parquet_when_redis_lost_what_it_had_not_read(redis_
     live = Results(make_spec(redis_url, tmp_path / "parquet"), new_namespace(), redis_url, tmp_path / "parquet")
     for b in range(4):
         live.write(6, t0=100 * b)
-    with Server(create_app(live.store(), FeedConfig(block_ms=200, page_rows=6))) as server:
+    with Server(create_app(live.store(), FeedConfig(block_ms=200, page_rows=6), access=access())) as server:
         first = run("follow", server.url, "a", "--from", 0, "--max-rows", 6, "--json")
         assert first.exit_code == 0, first.output
         shown = json_lines(first.stdout)

@@ -6,6 +6,7 @@ every result (equal to the brute-force oracle, as multisets), the job re-marked 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ import redis
 
 from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
-from tests.pipelines.proxy_helpers import Server
+from tests.pipelines.proxy_helpers import TOKEN, Server, access
 from windjoin.connectors import services
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import meta_key
@@ -133,10 +134,11 @@ def test_results_survive_a_flushall_mid_run(spark, kafka_bootstrap, private_redi
         rest = [p for p in expected if p[0] == task]
         for pair in _pairs(flusher.read, task, join):
             rest.remove(pair)
-        with Server(create_app(store)) as server:
+        with Server(create_app(store, access=access())) as server:
             command = [sys.executable, "-m", "windjoin.pipelines", "query", "follow", server.url, task]
             command += ["--cursor", flusher.cursor, "--max-rows", str(len(rest)), "--json"]
-            done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+            env = {**os.environ, "WINDJOIN_TOKEN": TOKEN}
+            done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
         assert done.returncode == 0, done.stderr
         assert "resuming from Parquet" in done.stderr
         resumed = [orjson.loads(line) for line in done.stdout.splitlines() if line]

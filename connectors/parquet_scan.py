@@ -1,0 +1,192 @@
+"""The first `n` result rows of a time span in Parquet result files, read a row group at a time.
+
+Memory stays at one page: a row group's key and condition columns are read (only those leaves), its matching rows
+compete with the best `n` found so far by their (result_time, batch_id, row) keys, and only the winners'
+positions are kept; row groups whose statistics show every row later than the `n`-th best are skipped unread.
+At the end the winners' output columns (only the leaves asked for) are read back, one row group at a time.
+A row's number is its position in its file, as the rest of the query code numbers them.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT
+
+RESULT_TIME = "result_time"
+ROW = "row"
+_ARROW_OPS = {
+    "=": pc.equal,
+    "!=": pc.not_equal,
+    "<": pc.less,
+    "<=": pc.less_equal,
+    ">": pc.greater,
+    ">=": pc.greater_equal,
+}
+Key = tuple[int, int, int]
+
+
+def first_rows(
+    files: Sequence[str],
+    schema: pa.Schema,
+    lower: int,
+    upper: int,
+    after: Key | None,
+    conditions: Sequence[Any],
+    n: int,
+    names: Sequence[str] | None,
+) -> list[tuple[Key, dict[str, Any]]]:
+    """The first `n` rows (by key) of `files` with result time in [lower, upper], after `after`, meeting every
+    condition (objects with `field`, `op`, `value`), with their keys. `names`: the fields the caller will keep
+    (None: whole rows); the rows hold at least those."""
+    if not files or n < 1:
+        return []
+    stamps = [
+        (stream, f"{stream}.{ts}") for stream, ts in orjson.loads(schema.metadata[b"windjoin.timestamps"]).items()
+    ]
+    span = _span(stamps, lower, upper)
+    wanted = [leaf for _, leaf in stamps] + [BATCH_ID]
+    wanted += [c.field for c in conditions if c.field != RESULT_TIME]
+    best = _Best(n)
+    pieces: dict[tuple[int, int], ds.Fragment] = {}
+    dataset = ds.dataset(list(files), schema=schema, format="parquet")
+    for f, fragment in enumerate(dataset.get_fragments()):
+        fragment.ensure_complete_metadata()
+        metadata = fragment.metadata
+        offsets = np.concatenate([[0], np.cumsum([rg.num_rows for rg in fragment.row_groups])])
+        for piece in fragment.split_by_row_group(span):
+            (group,) = piece.row_groups
+            worst = best.worst()
+            if worst is not None and _earliest(metadata.row_group(group.id), stamps) > worst[0]:
+                continue  # every row of the group comes after the n best so far
+            table = piece.to_table(columns=_refs(wanted))
+            if not table.num_rows:
+                continue
+            times = _times(table, stamps)
+            rows = np.arange(offsets[group.id], offsets[group.id] + table.num_rows, dtype=np.int64)
+            batches = table.column(BATCH_ID).to_numpy()
+            mask = (times >= lower) & (times <= upper)
+            if after is not None:
+                mask &= _later(times, batches, rows, after)
+            if worst is not None:
+                mask &= _before(times, batches, rows, worst)  # only a smaller key can take a place
+            for condition in conditions:
+                if mask.any():
+                    mask &= _mask(table, times, condition)
+            chosen = np.flatnonzero(mask)
+            if len(chosen):
+                best.offer(times[chosen], batches[chosen], rows[chosen], f, group.id, chosen)
+                pieces[(f, group.id)] = piece
+    return best.read(pieces, schema, [s for s, _ in stamps], names)
+
+
+def _span(stamps: list[tuple[str, str]], lower: int, upper: int) -> ds.Expression:
+    """result time = max(t1, ..., tn) in [lower, upper] <=> every ti <= upper and some ti >= lower."""
+    fields = [ds.field(*leaf.split(".")) for _, leaf in stamps]
+    below = functools.reduce(operator.and_, [t <= upper for t in fields])
+    return below & functools.reduce(operator.or_, [t >= lower for t in fields])
+
+
+def _refs(leaves: Sequence[str]) -> dict[str, ds.Expression]:
+    return {leaf: ds.field(*leaf.split(".")) for leaf in dict.fromkeys(leaves)}
+
+
+def _times(table: pa.Table, stamps: list[tuple[str, str]]) -> np.ndarray:
+    columns = [table.column(leaf) for _, leaf in stamps]
+    return pc.max_element_wise(*columns).to_numpy().astype(np.int64, copy=False)
+
+
+def _earliest(group: Any, stamps: list[tuple[str, str]]) -> float:
+    """A lower bound of the result times in a row group from its statistics (-inf when they are missing)."""
+    paths = {group.column(i).path_in_schema: i for i in range(group.num_columns)}
+    bound = -np.inf
+    for _, leaf in stamps:
+        stats = group.column(paths[leaf]).statistics if leaf in paths else None
+        if stats is None or not stats.has_min_max:
+            return -np.inf
+        bound = max(bound, stats.min)  # result time = the latest stamp >= each stream's smallest stamp
+    return bound
+
+
+def _later(times: np.ndarray, batches: np.ndarray, rows: np.ndarray, key: Key) -> np.ndarray:
+    t, b, r = key
+    return (times > t) | ((times == t) & ((batches > b) | ((batches == b) & (rows > r))))
+
+
+def _before(times: np.ndarray, batches: np.ndarray, rows: np.ndarray, key: Key) -> np.ndarray:
+    t, b, r = key
+    return (times < t) | ((times == t) & ((batches < b) | ((batches == b) & (rows < r))))
+
+
+def _mask(table: pa.Table, times: np.ndarray, condition: Any) -> np.ndarray:
+    """The rows meeting a condition, with Arrow compute (nulls never meet one)."""
+    column = pa.array(times) if condition.field == RESULT_TIME else table.column(condition.field)
+    kind = column.type
+    if condition.op == "in":
+        result = pc.is_in(column, value_set=pa.array(condition.value, type=kind))
+    else:
+        result = _ARROW_OPS[condition.op](column, pa.scalar(condition.value, type=kind))
+    result = pc.fill_null(result, False)
+    if isinstance(result, pa.ChunkedArray):
+        result = result.combine_chunks()
+    return np.asarray(result.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+class _Best:
+    """The `n` smallest keys offered so far and where their rows are: (file, row group, position in the group)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.keys = np.zeros((0, 3), dtype=np.int64)
+        self.where = np.zeros((0, 3), dtype=np.int64)
+
+    def worst(self) -> Key | None:
+        """The largest key held once `n` are held (None before)."""
+        if len(self.keys) < self.n:
+            return None
+        t, b, r = self.keys[-1].tolist()
+        return (t, b, r)
+
+    def offer(
+        self, times: np.ndarray, batches: np.ndarray, rows: np.ndarray, file: int, group: int, positions: np.ndarray
+    ) -> None:
+        keys = np.concatenate([self.keys, np.column_stack([times, batches, rows]).astype(np.int64)])
+        where = np.column_stack([np.full(len(rows), file), np.full(len(rows), group), positions]).astype(np.int64)
+        where = np.concatenate([self.where, where])
+        order = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0]))[: self.n]
+        self.keys, self.where = keys[order], where[order]
+
+    def read(
+        self,
+        pieces: dict[tuple[int, int], ds.Fragment],
+        schema: pa.Schema,
+        streams: list[str],
+        names: Sequence[str] | None,
+    ) -> list[tuple[Key, dict[str, Any]]]:
+        """The rows held, in key order: each row group's output leaves read once, only its winning rows kept."""
+        leaves = [f"{s}.{child.name}" for s in streams for child in schema.field(s).type]
+        if names is not None:
+            leaves = [leaf for leaf in leaves if leaf in set(names)]
+        out: list[tuple[Key, dict[str, Any]] | None] = [None] * len(self.keys)
+        for file, group in {tuple(w) for w in self.where[:, :2].tolist()}:
+            held = np.flatnonzero((self.where[:, 0] == file) & (self.where[:, 1] == group))
+            table = pieces[(file, group)].to_table(columns=_refs([*leaves, EMITTED_AT]))
+            picked = table.take(pa.array(self.where[held, 2])).to_pylist()
+            for i, record in zip(held.tolist(), picked, strict=True):
+                t, b, r = self.keys[i].tolist()
+                row: dict[str, Any] = {}
+                for leaf in leaves:
+                    stream, _, name = leaf.partition(".")
+                    row.setdefault(stream, {})[name] = record[leaf]
+                row.update({BATCH_ID: b, ROW: r, EMITTED_AT: record[EMITTED_AT], RESULT_TIME: t})
+                out[i] = ((t, b, r), row)
+        return [item for item in out if item is not None]

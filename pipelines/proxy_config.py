@@ -1,0 +1,64 @@
+"""The query proxy's configuration: who may use it (`Access`), how much (`Limits`), the largest query (`Bounds`).
+
+Validated once, here: every error names the setting, the bad value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from windjoin.pipelines.proxy_tokens import TokenTable
+
+METRICS_MODES = ("token", "open", "off")
+MAX_PAGE = 10_000  # rows of one page, the most a one-time query returns at once (result_query.MAX_LIMIT)
+DAY_MS = 86_400_000
+_MAX_TIME = 2**53 - 1
+
+
+@dataclass(frozen=True)
+class Limits:
+    """`rate`: requests per second a client may sustain; `burst`: how many it may send at once; `streams`:
+    continuous queries it may hold open at a time."""
+
+    rate: float = 20.0
+    burst: int = 40
+    streams: int = 4
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.rate) and self.rate > 0):
+            raise ValueError(f"rate limit: {self.rate!r} is not accepted (accepted: requests per second > 0)")
+        if self.burst < 1:
+            raise ValueError(f"rate burst: {self.burst!r} is not accepted (accepted: an integer >= 1)")
+        if self.streams < 1:
+            raise ValueError(f"max streams: {self.streams!r} is not accepted (accepted: an integer >= 1)")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The largest one-time query the proxy answers: `max_span_ms` between from and to, `max_limit` rows a page."""
+
+    max_span_ms: int = 31 * DAY_MS
+    max_limit: int = MAX_PAGE
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_span_ms <= 2 * _MAX_TIME:
+            raise ValueError(f"max span: {self.max_span_ms!r} is not accepted (accepted: 1..{2 * _MAX_TIME} ms)")
+        if not 1 <= self.max_limit <= MAX_PAGE:
+            raise ValueError(f"max limit: {self.max_limit!r} is not accepted (accepted: 1..{MAX_PAGE})")
+
+
+@dataclass(frozen=True)
+class Access:
+    """`tokens`: the token table (None: no authentication at all, only by explicit choice); `limits`: per client;
+    `metrics`: "token" (any valid token may read /metrics), "open" (no token needed) or "off" (not served);
+    `docs`: serve /docs, /redoc and /openapi.json."""
+
+    tokens: TokenTable | None
+    limits: Limits = field(default_factory=Limits)
+    metrics: str = "token"
+    docs: bool = True
+
+    def __post_init__(self) -> None:
+        if self.metrics not in METRICS_MODES:
+            raise ValueError(f"metrics: {self.metrics!r} is not accepted (accepted: {list(METRICS_MODES)})")
