@@ -58,7 +58,7 @@ def component_rules(component: str, namespace: str = "windjoin") -> str:
         # EVAL declares its keys read-write, so read-only key patterns would refuse the read scripts; the
         # commands keep the proxy to reads instead, inside scripts too (each call there is checked alike).
         keys = [f"~{k}" for k in results[:3]]
-        commands = f"+@read {_SCRIPTS}"
+        commands = f"+@read +time {_SCRIPTS}"  # TIME: the stepped reads measure their own time in Redis
     else:
         raise ValueError(f"component {component!r} is not one of {list(COMPONENTS)}")
     return " ".join([*keys, _BASE, commands, _NEVER])

@@ -153,7 +153,7 @@ envFrom:
 {{- else if eq .component "controller" -}}
 %R~{{ $ns }}:{control}:load ~{{ $ns }}:{control}:decision ~{{ $ns }}:{control}:decisions -@all +@connection +@read +@write {{ $tx }} -@dangerous -@admin
 {{- else -}}
-~{{ $ns }}:{*}:results ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed -@all +@connection +@read {{ $scripts }} -@dangerous -@admin
+~{{ $ns }}:{*}:results ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed -@all +@connection +@read +time {{ $scripts }} -@dangerous -@admin
 {{- end -}}
 {{- end -}}
 
