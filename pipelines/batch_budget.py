@@ -53,5 +53,6 @@ def budget_text(budget: Mapping[str, float], previous: Mapping[str, Any]) -> str
     if not budget:
         return ""
     parts = " + ".join(f"{part} {ms / 1000:.2f}" for part, ms in budget.items())
-    spark = f" (previous batch's plan {previous['plan'] / 1000:.2f}, commit {previous['commit'] / 1000:.2f})"
-    return f", time {sum(budget.values()) / 1000:.2f} s = {parts}{spark if previous else ''}"
+    if previous:
+        parts += f" (previous batch's plan {previous['plan'] / 1000:.2f}, commit {previous['commit'] / 1000:.2f})"
+    return f", time {sum(budget.values()) / 1000:.2f} s = {parts}"
