@@ -29,7 +29,7 @@ import orjson
 import redis
 
 from windjoin.connectors.redis_sink import feed_key, meta_key, result_time_of, results_key
-from windjoin.connectors.result_table import check_batch_id
+from windjoin.connectors.result_table import PIECE_ROW_BITS, check_batch_id
 
 __all__ = [
     "FEED_END",
@@ -153,7 +153,7 @@ class RedisView:
 # KEYS: results, meta. ARGV: from, to, limit, boundary ("1"/"0"), cursor score, batch, row (all "" for none),
 # chunk, fallback boundary ("" for none: used when the meta hash has no snapshot marker). Scans the span in score
 # order, in chunks (each resumes at the last score seen, skipping the members of that score already seen), keeping
-# members of batches after the boundary and after the cursor, and stops at the first score above the one where
+# members of committed batches after the boundary and after the cursor, and stops at the first score above the one where
 # `limit` members were kept (so every member tied with the last kept is in).
 # Returns {meta {snapshot, snapshot_batch, committed}, members, more}.
 _READ_SPAN = """
@@ -162,6 +162,7 @@ local boundary = nil
 if ARGV[4] == '1' then
   if meta[2] then boundary = tonumber(meta[2]) elseif ARGV[9] ~= '' then boundary = tonumber(ARGV[9]) end
 end
+local committed = tonumber(meta[3])  -- members of batches above it are staged, not results yet
 local limit = tonumber(ARGV[3])
 local a_score, a_batch, a_row = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local chunk = tonumber(ARGV[8])
@@ -185,7 +186,7 @@ while not done do
     if text == last_text then same = same + 1 else last_text, same = text, 1 end
     local b, r = string.match(member, '^%[(%d+),(%d+),')
     b, r = tonumber(b), tonumber(r)
-    local keep = (not boundary) or b > boundary
+    local keep = committed ~= nil and b <= committed and ((not boundary) or b > boundary)
     if keep and a_score and score == a_score and (b < a_batch or (b == a_batch and r <= a_row)) then
       keep = false
     end
@@ -365,9 +366,10 @@ def read_feed(
             break
         entries = reply[0][1]
         for entry_id, fields in entries:
-            batch = _entry_id(entry_id)[0]
+            batch, seq = _entry_id(entry_id)
             members = fields[b"members"].split(b"\n")
-            skip = after[1] + 1 if after is not None and batch == after[0] else 0
+            # rows of a piece are numbered from (piece << 32), the piece being the entry's sequence less one
+            skip = after[1] + 1 - ((seq - 1) << PIECE_ROW_BITS) if after is not None and batch == after[0] else 0
             for member in members[max(skip, 0) : max(skip, 0) + count - len(rows)]:
                 rows.append(decode_row(member))
             if len(rows) >= count:
@@ -385,7 +387,7 @@ def _start_id(after: tuple[int, int] | None) -> tuple[int, int]:
     batch, row = after
     if batch < 0:
         return (0, 0)
-    return (batch, 1) if row >= FEED_END else (batch, 0)
+    return (batch + 1, 0) if row >= FEED_END else (batch, 0)
 
 
 def _start_text(after: tuple[int, int]) -> str:

@@ -56,7 +56,14 @@ from windjoin.connectors import redis_tier
 from windjoin.connectors.parquet_replay import ParquetReplay
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import NAMESPACE, meta_key
-from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_schema, result_times
+from windjoin.connectors.result_table import (
+    ARROW_TYPES,
+    BATCH_ID,
+    EMITTED_AT,
+    PIECE_ROW_BITS,
+    result_schema,
+    result_times,
+)
 from windjoin.connectors.snapshots import Snapshot, SnapshotStore
 from windjoin.operators.spec import JoinSpec
 
@@ -543,7 +550,8 @@ class ResultStore:
                 for b in range(s.first_batch, s.last_batch + 1)
             }
             batches = [b for b in self._replay.retained(task) if b <= upto_batch and b not in pruned]
-        files = [str(f) for b in batches for f in self._parquet.batch_files(task, b)]
+        pieces_of = {str(f): p for b in batches for p, f in self._parquet.batch_pieces(task, b)}
+        files = list(pieces_of)
         if not files:
             return []
         schema = self._schemas[task]
@@ -556,7 +564,8 @@ class ResultStore:
         pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]] = []
         for fragment in dataset.get_fragments():
             fragment.ensure_complete_metadata()
-            offsets = np.concatenate([[0], np.cumsum([rg.num_rows for rg in fragment.row_groups])])
+            first_row = pieces_of[fragment.path] << PIECE_ROW_BITS  # the piece's row numbers start here
+            offsets = first_row + np.concatenate([[0], np.cumsum([rg.num_rows for rg in fragment.row_groups])])
             for piece in fragment.split_by_row_group(span):
                 (group,) = piece.row_groups
                 table = piece.to_table(schema=schema)
