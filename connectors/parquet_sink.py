@@ -94,11 +94,8 @@ class ParquetSink:
             check_identifier("task name", task)
             check_result_table(table, batch_id, task)
         self.stage(batch_id, 0, {t: table for t, table in tables.items() if table.num_rows})
-        committed = self.commit(
-            batch_id,
-            {t: [0] if table.num_rows else [] for t, table in tables.items()},
-            {t: x.schema for t, x in tables.items()},
-        )
+        pieces = {t: [0] if table.num_rows else [] for t, table in tables.items()}
+        committed = self.commit(batch_id, pieces, schemas={t: x.schema for t, x in tables.items()})
         return {task: tables[task].num_rows for task in committed}
 
     def stage(self, batch_id: int, piece: int, tables: Mapping[str, pa.Table]) -> dict[str, int]:
@@ -130,10 +127,16 @@ class ParquetSink:
         return staged
 
     def commit(
-        self, batch_id: int, pieces: Mapping[str, Collection[int]], schemas: Mapping[str, pa.Schema]
+        self,
+        batch_id: int,
+        pieces: Mapping[str, Collection[int]],
+        *,
+        schemas: Mapping[str, pa.Schema],
+        batch_max: Mapping[str, int] | None = None,
     ) -> list[str]:
         """Close `batch_id` for each task from its staged `pieces` (the slots that reported results; a task
         without any gets one empty file of its `schemas` entry); returns the tasks committed by this call.
+        (`batch_max`, the batch's largest result times, is for sinks that trim by them.)
 
         A task is skipped when `batch_id` is its last committed batch id (a replay); StaleBatchError when below.
         RuntimeError when a reported piece is missing (staged elsewhere, or removed): the batch is not closed.

@@ -269,7 +269,8 @@ class RedisSink:
             check_result_table(table, batch_id, task)
         self.stage(batch_id, 0, {task: table for task, table in tables.items() if table.num_rows})
         batch_max = {task: int(result_times(t).max()) for task, t in tables.items() if t.num_rows}
-        committed = self.commit(batch_id, {t: [0] if x.num_rows else [] for t, x in tables.items()}, batch_max)
+        pieces = {t: [0] if x.num_rows else [] for t, x in tables.items()}
+        committed = self.commit(batch_id, pieces, batch_max=batch_max)
         return {task: tables[task].num_rows for task in committed}
 
     def stage(self, batch_id: int, piece: int, tables: Mapping[str, pa.Table]) -> dict[str, int]:
@@ -330,10 +331,18 @@ class RedisSink:
         conn.send_packed_command(conn.pack_command("UNWATCH"))
         conn.read_response()
 
-    def commit(self, batch_id: int, pieces: Mapping[str, Sequence[int]], batch_max: Mapping[str, int]) -> list[str]:
+    def commit(
+        self,
+        batch_id: int,
+        pieces: Mapping[str, Sequence[int]],
+        *,
+        batch_max: Mapping[str, int],
+        schemas: Mapping[str, pa.Schema] | None = None,
+    ) -> list[str]:
         """Close `batch_id` for each task from its staged `pieces` (the slots that reported results), with the
         batch's largest result time per task that has rows (`batch_max`); returns the tasks committed by this
-        call. A task whose committed batch id is `batch_id` is skipped (a replay); StaleBatchError when above.
+        call (`schemas` is for sinks that write empty batches out). A task whose committed batch id is `batch_id`
+        is skipped (a replay); StaleBatchError when above.
         RuntimeError when a reported piece is not staged: the batch is not closed."""
         batch_id = check_batch_id(batch_id)
         committed = []
