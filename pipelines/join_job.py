@@ -116,6 +116,7 @@ class BatchOutcome:
     shed_ratio: float = 0.0  # the shed ratio applied to the batch's records (control epoch)
     shed: dict[str, int] = field(default_factory=dict)  # records shed by the adapter, per stream
     order_seconds: float = 0.0  # time the slots spent putting their results in the spec's output_order
+    commit_seconds: float = 0.0  # the driver's time committing the batch to the sinks
     # Event time (connectors.event_time): the watermark the batch judged lateness by, the (oldest, newest) event
     # time it read per input partition, and the widest event-time span of any partition's state after it: of its
     # live tuples, and of all it holds (segments expire whole).
@@ -173,10 +174,12 @@ class BatchSink:
             outcome.order_seconds += stat.get("order_seconds", 0.0)
         outcome.delays_ms = Delays.merge(s["delays"] for s in outcome.stats if "delays" in s)
         schemas = {task: result_schema(self.spec, task) for task in pieces}
+        committing = time.perf_counter()
         for sink in self.sinks:
             if not isinstance(sink, SnapshotCommitter):
                 committed = sink.commit(batch_id, pieces, schemas=schemas, batch_max=batch_max)
                 note_replay(outcome, sink, pieces, committed)
+        outcome.commit_seconds = time.perf_counter() - committing
         for sink in self.sinks:
             if isinstance(sink, SnapshotCommitter):
                 outcome.snapshots += sink.after_batch(batch_id, outcome.punctuations)

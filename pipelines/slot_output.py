@@ -106,12 +106,13 @@ def write_slot(
 
 
 def slot_summary(tables: Mapping[str, pa.Table], refused: pd.DataFrame, emitted_at: int) -> dict[str, Any]:
-    """Per task the pairs staged and their largest result time; the production delays (emission less result
-    time, ms) as an exact histogram [values, counts]; the refused rows by reason."""
+    """The slot's emission time; per task the pairs staged and their largest result time; the production delays
+    (emission less result time, ms) as an exact histogram [values, counts]; the refused rows by reason."""
     times = {task: result_times(table) for task, table in tables.items()}
     delays = emitted_at - np.concatenate([np.zeros(0, np.int64), *times.values()])
     values, counts = np.unique(delays, return_counts=True)
     return {
+        "emitted_at": emitted_at,
         "pairs": {task: [len(t), int(times[task].max())] for task, t in tables.items()},
         "delays": [values.tolist(), counts.tolist()],
         "dead_by_reason": {str(k): int(v) for k, v in refused["reason"].value_counts().items()},
