@@ -32,7 +32,7 @@ from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.batch_delays import Delays
 from windjoin.pipelines.checkpoint_identity import checkpoint_identity, predates_run_ids
 from windjoin.pipelines.checkpoint_layout import check_layout
-from windjoin.pipelines.join_state import OUTPUT_DDL, STATS, JoinProcessor
+from windjoin.pipelines.join_state import OUTPUT_DDL, JoinProcessor
 from windjoin.pipelines.sink_fence import fence_sinks
 from windjoin.pipelines.slot_output import DeadLetterTarget, SlotOutputs, StagedSink
 from windjoin.pipelines.snapshot_committer import SnapshotCommitter
@@ -140,7 +140,7 @@ class BatchOutcome:
 class BatchSink:
     """foreachBatch: the slots staged their results in the sinks; close the batch from their summaries.
 
-    Only the slots' STATS rows reach the driver (small: counts, a delay histogram, marks). After every slot
+    Only the slots' summaries reach the driver (small: counts, a delay histogram, marks). After every slot
     staged, each sink commits the batch, then a `SnapshotCommitter` among the sinks closes snapshots, then the
     marks are written, all before Spark commits the batch; a replayed batch is skipped by the sinks that had
     committed it.
@@ -155,9 +155,7 @@ class BatchSink:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         outcome = BatchOutcome(batch_id)
-        outcome.stats = [
-            {"slot": row["slot"], **orjson.loads(row["payload"])} for row in df.collect() if row["kind"] == STATS
-        ]
+        outcome.stats = [{"slot": row["slot"], **orjson.loads(row["stats"])} for row in df.collect()]
         outcome.punctuations = sum(s.get("punctuations", 0) for s in outcome.stats)
         self._note_control(outcome)
         clock_seq = self._note_event_time(outcome)
@@ -255,7 +253,7 @@ def build_stream(
     control: ControlSource | None = None,
     outputs: SlotOutputs | None = None,
 ) -> DataFrame:
-    """The joined stream: one STATS row per slot and batch; the slots write their results to `outputs`."""
+    """The joined stream: one summary row per slot and batch; the slots write their results to `outputs`."""
     labels = slot_labels(spark, spec.partitions)  # a label for every slot the controller may open
     routing = RoutingTable.round_robin(spec.partitions, spec.slots)
     adapter = Adapter(spec, routing, labels)

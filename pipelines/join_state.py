@@ -62,8 +62,7 @@ from windjoin.pipelines.control_epoch import ControlEpoch, Holders, check_spilla
 from windjoin.pipelines.slot_load import GroupLoadMeter, join_state
 from windjoin.pipelines.slot_output import SlotOutputs, current_batch_id, write_slot
 
-OUTPUT_DDL = "slot int, kind string, name string, payload binary"  # one STATS row per slot and batch
-STATS = "stats"
+OUTPUT_DDL = "slot int, stats binary"  # one row per slot and batch: its summary as JSON (results leave elsewhere)
 ORDER = ["ts", "topic", "kpartition", "koffset"]  # arrival order inside a batch: deterministic on replay
 DEAD_COLUMNS = ["stream", "topic", "kpartition", "koffset", "reason", "detail"]
 
@@ -223,7 +222,7 @@ class JoinProcessor(StatefulProcessor):
             },
         }
         stats.update(output)
-        yield pd.DataFrame([(slot, STATS, "", orjson.dumps(stats))], columns=["slot", "kind", "name", "payload"])
+        yield pd.DataFrame([(slot, orjson.dumps(stats))], columns=["slot", "stats"])
 
     def close(self) -> None:
         pass

@@ -22,7 +22,6 @@ from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.pipelines.adapter import PUNCTUATION, Adapter
 from windjoin.pipelines.join_job import BatchSink
-from windjoin.pipelines.join_state import STATS
 from windjoin.pipelines.run_cli import build_sinks
 from windjoin.pipelines.slot_output import SlotOutputs, write_slot
 from windjoin.pipelines.snapshot_committer import SnapshotCommitter, snapshot_reason
@@ -229,7 +228,7 @@ def _spark_rows(spec: JoinSpec, sinks: list, batch: int, times: list[int], punct
         output = write_slot(outputs, spec, batch, slot, pairs if slot == 0 else {}, refused, 9_999)
         stats = {"rows": 1, "joined": 1, "dead": 0, "punctuations": n, "segments": 0, "window_tuples": 0, "seconds": 0}
         stats.update(output, slot_index=slot)
-        rows.append({"slot": slot, "kind": STATS, "name": "", "payload": orjson.dumps(stats)})
+        rows.append({"slot": slot, "stats": orjson.dumps(stats)})
     return rows
 
 
