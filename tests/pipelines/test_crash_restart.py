@@ -7,9 +7,9 @@ writes events to the input topics at a steady pace the whole time, also while th
 follows the pace, so every Kafka partition is in event-time order). The job is killed with SIGKILL once per
 entry of KILLS, in a shuffled order, each time after its run committed 1-3 new batches (Spark's `commits/`):
 
-- `parquet_stage`: while the slots stage a batch in Parquet. The job is frozen (SIGSTOP) as soon as a batch's
-  hidden pending folder appears; if the batch folder is not there (pieces being written, the driver's rename not
-  done), the frozen job is killed; otherwise it is thawed and the next batch is tried.
+- `parquet_stage`: while the slots stage a batch in Parquet. The job is frozen (SIGSTOP) as soon as a piece is
+  staged in a batch's hidden pending folder; if the batch folder is not there (other pieces being written, the
+  driver's rename not done), the frozen job is killed; otherwise it is thawed and the next batch is tried.
 - `redis_stage`: while a slot stages its piece in Redis. Redis' `CLIENT PAUSE WRITE` holds the job's next write,
   a slot's staging transaction of the next batch; once a pending Parquet folder of that batch shows the slots
   are staging, with a client blocked, the job is killed and Redis unpaused.
@@ -154,24 +154,32 @@ def _pending(parquet: ParquetSink, task: str, above: int) -> list[int]:
 
 
 def _kill_in_parquet_stage(proc: subprocess.Popen, parquet: ParquetSink, task: str, deadline: float) -> str:
-    """Kill the job while the slots stage a batch in Parquet: frozen on sight of its pending folder, killed if
-    the batch is not committed. Returns what was hit."""
+    """Kill the job while the slots stage a batch in Parquet: frozen on sight of a staged piece in a pending
+    folder, killed if the batch is still not committed (the other slots' pieces, or the rename, to come).
+    Returns what was hit."""
     floor = parquet.last_committed(task)  # pending folders of batches up to here are leftovers, not staging
     floor, misses = -1 if floor is None else floor, 0
     while True:
         staging = _pending(parquet, task, floor)
-        if staging:
+        pieces = _pieces(parquet.pending_dir(task, staging[-1])) if staging else []
+        if pieces:
             batch = staging[-1]
             freeze_job(proc)
             if not parquet.batch_dir(task, batch).exists():
-                pieces = len(os.listdir(parquet.pending_dir(task, batch)))
                 kill_job(proc)
-                return f"parquet_stage hit: batch {batch} pending with {pieces} file(s), after {misses} misses"
+                return f"parquet_stage hit: batch {batch} pending with pieces {pieces}, after {misses} misses"
             thaw_job(proc)
             floor, misses = batch, misses + 1
         assert proc.poll() is None, f"the job exited with {proc.returncode} before a Parquet stage was hit"
         assert time.monotonic() < deadline, f"no Parquet stage hit in time ({misses} misses)"
         time.sleep(0.0005)
+
+
+def _pieces(folder: Path) -> list[str]:
+    try:
+        return sorted(name for name in os.listdir(folder) if name.startswith("part-"))
+    except FileNotFoundError:  # committed (renamed) meanwhile
+        return []
 
 
 def _kill_in_redis_stage(
