@@ -105,10 +105,7 @@ class ParquetSink:
         staged = {}
         for task, table in tables.items():
             check_result_table(table, batch_id, task)
-            last = self.last_committed(task)
-            if last is not None and batch_id < last:
-                raise stale_batch(self.name, task, batch_id, last)
-            if last == batch_id:
+            if self.batch_dir(task, batch_id).exists():  # committed: a replay (an older id fails the commit)
                 continue
             pending = self.pending_dir(task, batch_id)
             pending.mkdir(parents=True, exist_ok=True)
