@@ -17,7 +17,8 @@ task's keys share one slot):
 - `ns:{task}:feed` - stream, the continuous-query feed: one entry per piece (a slot's part of a batch) that has
   rows, entry id `<batch_id>-<piece + 1>` (so the feed is in commit order and a (batch, row) cursor maps onto entry
   ids), fields `emitted_at` (the piece's emission time, epoch ms) and `members` (the piece's members in row order,
-  joined by "\n"; JSON text never holds a raw newline). Capped with `MAXLEN ~ feed_batches` (entries).
+  joined by "\n"; JSON text never holds a raw newline). Capped with `MAXLEN ~ feed_batches * pieces` (the
+  pieces of the batch committed: about `feed_batches` batches while the number of slots with results holds).
   A member's `row` is `piece << 32 | position in the piece` (`result_table.piece_rows`).
 - `ns:{task}:stage:<piece>` - hash, a piece staged and not yet committed: `batch`, `emitted_at`, `members`.
 - `ns:{task}:owner` - hash: `run_id`, `checkpoint`, the checkpoint whose batches the task's keys hold
@@ -351,7 +352,9 @@ class RedisSink:
             keys = [meta_key(task, self.namespace), results_key(task, self.namespace), feed_key(task, self.namespace)]
             keys += [stage_key(task, p, self.namespace) for p in slots]
             top = batch_max.get(task)
-            args = [batch_id, "" if top is None else int(top), self.retain_ms if self.trim else "", self.feed_batches]
+            # the feed keeps about `feed_batches` batches of as many pieces as this one
+            kept = self.feed_batches * max(1, len(slots))
+            args = [batch_id, "" if top is None else int(top), self.retain_ms if self.trim else "", kept]
             reply = self.client.eval(_COMMIT, len(keys), *keys, *args, *(p + 1 for p in slots))
             status = int(reply[0])
             if status == -1:
