@@ -151,12 +151,12 @@ def run_variant(
     emitted, visible = DelayHistogram(), DelayHistogram()
     kept = [o for o in outcomes if o.finished_at * 1000 >= since_ms and o.records]
     for o in kept:
-        delays = np.asarray(o.delays_ms, dtype=np.int64) - int(lag_s * 1000)
-        emitted.add(delays)
+        delays, counts = o.delays_ms.values - int(lag_s * 1000), o.delays_ms.counts
+        emitted.add(delays, counts)
         # the batch's end (its sinks committed: a query sees the pairs) less the result time: emitted_at less
         # result time plus the end less emitted_at (the earliest slot's: never understated)
         if len(delays) and o.emitted_at_ms is not None:
-            visible.add(delays + int(o.finished_at * 1000) - o.emitted_at_ms)
+            visible.add(delays + int(o.finished_at * 1000) - o.emitted_at_ms, counts)
     budget_parts = list(kept[-1].budget) if kept else []
     budget = {p: statistics.median(o.budget.get(p, 0.0) for o in kept) for p in budget_parts}
     plan = [o.previous_spark.get("plan", 0.0) for o in kept if o.previous_spark]

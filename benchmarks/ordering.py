@@ -6,7 +6,7 @@ The band-join workload of `benchmarks.kernels` (R and S alternating, one millise
 time) runs over a time window holding 2^16 tuples per stream, spread like a hot partition of the job (and like
 SplitJoin's join cores) over CORES `WindowJoin`s: each tuple is stored at one of them (round robin) and probes
 all. Per punctuation every core joins the batch, its pairs become a slot's table (`join_state.pairs_table`),
-the cores' tables are assembled into the batch's result table as the job's sink does (`join_job.batch_table`)
+the cores' tables are assembled into the batch's result table (`batch_table`)
 and ordered by the job's `order_results`. Throughput counts all three steps (one core, pinned); the checks of
 the released stream run outside the clock.
 
@@ -33,12 +33,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.machine import machine_facts, pin_to_one_core
-from windjoin.connectors.result_table import EMITTED_AT, order_results, result_schema, result_times
+from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.pipelines.band_workload import BAND_SPEC, band_columns
-from windjoin.pipelines.join_job import batch_table
 from windjoin.pipelines.join_state import pairs_table
 
 RESULTS = Path(__file__).parent / "results" / "ordering.json"
@@ -124,6 +123,13 @@ class SpreadJoin:
         built = time.perf_counter()
         released = order_results(table, order)
         return released, built - started, time.perf_counter() - built
+
+
+def batch_table(schema: pa.Schema, parts: list[pa.Table], batch_id: int) -> pa.Table:
+    """A task's result table of one batch (`result_schema`) from its cores' tables (pairs plus `emitted_at`)."""
+    table = pa.concat_tables(parts)
+    table = table.append_column(BATCH_ID, pa.array(np.full(len(table), batch_id), pa.int64()))
+    return table.select(schema.names).cast(schema)
 
 
 def run(interval: int, order: str, seconds: float | None, punctuations: int | None, keep: bool) -> dict:

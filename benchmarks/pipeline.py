@@ -65,7 +65,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import yaml
 
 from benchmarks.machine import machine_facts
@@ -148,36 +147,38 @@ class DelayHistogram:
 # ---------------------------------------------------------------------------------------------------------
 
 
-class WindjoinSink:
-    """A windjoin sink (`write(batch_id, results)`): counts pairs and their delays; keeps nothing else."""
+class WindjoinDelays:
+    """Counts a windjoin job's pairs and their delays from each batch's outcome (`on_batch`): the slots report
+    their delays as exact histograms with their emission time; the results themselves stay in the executors."""
 
     def __init__(self, since_ms: int = 0) -> None:
         self.since_ms = since_ms  # pairs with an earlier result time are not counted in the delays
         self.emitted = DelayHistogram()  # emitted_at (stamped in the operator) - result time
-        self.received = DelayHistogram()  # when this sink held them - result time
+        self.received = DelayHistogram()  # when the driver closed the batch - result time
         self.pairs = 0
         self.batches: list[dict[str, Any]] = []
         self.lock = threading.Lock()
 
-    def write(self, batch_id: int, results: dict[str, pa.Table]) -> None:
-        started = time.perf_counter()
-        now_ms = int(time.time() * 1000)
-        pairs = 0
-        for table in results.values():
-            if not len(table):
+    def __call__(self, outcome: Any) -> None:
+        now_ms = int(outcome.finished_at * 1000)
+        for stat in outcome.stats:
+            values, counts = (np.asarray(x, dtype=np.int64) for x in stat.get("delays", [[], []]))
+            if not len(values):
                 continue
-            pairs += len(table)
-            r_ts = pc.struct_field(table.column("R"), "ts")
-            s_ts = pc.struct_field(table.column("S"), "ts")
-            result_ms = pc.max_element_wise(r_ts, s_ts).to_numpy()
-            emitted = table.column("emitted_at").to_numpy()
+            result_ms = stat["emitted_at"] - values
             keep = result_ms >= self.since_ms
-            self.emitted.add((emitted - result_ms)[keep])
-            self.received.add((now_ms - result_ms)[keep])
+            self.emitted.add(values[keep], counts[keep])
+            self.received.add((now_ms - result_ms)[keep], counts[keep])
+        stage_s = max((s.get("stage_seconds", 0.0) for s in outcome.stats), default=0.0)
         with self.lock:
-            self.pairs += pairs
+            self.pairs += sum(outcome.pairs.values())
             self.batches.append(
-                {"batch_id": batch_id, "pairs": pairs, "sink_s": time.perf_counter() - started, "at_ms": now_ms}
+                {
+                    "batch_id": outcome.batch_id,
+                    "pairs": sum(outcome.pairs.values()),
+                    "sink_s": stage_s + outcome.commit_seconds,
+                    "at_ms": now_ms,
+                }
             )
 
 
@@ -296,12 +297,16 @@ def topic_rows(bootstrap: str, topics: tuple[str, ...]) -> int:
 
 
 def start_windjoin(
-    spark: Any, spec: dict[str, Any], bootstrap: str, sink: WindjoinSink, outcomes: list, extra: tuple = ()
+    spark: Any, spec: dict[str, Any], bootstrap: str, sink: WindjoinDelays, outcomes: list, extra: tuple = ()
 ) -> Any:
     from windjoin.operators.spec import parse_spec
     from windjoin.pipelines.join_job import start_job
 
-    return start_job(spark, parse_spec(spec), bootstrap, [*extra, sink], on_batch=outcomes.append)
+    def on_batch(outcome: Any) -> None:
+        outcomes.append(outcome)
+        sink(outcome)
+
+    return start_job(spark, parse_spec(spec), bootstrap, list(extra), on_batch=on_batch)
 
 
 def start_builtin(
@@ -461,7 +466,7 @@ class Bench:
 
     def windjoin_throughput(self, total: int, mopt: int) -> dict[str, Any]:
         spec, _ = self._spec_file(self.prefill_topics, "wj-thr", mopt)
-        sink, outcomes = WindjoinSink(), []
+        sink, outcomes = WindjoinDelays(), []
         stages = SparkStages(self.spark)
         started = time.perf_counter()
         query = start_windjoin(self.spark, spec, self.bootstrap, sink, outcomes, self.extra_sinks("wj-thr"))
@@ -496,12 +501,13 @@ class Bench:
             raise RuntimeError(f"catch-up generator failed, see {self.log}")
         total = topic_rows(self.bootstrap, topics)
         spec, _ = self._spec_file(topics, "catchup", None)
-        sink, outcomes, batches = WindjoinSink(), [], []
+        sink, outcomes, batches = WindjoinDelays(), [], []
         load_before = load_avg()
         started = time.perf_counter()
 
         def on_batch(outcome: Any) -> None:
             outcomes.append(outcome)
+            sink(outcome)
             batches.append(
                 {
                     "batch_id": outcome.batch_id,
@@ -517,7 +523,7 @@ class Bench:
         from windjoin.operators.spec import parse_spec
         from windjoin.pipelines.join_job import start_job
 
-        query = start_job(self.spark, parse_spec(spec), self.bootstrap, [sink], on_batch=on_batch)
+        query = start_job(self.spark, parse_spec(spec), self.bootstrap, [], on_batch=on_batch)
         try:
             drained = wait_rows(query, total, timeout_s=p.catchup_seconds)
         finally:
@@ -614,7 +620,7 @@ class Bench:
         spec, path = self._spec_file(topics, f"paced-{system}", p.max_offsets)
         outcomes: list = []
         if system == "windjoin":
-            sink: Any = WindjoinSink(since_ms=2**62)
+            sink: Any = WindjoinDelays(since_ms=2**62)
             query = start_windjoin(self.spark, spec, self.bootstrap, sink, outcomes, self.extra_sinks("paced"))
         else:
             sink = BuiltinSink(since_ms=2**62)
@@ -683,7 +689,7 @@ def generator_lags(log: Path) -> tuple[float, dict[str, float]]:
     return (float(first.group(1)) if first else 0.0), lags
 
 
-def windjoin_profile(progress: list[dict], outcomes: list, sink: WindjoinSink, warmup_rows: int) -> dict[str, Any]:
+def windjoin_profile(progress: list[dict], outcomes: list, sink: WindjoinDelays, warmup_rows: int) -> dict[str, Any]:
     """Where a windjoin batch's time goes, averaged over the batches after the warm-up (seconds)."""
     by_id = {o.batch_id: o for o in outcomes}
     sink_s = {b["batch_id"]: b["sink_s"] for b in sink.batches}

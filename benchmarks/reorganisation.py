@@ -193,12 +193,12 @@ def run_mode(mode: str, p: Params, spark: Any, bootstrap: str, redis_url: str, w
             ],
             "routing_version": outcome.routing_version,
             "moved_in": sorted(p for s in outcome.stats for p in s.get("moved_in", [])),
-            "delay_p50_ms": float(np.percentile(outcome.delays_ms, 50)) if len(outcome.delays_ms) else None,
-            "delay_p99_ms": float(np.percentile(outcome.delays_ms, 99)) if len(outcome.delays_ms) else None,
+            "delay_p50_ms": float(outcome.delays_ms.percentile(50)) if len(outcome.delays_ms) else None,
+            "delay_p99_ms": float(outcome.delays_ms.percentile(99)) if len(outcome.delays_ms) else None,
         }
         batches.append(row)
         if row["t"] >= p.warmup_s:
-            delays.append(outcome.delays_ms)
+            delays.append(outcome.delays_ms.expanded())
         if publish is not None:
             publish(outcome)
 

@@ -406,7 +406,7 @@ def summarise(
         offered = sum(rows.values())
         interval = outcome.finished_at - previous if previous is not None else p.trigger_s
         previous = outcome.finished_at
-        delays = outcome.delays_ms
+        delays = outcome.delays_ms.expanded()
         result_s = outcome.finished_at - delays / 1000  # emission is within the sink's time of finished_at
         for name, lo, hi in (
             ("pre", start_s + p.warmup_s, burst_from),

@@ -1,8 +1,9 @@
 """A task's committed Parquet batches read in commit order: the continuous-query feed's stand-in for batches that
 Redis does not hold (it restarted empty, was flushed, or trimmed its feed).
 
-Every batch the job commits has a folder, empty ones included (see `parquet_sink`), and its rows are in the order
-the Redis sink numbered them, so `(batch_id, row)` positions mean the same in both tiers. Batches below the oldest
+Every batch the job commits has a folder, empty ones included (see `parquet_sink`), one file per piece, and rows
+are numbered per piece as the Redis sink numbers them (`result_table.piece_rows`), so `(batch_id, row)` positions
+mean the same in both tiers. Batches below the oldest
 retained snapshot are not read: retention removes them (folders left there by a crash are on their way out).
 """
 
@@ -10,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_tier import FEED_END as _END
-from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, result_times, stream_timestamps
+from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, PIECE_ROW_BITS, result_times, stream_timestamps
 from windjoin.connectors.snapshots import SnapshotStore
 
 ROW, RESULT_TIME = "row", "result_time"
@@ -49,18 +49,22 @@ class ParquetReplay:
         while len(rows) < count:
             if batch > upto or (batch == upto and row >= _END):
                 return rows, (upto, _END)
-            current, skip = (batch, row + 1) if row < _END else (batch + 1, 0)
+            current, last_row = (batch, row) if row < _END else (batch + 1, -1)
             if current > upto:
                 return rows, (upto, _END)
             if current not in retained:
                 return None
-            table = pa.concat_tables([pq.read_table(f) for f in self.parquet.batch_files(task, current)])
-            taken = table.slice(skip, count - len(rows))
-            rows += _feed_rows(taken, skip)
-            if skip + taken.num_rows >= table.num_rows:
-                batch, row = current, _END
-            else:
-                batch, row = current, skip + taken.num_rows - 1
+            for piece, file in self.parquet.batch_pieces(task, current):
+                first = piece << PIECE_ROW_BITS  # the piece's rows are numbered from here (result_table.piece_rows)
+                skip = max(0, last_row + 1 - first)
+                table = pq.read_table(file)
+                if skip >= table.num_rows:
+                    continue
+                taken = table.slice(skip, count - len(rows))
+                rows += _feed_rows(taken, first + skip)
+                if len(rows) >= count and skip + taken.num_rows < table.num_rows:
+                    return rows, (current, first + skip + taken.num_rows - 1)
+            batch, row = current, _END
         return rows, (batch, row)
 
     def first_emitted_at_or_after(self, task: str, from_ms: int, below: int) -> int | None:

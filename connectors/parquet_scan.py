@@ -4,7 +4,8 @@ Memory stays at one page: a row group's key and condition columns are read (only
 compete with the best `n` found so far by their (result_time, batch_id, row) keys, and only the winners'
 positions are kept; row groups whose statistics show every row later than the `n`-th best are skipped unread.
 At the end the winners' output columns (only the leaves asked for) are read back, one row group at a time.
-A row's number is its position in its file, as the rest of the query code numbers them.
+A row's number is its file's first row number (`row_starts`) plus its position in the file, as the rest of the
+query code numbers them.
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ def first_rows(
     conditions: Sequence[Any],
     n: int,
     names: Sequence[str] | None,
+    row_starts: Sequence[int] | None = None,
 ) -> list[tuple[Key, dict[str, Any]]]:
     """The first `n` rows (by key) of `files` with result time in [lower, upper], after `after`, meeting every
     condition (objects with `field`, `op`, `value`), with their keys. `names`: the fields the caller will keep
-    (None: whole rows); the rows hold at least those."""
+    (None: whole rows); the rows hold at least those. `row_starts`: each file's first row number (a batch's
+    pieces number their rows from `piece << PIECE_ROW_BITS`); none: 0."""
     if not files or n < 1:
         return []
     stamps = [
@@ -62,7 +65,8 @@ def first_rows(
     for f, fragment in enumerate(dataset.get_fragments()):
         fragment.ensure_complete_metadata()
         metadata = fragment.metadata
-        offsets = np.concatenate([[0], np.cumsum([rg.num_rows for rg in fragment.row_groups])])
+        first = 0 if row_starts is None else row_starts[f]
+        offsets = first + np.concatenate([[0], np.cumsum([rg.num_rows for rg in fragment.row_groups])])
         for piece in fragment.split_by_row_group(span):
             (group,) = piece.row_groups
             worst = best.worst()

@@ -1,21 +1,26 @@
-"""Writing result tables to Parquet, committed atomically and at most once per (task, batch id).
+"""Writing result tables to Parquet in two phases, staged by the executors and committed by the driver, at most
+once per (task, batch id).
 
-Layout (a contract other tools rely on): `<path>/task=<task>/batch=<batch_id>/part-0.parquet`, hive-style, so
-`pyarrow.dataset.dataset(path, format="parquet", partitioning="hive")` reads `task` and `batch` as columns.
+Layout (a contract other tools rely on): `<path>/task=<task>/batch=<batch_id>/part-<piece>.parquet`, hive-style,
+so `pyarrow.dataset.dataset(path, format="parquet", partitioning="hive")` reads `task` and `batch` as columns. A
+piece is the part of a batch one slot produced (its slot index); a committed batch folder holds one file per slot
+that had results, or a single empty `part-0.parquet` (zero rows, full schema) when none had. Within a batch, the
+result with `row` r is in `part-<r >> 32>.parquet` at position `r & (2^32 - 1)` (`result_table.PIECE_ROW_BITS`):
+`batch_files` lists a batch's files in piece order, the order readers concatenate them in.
 
-Commit: the file is written (and fsynced) into a hidden temporary folder beside the batch folder,
-`<path>/task=<task>/.batch=<batch_id>.tmp-<random>`, which is then renamed to `batch=<batch_id>` (one atomic
-rename on a POSIX file system; the parent folder is fsynced after). A batch folder therefore exists if and only if
-the batch was committed, complete. Writing the task's last committed batch id again (the largest batch folder) is
-a no-op: the replay after a crash. A lower batch id is refused (`StaleBatchError`): batch ids of one checkpoint
-only grow, and the owner record (below) keeps other checkpoints out. The last committed id is read from disk once
-per sink and task, then kept in memory; an exact replay is caught by the folder's existence even when another
-process committed it meanwhile (two concurrent writers of one query are not expected: Spark runs one micro-batch
-at a time).
-A crash before the rename leaves only a hidden temporary folder: dataset readers skip names starting with "." and
-the next write of the task removes leftovers of that batch id and below. A task with no rows in a batch still
-commits the batch, as a `part-0.parquet` with zero rows and the full schema: every committed batch folder holds
-exactly one file, and readers and replays agree on which batches were committed.
+Stage (`stage`, in each slot's task on an executor): each piece is written to a temporary file, fsynced and renamed
+into the batch's hidden pending folder `<path>/task=<task>/.batch=<batch_id>.pending/part-<piece>.parquet`. A
+piece already there (an earlier attempt of the same batch, which a replay repeats exactly) is kept, and nothing is
+staged for a batch already committed. Commit (`commit`, on the driver, once every slot staged): the pending folder
+is renamed to `batch=<batch_id>` (one atomic rename on a POSIX file system; the parent folder is fsynced after),
+after removing files no slot reported. A batch folder therefore exists if and only if the batch was committed,
+complete. Committing the task's last committed batch id again is a no-op: the replay after a crash. A lower batch
+id is refused (`StaleBatchError`): batch ids of one checkpoint only grow, and the owner record (below) keeps other
+checkpoints out. The last committed id is read from disk once per sink and task, then kept in memory; an exact
+replay is caught by the folder's existence even when another process committed it meanwhile (Spark runs one
+micro-batch at a time). `write` stages one piece and commits it (the join-file command, tests).
+A crash leaves only hidden folders (pending, temporary): dataset readers skip names starting with "."; a replay
+of the batch completes its pending folder, and a commit removes those of older batch ids.
 
 Owner: `<path>/task=<task>/_owner.json` names the checkpoint whose batches the task folder holds
 (`sink_owner.CheckpointId`: `run_id`, `checkpoint`), written atomically (temporary file, fsync, rename) when a job
@@ -30,19 +35,30 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from windjoin.connectors.result_table import BATCH_ID, check_batch_id, check_identifier, check_result_table
+from windjoin.connectors.result_table import (
+    BATCH_ID,
+    check_batch_id,
+    check_identifier,
+    check_piece,
+    check_result_table,
+)
 from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 
-PART_FILE = "part-0.parquet"
 OWNER_FILE = "_owner.json"
 _BATCH_DIR = re.compile(r"^batch=(\d+)$")
-_TMP_DIR = re.compile(r"^\.batch=(\d+)\.tmp-[0-9a-f]+$")
+_HIDDEN_DIR = re.compile(r"^\.batch=(\d+)\.(pending|tmp-[0-9a-f]+)$")  # pending, or left by older versions
+_PART = re.compile(r"^part-(\d+)\.parquet$")
+
+
+def part_name(piece: int) -> str:
+    """The file name of a batch's piece (see the module docstring)."""
+    return f"part-{check_piece(piece)}.parquet"
 
 
 class ParquetSink:
@@ -67,23 +83,69 @@ class ParquetSink:
     def batch_dir(self, task: str, batch_id: int) -> Path:
         return self.task_dir(task) / f"batch={check_batch_id(batch_id)}"
 
-    def write(self, batch_id: int, tables: Mapping[str, pa.Table]) -> dict[str, int]:
-        """Commit each task's result table for `batch_id`; returns rows written per task committed by this call.
+    def pending_dir(self, task: str, batch_id: int) -> Path:
+        return self.task_dir(task) / f".batch={check_batch_id(batch_id)}.pending"
 
-        A task is skipped (absent from the returned mapping) when `batch_id` is its last committed batch id: a
-        replay. StaleBatchError when it is below. Fenced like the Redis sink, so both agree on what a task committed.
-        """
+    def write(self, batch_id: int, tables: Mapping[str, pa.Table]) -> dict[str, int]:
+        """Stage each task's result table for `batch_id` as piece 0 and commit it; returns rows written per task
+        committed by this call (a task whose last committed batch id is `batch_id` is skipped: a replay)."""
         batch_id = check_batch_id(batch_id)
         for task, table in tables.items():
             check_identifier("task name", task)
             check_result_table(table, batch_id, task)
-        written = {}
-        for task, table in tables.items():
-            if self._commit(task, batch_id, table):
-                written[task] = table.num_rows
-        return written
+        self.stage(batch_id, 0, {t: table for t, table in tables.items() if table.num_rows})
+        pieces = {t: [0] if table.num_rows else [] for t, table in tables.items()}
+        committed = self.commit(batch_id, pieces, schemas={t: x.schema for t, x in tables.items()})
+        return {task: tables[task].num_rows for task in committed}
 
-    def _commit(self, task: str, batch_id: int, table: pa.Table) -> bool:
+    def stage(self, batch_id: int, piece: int, tables: Mapping[str, pa.Table]) -> dict[str, int]:
+        """Stage one slot's piece of `batch_id` per task (see the module docstring); returns rows staged per task
+        by this call. Tasks of a committed batch, and pieces an earlier attempt staged, are left as they are."""
+        batch_id, name = check_batch_id(batch_id), part_name(piece)
+        staged = {}
+        for task, table in tables.items():
+            check_result_table(table, batch_id, task)
+            if self.batch_dir(task, batch_id).exists():  # committed: a replay (an older id fails the commit)
+                continue
+            pending = self.pending_dir(task, batch_id)
+            pending.mkdir(parents=True, exist_ok=True)
+            final = pending / name
+            if final.exists():
+                continue
+            tmp = pending / f".{name}.tmp-{uuid.uuid4().hex}"
+            try:
+                pq.write_table(table, tmp)
+                fsync_path(tmp)
+                os.rename(tmp, final)
+            finally:
+                tmp.unlink(missing_ok=True)
+            fsync_path(pending)
+            staged[task] = table.num_rows
+        return staged
+
+    def commit(
+        self,
+        batch_id: int,
+        pieces: Mapping[str, Collection[int]],
+        *,
+        schemas: Mapping[str, pa.Schema],
+        batch_max: Mapping[str, int] | None = None,
+    ) -> list[str]:
+        """Close `batch_id` for each task from its staged `pieces` (the slots that reported results; a task
+        without any gets one empty file of its `schemas` entry); returns the tasks committed by this call.
+        (`batch_max`, the batch's largest result times, is for sinks that trim by them.)
+
+        A task is skipped when `batch_id` is its last committed batch id (a replay); StaleBatchError when below.
+        RuntimeError when a reported piece is missing (staged elsewhere, or removed): the batch is not closed.
+        """
+        batch_id = check_batch_id(batch_id)
+        committed = []
+        for task, slots in pieces.items():
+            if self._commit(task, batch_id, {part_name(p) for p in slots}, schemas[task]):
+                committed.append(task)
+        return committed
+
+    def _commit(self, task: str, batch_id: int, names: set[str], schema: pa.Schema) -> bool:
         if task not in self._last:
             self._last[task] = self.last_committed(task)
         last = self._last[task]
@@ -95,41 +157,53 @@ class ParquetSink:
         if final.exists():  # committed by another writer since this sink looked
             self._last[task] = batch_id
             return False
-        parent = final.parent
-        parent.mkdir(parents=True, exist_ok=True)
-        self._remove_leftovers(parent, batch_id)
-        tmp = parent / f".batch={batch_id}.tmp-{uuid.uuid4().hex}"
-        tmp.mkdir()
+        pending = self.pending_dir(task, batch_id)
+        pending.mkdir(parents=True, exist_ok=True)
+        self._remove_leftovers(pending.parent, batch_id)
+        for entry in pending.iterdir():  # temporary files, pieces of an attempt that is not this one
+            if entry.name not in names:
+                entry.unlink()
+        missing = sorted(n for n in names if not (pending / n).is_file())
+        if missing:
+            raise RuntimeError(
+                f"{self.location(task)}: batch {batch_id} cannot be committed, staged pieces missing: {missing}"
+            )
+        if not names:
+            empty = pending / part_name(0)
+            pq.write_table(schema.empty_table(), empty)
+            fsync_path(empty)
+        fsync_path(pending)
         try:
-            file = tmp / PART_FILE
-            pq.write_table(table, file)
-            fsync_path(file)
-            fsync_path(tmp)
-            try:
-                os.rename(tmp, final)  # atomic; fails if another writer committed the batch meanwhile
-            except OSError:
-                if final.exists():
-                    self._last[task] = batch_id
-                    return False
-                raise
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-        fsync_path(parent)
+            os.rename(pending, final)  # atomic; fails if another writer committed the batch meanwhile
+        except OSError:
+            if final.exists():
+                self._last[task] = batch_id
+                return False
+            raise
+        fsync_path(pending.parent)
         self._last[task] = batch_id
         return True
 
     @staticmethod
     def _remove_leftovers(task_dir: Path, batch_id: int) -> None:
-        """Remove temporary folders of crashed writes of this batch id or older (never of newer batches)."""
+        """Remove hidden folders of batch ids below `batch_id` (committed since, or never to be) and temporary
+        ones of older versions up to it; never the batch's pending folder or newer ones."""
         for entry in task_dir.iterdir():
-            match = _TMP_DIR.match(entry.name)
-            if match and int(match.group(1)) <= batch_id:
+            match = _HIDDEN_DIR.match(entry.name)
+            if match and (
+                int(match.group(1)) < batch_id or match.group(2) != "pending" and int(match.group(1)) == batch_id
+            ):
                 shutil.rmtree(entry, ignore_errors=True)
+
+    def batch_pieces(self, task: str, batch_id: int) -> list[tuple[int, Path]]:
+        """(piece, file) of a committed batch of `task`, in piece order (the batch's row order)."""
+        folder = self.batch_dir(task, batch_id)
+        found = ((_PART.match(entry.name), entry) for entry in folder.iterdir())
+        return sorted((int(m.group(1)), entry) for m, entry in found if m)
 
     def batch_files(self, task: str, batch_id: int) -> list[Path]:
         """The files of a committed batch of `task`, in row order (readers concatenate them)."""
-        return [self.batch_dir(task, batch_id) / PART_FILE]
+        return [file for _, file in self.batch_pieces(task, batch_id)]
 
     def committed_batches(self, task: str) -> list[int]:
         """The committed batch ids of `task`, ascending."""

@@ -14,35 +14,38 @@ task's keys share one slot):
   (the batch of the first commit into this database: it holds the task's batches from there on, so a Redis that
   restarted empty, or was flushed, is told apart from one that saw every batch); with Parquet snapshots also
   `snapshot` / `snapshot_batch` (written by `redis_tier.advance_snapshot`).
-- `ns:{task}:feed` - stream, the continuous-query feed: one entry per batch that has rows, entry id
-  `<batch_id>-1` (so the feed is in commit order and a (batch, row) cursor maps onto entry ids), fields
-  `emitted_at` (the batch's emission time, epoch ms) and `members` (the batch's members in row order, joined by
-  "\n"; JSON text never holds a raw newline). Capped with `MAXLEN ~ feed_batches`.
+- `ns:{task}:feed` - stream, the continuous-query feed: one entry per piece (a slot's part of a batch) that has
+  rows, entry id `<batch_id>-<piece + 1>` (so the feed is in commit order and a (batch, row) cursor maps onto entry
+  ids), fields `emitted_at` (the piece's emission time, epoch ms) and `members` (the piece's members in row order,
+  joined by "\n"; JSON text never holds a raw newline). Capped with `MAXLEN ~ feed_batches * pieces` (the
+  pieces of the batch committed: about `feed_batches` batches while the number of slots with results holds).
+  A member's `row` is `piece << 32 | position in the piece` (`result_table.piece_rows`).
+- `ns:{task}:stage:<piece>` - hash, a piece staged and not yet committed: `batch`, `emitted_at`, `members`.
 - `ns:{task}:owner` - hash: `run_id`, `checkpoint`, the checkpoint whose batches the task's keys hold
   (`sink_owner.CheckpointId`), set when a job claims the task (`pipelines.sink_fence`).
 
-Exactly-once, fenced by `committed` with an optimistic transaction, in two round trips per batch whatever the
-number of rows or tasks: (1) WATCH the tasks' meta hashes and read them; (2) MULTI, then for each task whose
-`committed` is below the batch id: add its members (ZADD), drop members scored below `max(max_time, the batch's
-largest result time) - retain_ms` (deterministic: event time, not the wall clock; skipped with `trim=False`,
-when Parquet snapshots decide what may leave Redis, see `redis_tier.advance_snapshot`), append the batch to the
-feed (XADD), set `committed` and `max_time`; EXEC. Tasks whose `committed` is the batch id are left out (a
-replay); one past it refuses the write (`StaleBatchError`: ids of one checkpoint only grow). If another writer
-changed a watched hash in between, EXEC does nothing and the write starts over, so the check and the data are
-applied together or not at all. (One Lua script per task would save a round trip but was measured to keep Redis
-busy 2-4x longer: its arguments cross into Lua and back, while a plain ZADD is parsed once; Redis runs one
-command at a time, so that time also delays the query proxy.)
+Two phases, exactly once. Stage (`stage`, each slot's task on an executor, per task and piece): WATCH the meta hash
+and the piece's stage hash and read them; nothing is done when `committed` is the batch id (a replay) or the stage
+hash already holds the batch (an earlier attempt, which a replay repeats exactly); else MULTI, add the piece's
+members (ZADD) and write the stage hash, EXEC (started over if a watched key changed). Commit (`commit`, on the
+driver once every slot staged, one Lua script per task): unless `committed` is the batch id already (a replay),
+append each reported piece's stage hash to the feed (XADD) and delete it, drop members scored below
+`max(max_time, the batch's largest result time) - retain_ms` (deterministic: event time, not the wall clock;
+skipped with `trim=False`, when Parquet snapshots decide what may leave Redis, see `redis_tier.advance_snapshot`),
+and set `committed`, `max_time` (and `since`). A batch id below `committed` is refused (`StaleBatchError`: ids of
+one checkpoint only grow). Members of a batch above `committed` are staged, not results: every reader leaves
+them out, so an answer is a union of whole committed batches. `write` stages one piece and commits it.
 
 Members are encoded with Arrow compute and the ZADD commands are laid out in Redis' wire format the same way, so
-no Python loop runs per row: 100k rows write in ~0.3 s on two busy cores, ~0.15 s of it inside Redis.
-Standalone Redis (or a single shard): a batch's transaction spans its tasks' keys.
+no Python loop runs per row: 100k rows write in ~0.3 s on two busy cores, ~0.15 s of it inside Redis. A task's
+keys share a Redis Cluster slot (the `{task}` hash tag), so each transaction and script stays on one shard.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,7 +60,9 @@ from windjoin.connectors.result_table import (
     EMITTED_AT,
     check_batch_id,
     check_identifier,
+    check_piece,
     check_result_table,
+    piece_rows,
     result_times,
     stream_timestamps,
 )
@@ -68,13 +73,34 @@ NAMESPACE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _ZADD_CHUNK = 50_000
 # How often a write starts over when other writers keep changing the same tasks' meta hashes.
 _MAX_ATTEMPTS = 16
-# Reads every task's (committed, max_time) in one round trip.
-_READ_META = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  out[i] = redis.call('HMGET', key, 'committed', 'max_time')
+# KEYS: meta, results, feed, the pieces' stage hashes. ARGV: batch id, the batch's largest result time ("" for
+# none), retain ms ("" for no trim), feed entries kept, then each piece's entry sequence (piece + 1).
+# Returns {1} committed, {0} a replay (committed before), {-1, committed} a stale batch id, {-2, key} a missing piece.
+_COMMIT = """
+local committed = redis.call('HGET', KEYS[1], 'committed')
+local b = tonumber(ARGV[1])
+if committed and tonumber(committed) == b then return {0} end
+if committed and tonumber(committed) > b then return {-1, committed} end
+for i = 4, #KEYS do
+  if tonumber(redis.call('HGET', KEYS[i], 'batch')) ~= b then return {-2, KEYS[i]} end
 end
-return out
+for i = 4, #KEYS do
+  local piece = redis.call('HMGET', KEYS[i], 'emitted_at', 'members')
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], ARGV[1] .. '-' .. ARGV[i + 1], 'emitted_at', piece[1],
+    'members', piece[2])
+  redis.call('DEL', KEYS[i])
+end
+if not committed then redis.call('HSET', KEYS[1], 'since', ARGV[1]) end
+redis.call('HSET', KEYS[1], 'committed', ARGV[1])
+local max_time = tonumber(redis.call('HGET', KEYS[1], 'max_time'))
+if ARGV[2] ~= '' and (not max_time or tonumber(ARGV[2]) > max_time) then max_time = tonumber(ARGV[2]) end
+if max_time then
+  redis.call('HSET', KEYS[1], 'max_time', string.format('%.0f', max_time))
+  if ARGV[3] ~= '' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.format('%.0f', max_time - tonumber(ARGV[3])))
+  end
+end
+return {1}
 """
 
 
@@ -93,18 +119,29 @@ def feed_key(task: str, namespace: str = "windjoin") -> str:
     return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:feed"
 
 
+def stage_key(task: str, piece: int, namespace: str = "windjoin") -> str:
+    """The hash of `task`'s staged, uncommitted piece `piece`: `batch`, `emitted_at`, `members`."""
+    return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:stage:{check_piece(piece)}"
+
+
+def stage_pattern(task: str, namespace: str = "windjoin") -> str:
+    """A SCAN pattern of `task`'s stage hashes."""
+    return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:stage:*"
+
+
 def owner_key(task: str, namespace: str = "windjoin") -> str:
     """The hash naming the checkpoint that writes `task`'s keys: `run_id`, `checkpoint`."""
     return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:owner"
 
 
-def encode_members(table: pa.Table) -> pa.StringArray:
-    """The sorted-set member of every pair of a result table, as JSON text (see the module docstring).
+def encode_members(table: pa.Table, piece: int = 0) -> pa.StringArray:
+    """The sorted-set member of every pair of a result table, the piece `piece` of its batch, as JSON text (see
+    the module docstring).
 
     Vectorised with Arrow compute (no per-row Python); equal to `orjson.dumps` of the same values.
     """
     batch_id = check_batch_id(int(table.column(BATCH_ID)[0].as_py())) if table.num_rows else 0
-    rows = pc.cast(pa.array(np.arange(table.num_rows, dtype=np.int64)), pa.string())
+    rows = pc.cast(pa.array(piece_rows(piece, table.num_rows)), pa.string())
     parts: list[Any] = [f"[{batch_id},", rows, ",", _json_values(table.column(EMITTED_AT))]
     for i, stream in enumerate(stream_timestamps(table.schema)):
         column = table.column(stream)
@@ -191,7 +228,16 @@ class RedisSink:
         self.namespace = _namespace(namespace)
         # redis-py's default (5 s) is too short for a batch of a million rows on a busy machine; the URL's
         # `?socket_timeout=` still wins.
+        self.url, self.socket_timeout, self.auth = url, socket_timeout, auth
         self.client = redis_client(url, auth, socket_timeout=socket_timeout)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled into the join's slots (they stage on the executors) without the client."""
+        return {k: v for k, v in self.__dict__.items() if k != "client"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.client = _worker_client(self.url, self.socket_timeout, self.auth)
 
     def close(self) -> None:
         self.client.close()
@@ -217,110 +263,112 @@ class RedisSink:
         self.close()
 
     def write(self, batch_id: int, tables: Mapping[str, pa.Table]) -> dict[str, int]:
-        """Commit each task's result table for `batch_id`; returns rows written per task committed by this call.
-
-        Tasks whose committed batch id is `batch_id` are skipped (absent from the returned mapping): a replay.
-        StaleBatchError when one's is above it.
-        """
+        """Stage each task's result table for `batch_id` as piece 0 and commit it; returns rows written per task
+        committed by this call (a task whose committed batch id is `batch_id` is skipped: a replay).
+        StaleBatchError when one's is above it."""
         batch_id = check_batch_id(batch_id)
         for task, table in tables.items():
             check_identifier("task name", task)
             check_result_table(table, batch_id, task)
-        if not tables:
-            return {}
-        tasks = list(tables)
-        metas = [meta_key(task, self.namespace) for task in tasks]
-        packed: dict[str, tuple[int | None, list[Any]]] = {}  # per task: batch max result time, ZADD + XADD
+        self.stage(batch_id, 0, {task: table for task, table in tables.items() if table.num_rows})
+        batch_max = {task: int(result_times(t).max()) for task, t in tables.items() if t.num_rows}
+        pieces = {t: [0] if x.num_rows else [] for t, x in tables.items()}
+        committed = self.commit(batch_id, pieces, batch_max=batch_max)
+        return {task: tables[task].num_rows for task in committed}
+
+    def stage(self, batch_id: int, piece: int, tables: Mapping[str, pa.Table]) -> dict[str, int]:
+        """Stage one slot's piece of `batch_id` per task (see the module docstring); returns rows staged per task
+        by this call. Tasks of a committed batch, and pieces an earlier attempt staged, are left as they are."""
+        batch_id, piece = check_batch_id(batch_id), check_piece(piece)
+        staged = {}
+        for task, table in tables.items():
+            check_result_table(table, batch_id, task)
+            if table.num_rows and self._stage(task, batch_id, piece, table):
+                staged[task] = table.num_rows
+        return staged
+
+    def _stage(self, task: str, batch_id: int, piece: int, table: pa.Table) -> bool:
+        meta, stage = meta_key(task, self.namespace), stage_key(task, piece, self.namespace)
+        members = encode_members(table, piece)
         with self._connection() as conn:
             for _ in range(_MAX_ATTEMPTS):
-                # Round trip 1: watch the meta hashes and read them.
                 conn.send_packed_command(
-                    conn.pack_commands([("WATCH", *metas), ("EVAL", _READ_META, len(metas), *metas)])
+                    conn.pack_commands([("WATCH", meta, stage), ("HGET", meta, "committed"), ("HGET", stage, "batch")])
                 )
                 conn.read_response()
-                state = conn.read_response()
-                for task, (committed, _) in zip(tasks, state, strict=True):
-                    if committed is not None and int(committed) > batch_id:
-                        conn.send_packed_command(conn.pack_command("UNWATCH"))
-                        conn.read_response()
-                        raise stale_batch(self.name, task, batch_id, int(committed))
-                todo = [
-                    (task, None if max_time is None else int(max_time), committed is None)
-                    for task, (committed, max_time) in zip(tasks, state, strict=True)
-                    if committed is None or int(committed) < batch_id
-                ]
-                if not todo:
-                    conn.send_packed_command(conn.pack_command("UNWATCH"))
-                    conn.read_response()
-                    return {}
-                # Round trip 2: the transaction; EXEC answers nil if a watched hash changed meanwhile.
-                commands = [conn.pack_command("MULTI")]
-                for task, max_time, first in todo:
-                    if task not in packed:
-                        members = encode_members(tables[task]) if tables[task].num_rows else None
-                        batch_max, zadds = _packed_zadds(results_key(task, self.namespace), tables[task], members)
-                        feed = self._feed_commands(conn, task, batch_id, tables[task], members)
-                        packed[task] = (batch_max, zadds + feed)
-                    batch_max, zadds = packed[task]
-                    commands += zadds
-                    commands += self._commit_commands(conn, task, batch_id, max_time, batch_max, first)
+                committed, staged = conn.read_response(), conn.read_response()
+                if committed is not None and int(committed) > batch_id:
+                    self._unwatch(conn)
+                    raise stale_batch(self.name, task, batch_id, int(committed))
+                if (committed is not None and int(committed) == batch_id) or (
+                    staged is not None and int(staged) == batch_id
+                ):
+                    self._unwatch(conn)
+                    return False
+                _, zadds = _packed_zadds(results_key(task, self.namespace), table, members)
+                joined = pc.binary_join(
+                    pa.ListArray.from_arrays(pa.array([0, len(members)], pa.int32()), members), "\n"
+                )
+                emitted_at = int(table.column(EMITTED_AT)[0].as_py())
+                commands = [conn.pack_command("MULTI"), *zadds, conn.pack_command("DEL", stage)]
+                commands.append(
+                    conn.pack_command(
+                        "HSET", stage, "batch", batch_id, "emitted_at", emitted_at, "members", _string_bytes(joined)
+                    )
+                )
                 commands.append(conn.pack_command("EXEC"))
                 conn.send_packed_command([part for command in commands for part in command])
                 for _ in commands[:-1]:
                     conn.read_response()  # +OK, then +QUEUED per command (an error reply raises here)
                 replies = conn.read_response()
-                if replies is None:
+                if replies is None:  # a watched key changed meanwhile: look again
                     continue
                 for reply in replies:
                     if isinstance(reply, Exception):
                         raise reply
-                return {task: tables[task].num_rows for task, _, _ in todo}
+                return True
         raise RuntimeError(f"batch {batch_id}: gave up after {_MAX_ATTEMPTS} attempts; other writers kept racing")
 
-    def _feed_commands(
-        self, conn: redis.Connection, task: str, batch_id: int, table: pa.Table, members: pa.StringArray | None
-    ) -> list[Any]:
-        """The packed XADD appending a batch with rows to the task's feed (none for an empty batch)."""
-        if members is None:
-            return []
-        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(members)], pa.int32()), members), "\n")
-        emitted_at = int(table.column(EMITTED_AT)[0].as_py())
-        payload = _string_bytes(joined)
-        command = conn.pack_command(
-            "XADD",
-            feed_key(task, self.namespace),
-            "MAXLEN",
-            "~",
-            self.feed_batches,
-            f"{batch_id}-1",
-            "emitted_at",
-            emitted_at,
-            "members",
-            payload,
-        )
-        return [command]
+    @staticmethod
+    def _unwatch(conn: redis.Connection) -> None:
+        conn.send_packed_command(conn.pack_command("UNWATCH"))
+        conn.read_response()
 
-    def _commit_commands(
+    def commit(
         self,
-        conn: redis.Connection,
-        task: str,
         batch_id: int,
-        max_time: int | None,
-        batch_max: int | None,
-        first: bool,
-    ) -> list[Any]:
-        """Packed commands closing one task's batch: retention by the new max_time, then the commit record (with
-        `since` when it is the first commit into this database, `first`)."""
-        if batch_max is not None:
-            max_time = batch_max if max_time is None else max(max_time, batch_max)
-        record = ["committed", batch_id, *(["since", batch_id] if first else [])]
-        if max_time is None:
-            return [conn.pack_command("HSET", meta_key(task, self.namespace), *record)]
-        commit = conn.pack_command("HSET", meta_key(task, self.namespace), *record, "max_time", max_time)
-        if not self.trim:
-            return [commit]
-        bound = max_time - self.retain_ms
-        return [conn.pack_command("ZREMRANGEBYSCORE", results_key(task, self.namespace), "-inf", f"({bound}"), commit]
+        pieces: Mapping[str, Sequence[int]],
+        *,
+        batch_max: Mapping[str, int],
+        schemas: Mapping[str, pa.Schema] | None = None,
+    ) -> list[str]:
+        """Close `batch_id` for each task from its staged `pieces` (the slots that reported results), with the
+        batch's largest result time per task that has rows (`batch_max`); returns the tasks committed by this
+        call (`schemas` is for sinks that write empty batches out). A task whose committed batch id is `batch_id`
+        is skipped (a replay); StaleBatchError when above.
+        RuntimeError when a reported piece is not staged: the batch is not closed."""
+        batch_id = check_batch_id(batch_id)
+        committed = []
+        for task, slots in pieces.items():
+            slots = sorted(check_piece(p) for p in slots)
+            keys = [meta_key(task, self.namespace), results_key(task, self.namespace), feed_key(task, self.namespace)]
+            keys += [stage_key(task, p, self.namespace) for p in slots]
+            top = batch_max.get(task)
+            # the feed keeps about `feed_batches` batches of as many pieces as this one
+            kept = self.feed_batches * max(1, len(slots))
+            args = [batch_id, "" if top is None else int(top), self.retain_ms if self.trim else "", kept]
+            reply = self.client.eval(_COMMIT, len(keys), *keys, *args, *(p + 1 for p in slots))
+            status = int(reply[0])
+            if status == -1:
+                raise stale_batch(self.name, task, batch_id, int(reply[1]))
+            if status == -2:
+                raise RuntimeError(
+                    f"{self.location(task)}: batch {batch_id} cannot be committed, staged piece missing: "
+                    f"{reply[1].decode()}"
+                )
+            if status == 1:
+                committed.append(task)
+        return committed
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[redis.Connection]:
@@ -344,8 +392,14 @@ class RedisSink:
         Each result: `{"task", <stream>: {...}, ... (one per joined stream), "batch_id", "emitted_at",
         "result_time"}`.
         """
-        members = self.client.zrangebyscore(results_key(task, self.namespace), t_from, t_to)
-        decoded = [_decode(member) for member in members]  # scores are not fetched: each member holds its own
+        with self.client.pipeline(transaction=True) as pipe:  # the members and the commit mark they are judged by
+            pipe.zrangebyscore(results_key(task, self.namespace), t_from, t_to)
+            pipe.hget(meta_key(task, self.namespace), "committed")
+            members, committed = pipe.execute()
+        if committed is None:
+            return []
+        # scores are not fetched: each member holds its own; staged members of an open batch are left out
+        decoded = [item for item in map(_decode, members) if item[1] <= int(committed)]
         decoded.sort(key=lambda item: item[:3])
         return [
             {"task": task, **sides, "batch_id": batch_id, "emitted_at": emitted_at, "result_time": result_time}
@@ -378,6 +432,7 @@ class RedisSink:
     def clear(self, task: str) -> None:
         """Delete `task`'s results, commit record (with its snapshot marker), feed and owner, in one command."""
         keys = [f(task, self.namespace) for f in (results_key, meta_key, feed_key, owner_key)]
+        keys += self.client.scan_iter(match=stage_pattern(task, self.namespace), count=1000)
         self.client.delete(*keys)
 
     def claim(self, task: str, checkpoint: CheckpointId) -> None:
@@ -396,6 +451,18 @@ class RedisSink:
     def count(self, task: str) -> int:
         """How many pairs of `task` are stored."""
         return int(self.client.zcard(results_key(task, self.namespace)))
+
+
+# One client (and connection pool) per Redis per Python worker process, kept across batches.
+_CLIENTS: dict[tuple[str, float, RedisAuth | None], redis.Redis] = {}  # per worker process, by server and user
+
+
+def _worker_client(url: str, socket_timeout: float, auth: RedisAuth | None) -> redis.Redis:
+    """One client per worker process and server (the password is read here, on the executor, from its file)."""
+    key = (url, socket_timeout, auth)
+    if key not in _CLIENTS:
+        _CLIENTS[key] = redis_client(url, auth, socket_timeout=socket_timeout)
+    return _CLIENTS[key]
 
 
 def _packed_zadds(key: str, table: pa.Table, members: pa.StringArray | None) -> tuple[int | None, list[Any]]:

@@ -35,7 +35,7 @@ import orjson
 import redis
 
 from windjoin.connectors.redis_sink import feed_key, meta_key, result_time_of, results_key
-from windjoin.connectors.result_table import check_batch_id
+from windjoin.connectors.result_table import PIECE_ROW_BITS, check_batch_id
 
 __all__ = [
     "FEED_END",
@@ -462,9 +462,10 @@ def read_feed(
             break
         entries = reply[0][1]
         for entry_id, fields in entries:
-            batch = _entry_id(entry_id)[0]
+            batch, seq = _entry_id(entry_id)
             members = fields[b"members"].split(b"\n")
-            skip = after[1] + 1 if after is not None and batch == after[0] else 0
+            # rows of a piece are numbered from (piece << 32), the piece being the entry's sequence less one
+            skip = after[1] + 1 - ((seq - 1) << PIECE_ROW_BITS) if after is not None and batch == after[0] else 0
             for member in members[max(skip, 0) : max(skip, 0) + count - len(rows)]:
                 rows.append(decode_row(member))
             if len(rows) >= count:
@@ -482,7 +483,7 @@ def _start_id(after: tuple[int, int] | None) -> tuple[int, int]:
     batch, row = after
     if batch < 0:
         return (0, 0)
-    return (batch, 1) if row >= FEED_END else (batch, 0)
+    return (batch + 1, 0) if row >= FEED_END else (batch, 0)
 
 
 def _start_text(after: tuple[int, int]) -> str:

@@ -55,7 +55,7 @@ from windjoin.connectors.parquet_scan import RESULT_TIME, ROW
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_client import RedisAuth, redis_client
 from windjoin.connectors.redis_sink import NAMESPACE, meta_key
-from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_schema
+from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, PIECE_ROW_BITS, result_schema
 from windjoin.connectors.snapshots import Snapshot, SnapshotStore
 from windjoin.operators.spec import JoinSpec
 
@@ -535,8 +535,11 @@ class ResultStore:
                 for b in range(s.first_batch, s.last_batch + 1)
             }
             batches = [b for b in self._replay.retained(task) if b <= upto_batch and b not in pruned]
-        files = [str(f) for b in batches for f in self._parquet.batch_files(task, b)]
-        return parquet_scan.first_rows(files, self._schemas[task], lower, upper, after, conditions, n, scan.names)
+        pieces = [(str(f), p << PIECE_ROW_BITS) for b in batches for p, f in self._parquet.batch_pieces(task, b)]
+        files, row_starts = [f for f, _ in pieces], [start for _, start in pieces]
+        return parquet_scan.first_rows(
+            files, self._schemas[task], lower, upper, after, conditions, n, scan.names, row_starts
+        )
 
     # -- continuous queries -----------------------------------------------------------------------------------
 

@@ -37,6 +37,10 @@ RESERVED_COLUMNS = ("task", BATCH_ID, EMITTED_AT, "result_time")
 META_TASK = b"windjoin.task"
 META_TIMESTAMPS = b"windjoin.timestamps"  # JSON object {stream: timestamp field}, in join order
 MAX_BATCH_ID = 2**53 - 1  # batch ids must survive a round trip through a double (Redis scores, Lua numbers)
+# A result's `row` within its batch: its piece (the slot that wrote it) in the high bits, its position in the
+# piece below, so slots number their rows without knowing each other's counts and (batch, row) stays unique.
+PIECE_ROW_BITS = 32
+MAX_PIECE = 2 ** (53 - PIECE_ROW_BITS) - 1  # rows stay below 2^53 (exact in doubles, Lua numbers, JSON readers)
 
 _IDENTIFIER = re.compile(IDENTIFIER)
 
@@ -53,6 +57,18 @@ def check_batch_id(batch_id: int) -> int:
     if isinstance(batch_id, bool) or not isinstance(batch_id, int | np.integer) or not 0 <= batch_id <= MAX_BATCH_ID:
         raise ValueError(f"batch id {batch_id!r} is not an int in 0..{MAX_BATCH_ID}")
     return int(batch_id)
+
+
+def check_piece(piece: int) -> int:
+    """Return `piece` (a slot's index, naming its part of a batch) if it is an int in 0..MAX_PIECE."""
+    if isinstance(piece, bool) or not isinstance(piece, int | np.integer) or not 0 <= piece <= MAX_PIECE:
+        raise ValueError(f"piece {piece!r} is not an int in 0..{MAX_PIECE} (a slot index)")
+    return int(piece)
+
+
+def piece_rows(piece: int, count: int) -> np.ndarray:
+    """The `row` numbers of a piece's `count` results, in the piece's order (see PIECE_ROW_BITS)."""
+    return (check_piece(piece) << PIECE_ROW_BITS) + np.arange(count, dtype=np.int64)
 
 
 def _task(spec: JoinSpec, task_name: str) -> TaskSpec:

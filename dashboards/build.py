@@ -181,7 +181,8 @@ def overview() -> dict:
                     [(f"max by (part) ({job}_batch_time_ms) / 1000", "{{part}}")],
                     "s",
                     "Where the last batch's time went: read, adapt, Spark (scheduling, shuffle, state commit), state "
-                    "load, join, state write, sinks, driver; plan and commit are Spark's, of the batch before.",
+                    "load, join, state write, the slots' sink staging, the driver's sink commit and the rest of its "
+                    "work; plan and commit are Spark's, of the batch before.",
                 ),
             ],
         ],

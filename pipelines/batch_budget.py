@@ -5,10 +5,12 @@ Parts (milliseconds, wall time of the batch unless said otherwise):
   waits for its slowest task); measured in the read tasks and carried to the first slot by a timing row;
 - `state_load`, `join`, `state_write`: the slowest slot's time loading its window state (cache or segments),
   joining, and writing its state back (segments, expiry, metadata);
+- `sink_stage`: the slowest slot's time ordering its results and staging them into the sinks (the executors
+  write the results; pipelines.slot_output);
 - `spark`: the rest of the batch's Spark job: task scheduling, the shuffle, Python worker hand-offs, the state
   store's commit (the job's wall time less the slowest read task and the slowest slot);
-- `sinks`: the driver's sink work for the batch; `driver`: the rest of the driver's batch work (stats, marks,
-  snapshots, dead letters);
+- `sink_commit`: the driver closing the batch in every sink; `driver`: the rest of the driver's batch work
+  (the slots' summaries, snapshots, marks);
 - `plan`, `commit`: Spark's planning (latestOffset, getBatch, queryPlanning, walCommit) and offset commit, from
   Spark's progress report, which exists only once a batch ended: a batch carries its predecessor's.
 """
@@ -30,8 +32,10 @@ def batch_budget(stats: Sequence[Mapping[str, Any]], execute_ms: float, sinks_ms
     budget = {"read": slowest_task["read_ms"], "adapt": slowest_task["adapt_ms"]}
     for phase in SLOT_PHASES:
         budget[phase] = max((s.get("phases", {}).get(f"{phase}_ms", 0.0) for s in stats), default=0.0)
+    staging = (1000 * (s.get("stage_seconds", 0.0) + s.get("order_seconds", 0.0)) for s in stats)
+    budget["sink_stage"] = max(staging, default=0.0)
     budget["spark"] = max(0.0, execute_ms - slowest_task["read_ms"] - slowest_task["adapt_ms"] - slowest_slot)
-    budget["sinks"], budget["driver"] = sinks_ms, driver_ms
+    budget["sink_commit"], budget["driver"] = sinks_ms, driver_ms
     return {part: round(ms, 1) for part, ms in budget.items()}
 
 

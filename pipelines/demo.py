@@ -77,7 +77,8 @@ class DemoSummary:
             return
         self.budgets.append(outcome.budget)
         if len(outcome.delays_ms):
-            buckets = np.bincount(np.maximum(outcome.delays_ms, 0) // self.BUCKET_MS)
+            delays = outcome.delays_ms
+            buckets = np.bincount(np.maximum(delays.values, 0) // self.BUCKET_MS, weights=delays.counts).astype(int)
             size = max(len(self.counts), len(buckets))
             self.counts = np.pad(self.counts, (0, size - len(self.counts))) + np.pad(buckets, (0, size - len(buckets)))
 

@@ -38,14 +38,17 @@ class BulkHistogram(Collector):
         self._sum = 0.0
         self._lock = threading.Lock()
 
-    def observe_many(self, values: np.ndarray) -> None:
+    def observe_many(self, values: np.ndarray, weights: np.ndarray | None = None) -> None:
+        """Observe each value once, or `weights[i]` times (a histogram of distinct values)."""
         values = np.asarray(values, dtype=np.float64)
         if not len(values):
             return
-        counts = np.bincount(np.searchsorted(self.bounds, values, side="left"), minlength=len(self._counts))
+        weights = np.ones(len(values), np.int64) if weights is None else np.asarray(weights, np.int64)
+        buckets = np.searchsorted(self.bounds, values, side="left")
+        counts = np.bincount(buckets, weights=weights, minlength=len(self._counts)).astype(np.int64)
         with self._lock:
             self._counts += counts
-            self._sum += float(values.sum())
+            self._sum += float((values * weights).sum())
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
         with self._lock:
@@ -288,7 +291,7 @@ class JobMetrics:
                 self.executors.set(self._executors())
             except Exception as err:  # py4j while Spark stops: keep the last value
                 log.warning("executor count unavailable: %s", err)
-        self.delay.observe_many(np.asarray(outcome.delays_ms) / 1000.0)
+        self.delay.observe_many(outcome.delays_ms.values / 1000.0, outcome.delays_ms.counts)
         self.batches.inc()
         self.batch_id.set(outcome.batch_id)
         self.last_batch.set(outcome.finished_at)

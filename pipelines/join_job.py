@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -23,7 +21,7 @@ from windjoin.connectors.kafka_security import KafkaSecurity
 from windjoin.connectors.mark_reports import MarkReports
 from windjoin.connectors.move_store import MoveStore
 from windjoin.connectors.redis_client import RedisAuth
-from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
+from windjoin.connectors.result_table import result_schema
 from windjoin.connectors.snapshots import Snapshot
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
@@ -36,12 +34,13 @@ from windjoin.pipelines.adapted_source import (
 )
 from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.batch_budget import batch_budget, spark_parts
+from windjoin.pipelines.batch_delays import Delays
 from windjoin.pipelines.checkpoint_identity import checkpoint_identity, predates_run_ids
 from windjoin.pipelines.checkpoint_layout import check_layout
 from windjoin.pipelines.control_feed import REFUSALS_OPTION, auth_options
-from windjoin.pipelines.dead_letters import DeadLetterWriter
-from windjoin.pipelines.join_state import DEAD, OUTPUT_DDL, PAIRS, STATS, JoinProcessor
+from windjoin.pipelines.join_state import OUTPUT_DDL, JoinProcessor
 from windjoin.pipelines.sink_fence import fence_sinks
+from windjoin.pipelines.slot_output import DeadLetterTarget, SlotOutputs, StagedSink
 from windjoin.pipelines.snapshot_committer import SnapshotCommitter
 
 log = logging.getLogger(__name__)
@@ -125,14 +124,15 @@ class BatchOutcome:
     snapshots: list[Snapshot] = field(default_factory=list)  # snapshots closed after this batch
     dead_by_reason: dict[str, int] = field(default_factory=dict)  # refused rows by reason, dead-lettered or not
     stats: list[dict] = field(default_factory=list)
-    # Production delay of the batch's pairs: emission minus the later tuple's event time (ms). With event time
-    # stamped at arrival (as the generator does) this is the paper's production delay.
-    delays_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # Production delay of the batch's pairs: emission minus the later tuple's event time (ms), as an exact
+    # histogram. With event time stamped at arrival (as the generator does) this is the paper's production delay.
+    delays_ms: Delays = field(default_factory=Delays)
     finished_at: float = 0.0  # wall clock, seconds
     routing_version: int = 0  # the routing table version the batch was routed by (control epoch)
     shed_ratio: float = 0.0  # the shed ratio applied to the batch's records (control epoch)
     shed: dict[str, int] = field(default_factory=dict)  # records shed by the adapter, per stream
-    order_seconds: float = 0.0  # time spent putting the results in the spec's output_order
+    order_seconds: float = 0.0  # time the slots spent putting their results in the spec's output_order
+    commit_seconds: float = 0.0  # the driver's time committing the batch to the sinks
     # Event time (connectors.event_time): the watermark the batch judged lateness by, the (oldest, newest) event
     # time it read per input partition, and the widest event-time span of any partition's state after it: of its
     # live tuples, and of all it holds (segments expire whole).
@@ -162,91 +162,65 @@ class BatchOutcome:
         return sum(s["window_tuples"] for s in self.stats)
 
 
-def batch_table(schema: pa.Schema, parts: list[pa.Table], batch_id: int) -> pa.Table:
-    """A task's result table of one batch (`result_schema`) from its slots' tables (pairs plus `emitted_at`), in
-    the order the slots' tables are given, not yet ordered by `output_order`."""
-    table = pa.concat_tables(parts)
-    table = table.append_column(BATCH_ID, pa.array(np.full(len(table), batch_id), pa.int64()))
-    return table.select(schema.names).cast(schema)
-
-
 @dataclass
 class BatchSink:
-    """foreachBatch: collect the slots' result blobs and hand them to every sink with the batch id.
+    """foreachBatch: the slots staged their results in the sinks; close the batch from their summaries.
 
-    A `SnapshotCommitter` among the sinks is not written to: it runs after every other sink committed the batch.
+    Only the slots' summaries reach the driver (small: counts, a delay histogram, marks). After every slot
+    staged, each sink commits the batch, then a `SnapshotCommitter` among the sinks closes snapshots, then the
+    marks are written, all before Spark commits the batch; a replayed batch is skipped by the sinks that had
+    committed it.
     """
 
     spec: JoinSpec
-    bootstrap: str
     sinks: list[Any]
     on_batch: Callable[[BatchOutcome], None] | None = None
     move_root: str | None = None
     pruned_below: int = 0  # handed-over states of routing versions below this are deleted
     marks: MarkReports | None = None  # where the batch's input marks go for the next batch's plan
     costs: BatchCosts | None = None  # where the batch's size and time go for the next batch's size
-    dead_letters: DeadLetterWriter | None = field(default=None, init=False)  # reads the topic's limit once
     query: Any = field(default=None, init=False)  # the running query, for Spark's progress reports
-
-    def __post_init__(self) -> None:
-        if self.spec.dead_letter_topic:
-            self.dead_letters = DeadLetterWriter(
-                self.bootstrap, self.spec.dead_letter_topic, security=KafkaSecurity.from_spec(self.spec.kafka)
-            )
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         outcome = BatchOutcome(batch_id)
-        tables: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
-        dead = []
         started = time.perf_counter()
-        rows = df.collect()
+        summaries = df.collect()  # runs the batch's Spark job: read, adapt, shuffle, join, the slots' staging
         executed = time.perf_counter()
-        sinks_s = 0.0
-        for row in rows:
-            if row["kind"] == PAIRS:
-                tables[row["name"]].append(pa.ipc.open_stream(row["payload"]).read_all())
-            elif row["kind"] == DEAD:
-                dead.append(pa.ipc.open_stream(row["payload"]).read_all().to_pandas())
-            elif row["kind"] == STATS:
-                outcome.stats.append({"slot": row["slot"], **orjson.loads(row["payload"])})
+        outcome.stats = [{"slot": row["slot"], **orjson.loads(row["stats"])} for row in summaries]
         outcome.punctuations = sum(s.get("punctuations", 0) for s in outcome.stats)
         self._note_control(outcome)
         clock_seq = self._note_event_time(outcome)
-        results, delays = {}, []
-        for task, parts in tables.items():
-            schema = result_schema(self.spec, task)
-            if not parts:  # still handed over, so every sink records the batch as committed for the task
-                results[task] = schema.empty_table()
-                continue
-            table = batch_table(schema, parts, batch_id)
-            ordering_started = time.perf_counter()
-            results[task] = order_results(table, self.spec.output_order)
-            outcome.order_seconds += time.perf_counter() - ordering_started
-            outcome.pairs[task] = len(table)
-            delays.append(table.column(EMITTED_AT).to_numpy() - result_times(results[task]))
-        sinks_started = time.perf_counter()
+        pieces: dict[str, list[int]] = {t.name: [] for t in self.spec.tasks}
+        batch_max: dict[str, int] = {}
+        for stat in outcome.stats:
+            for task, (rows, top) in stat.get("pairs", {}).items():
+                pieces[task].append(int(stat["slot_index"]))
+                outcome.pairs[task] = outcome.pairs.get(task, 0) + rows
+                batch_max[task] = max(batch_max.get(task, top), top)
+            for reason, n in stat.get("dead_by_reason", {}).items():
+                outcome.dead_by_reason[reason] = outcome.dead_by_reason.get(reason, 0) + n
+            outcome.dead += stat.get("dead_letters", 0)
+            outcome.order_seconds += stat.get("order_seconds", 0.0)
+        outcome.delays_ms = Delays.merge(s["delays"] for s in outcome.stats if "delays" in s)
+        schemas = {task: result_schema(self.spec, task) for task in pieces}
+        committing = time.perf_counter()
         for sink in self.sinks:
             if not isinstance(sink, SnapshotCommitter):
-                note_replay(outcome, sink, results, sink.write(batch_id, results))
-        sinks_s += time.perf_counter() - sinks_started
+                committed = sink.commit(batch_id, pieces, schemas=schemas, batch_max=batch_max)
+                note_replay(outcome, sink, pieces, committed)
+        outcome.commit_seconds = time.perf_counter() - committing
         for sink in self.sinks:
             if isinstance(sink, SnapshotCommitter):
                 outcome.snapshots += sink.after_batch(batch_id, outcome.punctuations)
-        if dead:
-            import pandas as pd
-
-            refused = pd.concat(dead)
-            outcome.dead_by_reason = {str(k): int(v) for k, v in refused["reason"].value_counts().items()}
-            if self.dead_letters is not None:
-                outcome.dead = self.dead_letters.write(refused)
-        if delays:
-            outcome.delays_ms = np.concatenate(delays)
         if self.marks is not None and clock_seq is not None:  # after the sinks, before Spark commits the batch
             self.marks.write(clock_seq, outcome.input_marks)
         outcome.previous_spark = spark_parts(_progress_json(self.query))
         ended = time.perf_counter()
         outcome.budget = batch_budget(
-            outcome.stats, (executed - started) * 1000, sinks_s * 1000, (ended - executed - sinks_s) * 1000
+            outcome.stats,
+            (executed - started) * 1000,
+            outcome.commit_seconds * 1000,
+            (ended - executed - outcome.commit_seconds) * 1000,
         )
         spark_s = (outcome.previous_spark.get("plan", 0.0) + outcome.previous_spark.get("commit", 0.0)) / 1000
         if self.costs is not None:  # before Spark commits the batch, like the marks
@@ -293,11 +267,10 @@ def _progress_json(query: Any) -> dict[str, Any] | None:
     return orjson.loads(progress.json) if hasattr(progress, "json") else dict(progress)
 
 
-def note_replay(outcome: BatchOutcome, sink: Any, results: dict[str, pa.Table], written: dict | None) -> None:
+def note_replay(outcome: BatchOutcome, sink: Any, tasks: Iterable[str], committed: Iterable[str]) -> None:
     """Log and record the tasks a sink skipped because it had committed the batch before (a replay after a
-    restart). Sinks raise on an older batch id, so nothing else is ever skipped; `written` None: a sink that
-    does not say."""
-    skipped = [] if written is None else sorted(set(results) - set(written))
+    restart). Sinks raise on an older batch id, so nothing else is ever skipped."""
+    skipped = sorted(set(tasks) - set(committed))
     if skipped:
         name = getattr(sink, "name", type(sink).__name__)
         log.warning(
@@ -330,9 +303,13 @@ def costs_path(spec: JoinSpec) -> str:
 
 
 def build_stream(
-    spark: SparkSession, spec: JoinSpec, bootstrap: str, control: ControlSource | None = None
+    spark: SparkSession,
+    spec: JoinSpec,
+    bootstrap: str,
+    control: ControlSource | None = None,
+    outputs: SlotOutputs | None = None,
 ) -> DataFrame:
-    """The joined stream: one row per (slot, kind, name) per batch, payloads as Arrow IPC."""
+    """The joined stream: one summary row per slot and batch; the slots write their results to `outputs`."""
     labels = slot_labels(spark, spec.partitions)  # a label for every slot the controller may open
     routing = RoutingTable.round_robin(spec.partitions, spec.slots)
     adapter = Adapter(spec, routing, labels)
@@ -352,7 +329,7 @@ def build_stream(
         read_adapted(spark, adapter, options)
         .groupBy("slot")
         .transformWithStateInPandas(
-            statefulProcessor=JoinProcessor(spec, labels, routing, move_root(spec), spill_root(spec)),
+            statefulProcessor=JoinProcessor(spec, labels, routing, move_root(spec), spill_root(spec), outputs),
             outputStructType=OUTPUT_DDL,
             outputMode="Append",
             timeMode="None",
@@ -373,9 +350,19 @@ def start_job(
     """Start the streaming query; returns it (await termination or stop it).
 
     Sinks written by another checkpoint are refused (`sink_fence.SinkOwnerError`) unless `fresh_sinks`, which
-    clears them for this checkpoint's batches.
+    clears them for this checkpoint's batches. Every sink but a `SnapshotCommitter` is staged by the executors
+    and committed by the driver (`stage` and `commit`, as ParquetSink and RedisSink); others are refused.
     """
     check_runnable(spec)
+    staged = tuple(sink for sink in sinks if not isinstance(sink, SnapshotCommitter))
+    for sink in staged:
+        if not (isinstance(sink, StagedSink) and callable(getattr(sink, "commit", None))):
+            raise TypeError(
+                f"sink {sink!r}: results are written by the executors, so a sink needs stage() and commit() "
+                "(ParquetSink, RedisSink; a SnapshotCommitter runs after them)"
+            )
+    security = KafkaSecurity.from_spec(spec.kafka)
+    dead_letters = DeadLetterTarget(bootstrap, spec.dead_letter_topic, security) if spec.dead_letter_topic else None
     checkpoint = Path(spec.checkpoint).resolve()
     check_layout(spec, checkpoint)
     tasks = [t.name for t in spec.tasks]
@@ -394,8 +381,10 @@ def start_job(
         costs=BatchCosts(costs_path(spec)),
     )
     writer = (
-        build_stream(spark, spec, bootstrap, control)
-        .writeStream.foreachBatch(batch_sink)
+        build_stream(spark, spec, bootstrap, control, SlotOutputs(staged, dead_letters))
+        .writeStream.foreachBatch(
+            BatchSink(spec, sinks, on_batch, move_root(spec), marks=MarkReports(marks_root(spec)))
+        )
         .option("checkpointLocation", str(Path(spec.checkpoint).resolve()))
         .queryName(QUERY_NAME)
     )

@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from windjoin.connectors.move_store import MovedGroup, MoveStore
-from windjoin.connectors.result_table import ARROW_TYPES, EMITTED_AT
+from windjoin.connectors.result_table import ARROW_TYPES
 from windjoin.connectors.spill_files import SpillFiles
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import Pairs, WindowJoin
@@ -60,10 +60,10 @@ from windjoin.operators.spill.cleanup import missing_results
 from windjoin.pipelines.adapter import CONTROL, PUNCTUATION, SHED, TIMING, field_column, key_column
 from windjoin.pipelines.control_epoch import ControlEpoch, Holders, check_spillable, pieces, unit_holders
 from windjoin.pipelines.slot_load import GroupLoadMeter, join_state
+from windjoin.pipelines.slot_output import SlotOutputs, current_batch_id, write_slot
 from windjoin.pipelines.window_cache import WindowFiles
 
-OUTPUT_DDL = "slot int, kind string, name string, payload binary"
-PAIRS, DEAD, STATS = "pairs", "dead", "stats"
+OUTPUT_DDL = "slot int, stats binary"  # one row per slot and batch: its summary as JSON (results leave elsewhere)
 ORDER = ["ts", "topic", "kpartition", "koffset"]  # arrival order inside a batch: deterministic on replay
 DEAD_COLUMNS = ["stream", "topic", "kpartition", "koffset", "reason", "detail"]
 
@@ -100,8 +100,10 @@ class JoinProcessor(StatefulProcessor):
         initial_routing: RoutingTable | None = None,
         move_root: str | None = None,
         spill_root: str | None = None,
+        outputs: SlotOutputs | None = None,
     ) -> None:
         self.spec = spec
+        self.outputs = outputs or SlotOutputs()  # where the slot's results and dead letters go
         # grouping-key value -> slot index, for the load reports (without labels a slot reports its key)
         self.slot_index = {label: i for i, label in enumerate(slot_labels)}
         # Where each slot's partitions start out (the source's first control epoch routes by it), and where
@@ -122,7 +124,6 @@ class JoinProcessor(StatefulProcessor):
         meta = orjson.loads(self.meta_state.get()[0]) if self.meta_state.exists() else _new_meta()
         windows = self._windows(slot, meta)
         phases = {"state_load_ms": (time.perf_counter() - started) * 1000}
-        out: list[tuple[int, str, str, bytes]] = []
         reasons = frame["reason"]
         timings = frame["detail"][reasons == TIMING]
         punctuations = int((reasons == PUNCTUATION).sum())  # only counted: they close snapshots
@@ -165,18 +166,13 @@ class JoinProcessor(StatefulProcessor):
         if epoch is not None and epoch.cleanup:
             for pairs in self._cleanup(meta, windows, epoch.cleanup, spill_stats):
                 pairs_by_task[pairs.task].append(pairs_table(self.spec, pairs))
-        emitted_at = int(time.time() * 1000)
-        for task, tables in pairs_by_task.items():
-            if tables:
-                table = pa.concat_tables(tables)
-                table = table.append_column(EMITTED_AT, pa.array(np.full(len(table), emitted_at), pa.int64()))
-                out.append((slot, PAIRS, task, _ipc(table)))
         late = live.iloc[np.concatenate([np.zeros(0, np.int64), *late_rows])]
         # a late tuple of a spread partition is reported once, by the slot that would have stored it
         late = late[late["stored"].astype(bool)][DEAD_COLUMNS].assign(reason=LATE, detail=_late_detail(meta))
         dead_rows = pd.concat([dead[DEAD_COLUMNS], late])
-        if len(dead_rows):
-            out.append((slot, DEAD, "", _ipc(pa.Table.from_pandas(dead_rows, preserve_index=False))))
+        # The slot's results leave from here, as its piece of the batch (numbered by the slot's index).
+        emitted_at = int(time.time() * 1000)
+        output = write_slot(self.outputs, self.spec, current_batch_id(), index, pairs_by_task, dead_rows, emitted_at)
         # The windows as joined, reported below: a piece handed over after this batch is counted where it was
         # joined (its new holder reports it from the next batch on), so its state never vanishes from the reports
         # while in flight.
@@ -228,7 +224,6 @@ class JoinProcessor(StatefulProcessor):
             "state_bytes": sum(groups["state_bytes"]),
             "outputs": sum(groups["outputs"]),
             "seconds": seconds,
-            "emitted_at": emitted_at,  # when this slot stamped its pairs (epoch ms)
             # the time budget's shares measured here: this slot's phases, and the batch's read tasks (reported to
             # the first slot by their timing rows; their slowest task, as the stage waits for it)
             "phases": phases,
@@ -247,8 +242,8 @@ class JoinProcessor(StatefulProcessor):
                 "cleanups": sum(g["cleanups"] for g in meta.get("spill", {}).values()),
             },
         }
-        out.append((slot, STATS, "", orjson.dumps(stats)))
-        yield pd.DataFrame(out, columns=["slot", "kind", "name", "payload"])
+        stats.update(output)
+        yield pd.DataFrame([(slot, orjson.dumps(stats))], columns=["slot", "stats"])
 
     def close(self) -> None:
         pass

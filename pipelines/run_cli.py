@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
 from redis.exceptions import RedisError
 
 from windjoin.connectors.redis_client import RedisAuthError, spec_auth
@@ -82,7 +81,7 @@ class Progress:
         rates = f" ({outcome.records / elapsed:,.0f} in/s, {pairs / elapsed:,.0f} out/s)" if elapsed else ""
         delay = ""
         if len(outcome.delays_ms):
-            p50, p99 = np.percentile(outcome.delays_ms, [50, 99])
+            p50, p99 = outcome.delays_ms.percentile([50, 99])
             delay = f", delay p50 {p50 / 1000:.2f} s p99 {p99 / 1000:.2f} s"
         slowest = max((s["seconds"] for s in outcome.stats), default=0.0)
         return (

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 
-import numpy as np
 import pytest
 
 from windjoin.connectors.load_reports import LoadEntry, LoadReports, fine_histograms, load_key, slot_batches
@@ -42,7 +41,6 @@ def _outcome(batch_id: int, finished_at: float) -> BatchOutcome:
     return BatchOutcome(
         batch_id,
         stats=[_stat(13, 1, [1, 3], [5, 15], 0.4), _stat(6, 0, [0, 2], [30, 10], 0.8)],
-        delays_ms=np.zeros(0, dtype=np.int64),
         finished_at=finished_at,
     )
 

@@ -131,10 +131,11 @@ def test_older_batch_is_refused_not_skipped(tmp_path: Path) -> None:
 def test_crash_before_rename_leaves_nothing_visible_and_the_retry_commits(tmp_path: Path) -> None:
     sink = ParquetSink(tmp_path)
     sink.write(0, {"a": make_table("a", 0, [one(0)])})
-    # A writer died after writing its temporary folder, before the rename: a half-written file is left.
-    leftover = tmp_path / "task=a" / ".batch=1.tmp-0123abcd"
-    leftover.mkdir()
-    (leftover / "part-0.parquet").write_bytes(b"PAR1 half a file")
+    # A slot died while writing its piece, before the rename: a half-written file is left in the pending folder.
+    pending = tmp_path / "task=a" / ".batch=1.pending"
+    pending.mkdir()
+    leftover = pending / ".part-0.parquet.tmp-0123abcd"
+    leftover.write_bytes(b"PAR1 half a file")
     assert sink.committed_batches("a") == [0]
     assert table_records(sink.read("a")) == [{"task": "a", **one(0)}]
     seen = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
@@ -156,7 +157,9 @@ def test_failed_rename_commits_nothing(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(OSError, match="disk went away"):
         sink.write(2, {"a": make_table("a", 2, [one(1)])})
     assert sink.committed_batches("a") == []
-    assert sorted(p.name for p in (tmp_path / "task=a").iterdir()) == []  # the temporary folder is gone too
+    # Only the hidden pending folder is left (readers skip it), without the temporary file of the failed piece.
+    assert sorted(p.name for p in (tmp_path / "task=a").iterdir()) == [".batch=2.pending"]
+    assert list((tmp_path / "task=a" / ".batch=2.pending").iterdir()) == []
     monkeypatch.undo()
     assert sink.write(2, {"a": make_table("a", 2, [one(1)])}) == {"a": 1}
     assert table_records(sink.read("a")) == [{"task": "a", **one(1)}]

@@ -23,8 +23,9 @@ def test_the_parts_add_up_to_the_batch_and_spark_is_what_no_part_measured() -> N
         "state_load": 50.0,
         "join": 150.0,
         "state_write": 20.0,
+        "sink_stage": 0.0,
         "spark": 440.0,
-        "sinks": 30.0,
+        "sink_commit": 30.0,
         "driver": 5.0,
     }
     assert budget_text(budget, {}).startswith(", time 0.76 s = read 0.02 + adapt 0.04")

@@ -66,7 +66,7 @@ def _outcome(batch_id: int) -> BatchOutcome:
                 },
             }
         )
-    return BatchOutcome(batch_id, stats=stats, delays_ms=np.zeros(0, dtype=np.int64), finished_at=1000.0 + batch_id)
+    return BatchOutcome(batch_id, stats=stats, finished_at=1000.0 + batch_id)
 
 
 @pytest.fixture
@@ -383,7 +383,7 @@ def _fine_outcome(batch_id: int, routing, busy: dict[int, float], tuples: dict[i
         stats.append(
             {"slot": slot, "slot_index": slot, "rows": sum(n), "joined": sum(n), "seconds": seconds, "groups": groups}
         )
-    return BatchOutcome(batch_id, stats=stats, delays_ms=np.zeros(0, dtype=np.int64), finished_at=1000.0 + batch_id)
+    return BatchOutcome(batch_id, stats=stats, finished_at=1000.0 + batch_id)
 
 
 def _publish_fine(redis_url: str, namespace: str, batches: range, routing, busy, tuples) -> None:

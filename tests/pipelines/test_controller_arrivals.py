@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 
-import numpy as np
 import pytest
 
 from windjoin.connectors.control_decisions import DecisionStore
@@ -26,7 +25,7 @@ def _outcome(batch_id: int, joined: int, shed: int) -> BatchOutcome:
         {"slot": s, "slot_index": s, "rows": joined, "joined": joined, "seconds": 0.5, "shed": {"R": shed}}
         for s in range(2)
     ]
-    return BatchOutcome(batch_id, stats=stats, delays_ms=np.zeros(0, np.int64), finished_at=100.0 + batch_id)
+    return BatchOutcome(batch_id, stats=stats, finished_at=100.0 + batch_id)
 
 
 def test_tau_is_the_arrival_rate_between_decided_epochs(redis_url):

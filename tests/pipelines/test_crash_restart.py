@@ -1,4 +1,5 @@
-"""Exactly once across `kill -9` of the whole job, at random moments and inside each sink's write.
+"""Exactly once across `kill -9` of the whole job, at random moments, during the executors' staging and during
+the driver's commit.
 
 The real `windjoin run` runs in its own session (its process group and PySpark's worker daemon, see
 `job_processes`) against the fixtures' broker and Redis, with Parquet and Redis sinks, while a producer thread
@@ -6,13 +7,14 @@ writes events to the input topics at a steady pace the whole time, also while th
 follows the pace, so every Kafka partition is in event-time order). The job is killed with SIGKILL once per
 entry of KILLS, in a shuffled order, each time after its run committed 1-3 new batches (Spark's `commits/`):
 
-- `parquet_write`: inside the Parquet sink's write. The job is frozen (SIGSTOP) as soon as a batch's hidden
-  temporary folder appears; if the folder is still there and the batch folder is not (the file is being
-  written or fsynced, the rename not done), the frozen job is killed; otherwise it is thawed and the next
-  batch is tried.
-- `redis_write`: inside the Redis sink's write. Redis' `CLIENT PAUSE WRITE` holds the job's next write, the
-  sink's write of the next batch (held at its fence read, a script, after WATCH); once Parquet holds that batch
-  and Redis does not, with the job's client blocked, the job is killed and Redis unpaused.
+- `parquet_stage`: while the slots stage a batch in Parquet. The job is frozen (SIGSTOP) as soon as a piece is
+  staged in a batch's hidden pending folder; if the batch folder is not there (other pieces being written, the
+  driver's rename not done), the frozen job is killed; otherwise it is thawed and the next batch is tried.
+- `redis_stage`: while a slot stages its piece in Redis. Redis' `CLIENT PAUSE WRITE` holds the job's next write,
+  a slot's staging transaction of the next batch; once a pending Parquet folder of that batch shows the slots
+  are staging, with a client blocked, the job is killed and Redis unpaused.
+- `commit`: inside the driver's commit, between the sinks: frozen as soon as Parquet holds a new batch (its
+  folder renamed), killed if Redis has not committed it yet.
 - `after_sinks`: frozen as soon as Redis (written after Parquet) holds a new batch, killed if Spark's commit
   log does not have it yet: both sinks hold a batch that Spark will replay.
 - `random`: a random delay of up to a second: inside a batch, while Spark plans or commits, anywhere.
@@ -52,9 +54,9 @@ from tests.pipelines.pipeline_helpers import parquet_pairs, read_dead_letters, r
 from windjoin.connectors.kafka_admin import create_topics
 from windjoin.connectors.kafka_producer import BatchProducer
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, results_key
+from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, results_key, stage_pattern
 
-KILLS = ("parquet_write", "redis_write", "after_sinks", "random")
+KILLS = ("parquet_stage", "redis_stage", "commit", "after_sinks", "random")
 BASE_TS = 1_700_000_000_000
 STEP_MS = 25  # event i has event time BASE_TS + i * STEP_MS and is produced STEP_MS * i after the start
 CHUNK_S = 0.05  # the producer sends what is due every CHUNK_S, flushed
@@ -64,7 +66,8 @@ LATENESS_MS = 2_000
 TOPIC_PARTITIONS = 4
 RUN_TIMEOUT_S = 120  # one run may take this long to start and reach its kill
 PAUSE_MS = 60_000  # Redis' pause ends by itself after this, should the test die before unpausing
-TMP_DIR = re.compile(r"^\.batch=(\d+)\.tmp-")  # the Parquet sink's temporary folder of a batch (its docstring)
+PENDING_DIR = re.compile(r"^\.batch=(\d+)\.pending$")  # a batch's staged pieces in Parquet (its docstring)
+HIDDEN_DIR = re.compile(r"^\.batch=(\d+)\.")  # pending or temporary: left only by a crash
 
 
 class PacedProducer(threading.Thread):
@@ -141,51 +144,87 @@ def _wait_for_commit(proc: subprocess.Popen, checkpoint: Path, above: int, deadl
     _wait_until(proc, lambda: _spark_log(checkpoint, "commits") > above, deadline, f"a batch past {above}", 0.005)
 
 
-def _kill_in_parquet_write(proc: subprocess.Popen, parquet: ParquetSink, task: str, deadline: float) -> str:
-    """Kill the job while a batch's Parquet file is written: frozen on sight of its temporary folder, killed
-    if the folder is still not renamed. Returns what was hit."""
+def _pending(parquet: ParquetSink, task: str, above: int) -> list[int]:
+    """Batches above `above` with a pending Parquet folder (slots staging, or the driver's rename not done)."""
     task_dir = parquet.task_dir(task)
-    floor = parquet.last_committed(task)  # temporary folders of batches up to here are leftovers, not writes
+    if not task_dir.is_dir():
+        return []
+    found = (PENDING_DIR.match(e.name) for e in os.scandir(task_dir))
+    return sorted(batch for m in found if m and (batch := int(m.group(1))) > above)
+
+
+def _kill_in_parquet_stage(proc: subprocess.Popen, parquet: ParquetSink, task: str, deadline: float) -> str:
+    """Kill the job while the slots stage a batch in Parquet: frozen on sight of a staged piece in a pending
+    folder, killed if the batch is still not committed (the other slots' pieces, or the rename, to come).
+    Returns what was hit."""
+    floor = parquet.last_committed(task)  # pending folders of batches up to here are leftovers, not staging
     floor, misses = -1 if floor is None else floor, 0
     while True:
-        found = []
-        if task_dir.is_dir():
-            found = [(int(m.group(1)), e.name) for e in os.scandir(task_dir) if (m := TMP_DIR.match(e.name))]
-        writing = [(batch, name) for batch, name in found if batch > floor]
-        if writing:
-            batch, name = max(writing)
+        staging = _pending(parquet, task, floor)
+        pieces = _pieces(parquet.pending_dir(task, staging[-1])) if staging else []
+        if pieces:
+            batch = staging[-1]
             freeze_job(proc)
-            if (task_dir / name).is_dir() and not parquet.batch_dir(task, batch).exists():
+            if not parquet.batch_dir(task, batch).exists():
                 kill_job(proc)
-                return f"parquet_write hit: batch {batch} temporary folder unrenamed, after {misses} misses"
+                return f"parquet_stage hit: batch {batch} pending with pieces {pieces}, after {misses} misses"
             thaw_job(proc)
             floor, misses = batch, misses + 1
-        assert proc.poll() is None, f"the job exited with {proc.returncode} before a Parquet write was hit"
-        assert time.monotonic() < deadline, f"no Parquet write hit in time ({misses} misses)"
+        assert proc.poll() is None, f"the job exited with {proc.returncode} before a Parquet stage was hit"
+        assert time.monotonic() < deadline, f"no Parquet stage hit in time ({misses} misses)"
         time.sleep(0.0005)
 
 
-def _kill_in_redis_write(
+def _pieces(folder: Path) -> list[str]:
+    try:
+        return sorted(name for name in os.listdir(folder) if name.startswith("part-"))
+    except FileNotFoundError:  # committed (renamed) meanwhile
+        return []
+
+
+def _kill_in_redis_stage(
     proc: subprocess.Popen, admin: redis.Redis, parquet: ParquetSink, task: str, checkpoint: Path, deadline: float
 ) -> str:
-    """Kill the job while Redis holds its sink write of a batch Parquet already committed. Returns what was hit.
+    """Kill the job while Redis holds a slot's staging of a batch. Returns what was hit.
 
-    Paused right after a Spark commit, the job's next Redis write is the sink's write of the next batch; should
-    it be another (the pause came late), the job is let go and the next batch tried."""
+    Paused right after a Spark commit, the job's next Redis write is a slot's staging of the next batch (the
+    slots stage in Parquet first, so its pending folder shows it); should it be another, or the batch have no
+    results, the job is let go and the next batch tried."""
     misses = 0
     while True:
         done = _spark_log(checkpoint, "commits")
         admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE")
         try:
             _wait_until(proc, lambda: admin.info("clients")["blocked_clients"] > 0, deadline, "a held write", 0.005)
-            in_parquet, in_redis = parquet.last_committed(task), _redis_committed(admin, task)
-            if in_parquet is not None and in_parquet > max(in_redis, done):
+            staging = _pending(parquet, task, done)
+            if staging and _redis_committed(admin, task) <= done:
                 kill_job(proc)
-                return f"redis_write hit: batch {in_parquet} in Parquet, Redis at {in_redis}, after {misses} misses"
+                return f"redis_stage hit: batch {staging[-1]} staging, Redis at {done}, after {misses} misses"
         finally:
             admin.execute_command("CLIENT", "UNPAUSE")
         misses += 1
         _wait_for_commit(proc, checkpoint, done, deadline)
+
+
+def _kill_in_commit(
+    proc: subprocess.Popen, admin: redis.Redis, parquet: ParquetSink, task: str, deadline: float
+) -> str:
+    """Kill the job inside the driver's commit: frozen as soon as Parquet committed a new batch, killed if Redis
+    has not committed it. Returns what was hit."""
+    seen, misses = parquet.last_committed(task), 0
+    seen = -1 if seen is None else seen
+    while True:
+        batch = ParquetSink(parquet.path).last_committed(task)
+        if batch is not None and batch > seen:
+            freeze_job(proc)
+            if _redis_committed(admin, task) < batch:
+                kill_job(proc)
+                return f"commit hit: batch {batch} in Parquet, not in Redis, after {misses} misses"
+            thaw_job(proc)
+            seen, misses = batch, misses + 1
+        assert proc.poll() is None, f"the job exited with {proc.returncode} before a commit was hit"
+        assert time.monotonic() < deadline, f"no commit hit in time ({misses} misses)"
+        time.sleep(0.0005)
 
 
 def _kill_after_sinks(proc: subprocess.Popen, admin: redis.Redis, task: str, checkpoint: Path, deadline: float) -> str:
@@ -265,10 +304,12 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
                     _wait_for_commit(proc, checkpoint, first, deadline)
                     startup = time.monotonic() - run_started
                     _wait_for_commit(proc, checkpoint, first + batches - 1, deadline)
-                    if kind == "parquet_write":
-                        hit = _kill_in_parquet_write(proc, parquet, task, deadline)
-                    elif kind == "redis_write":
-                        hit = _kill_in_redis_write(proc, admin, parquet, task, checkpoint, deadline)
+                    if kind == "parquet_stage":
+                        hit = _kill_in_parquet_stage(proc, parquet, task, deadline)
+                    elif kind == "redis_stage":
+                        hit = _kill_in_redis_stage(proc, admin, parquet, task, checkpoint, deadline)
+                    elif kind == "commit":
+                        hit = _kill_in_commit(proc, admin, parquet, task, deadline)
                     elif kind == "after_sinks":
                         hit = _kill_after_sinks(proc, admin, task, checkpoint, deadline)
                     else:
@@ -308,8 +349,8 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
         finally:
             sink.close()
         assert parquet.last_committed(task) == _redis_committed(admin, task) == _spark_log(checkpoint, "commits"), info
-        leftovers = [e.name for e in os.scandir(parquet.task_dir(task)) if TMP_DIR.match(e.name)]
-        assert not leftovers, f"temporary folders left: {leftovers}; {info}"
+        leftovers = [e.name for e in os.scandir(parquet.task_dir(task)) if HIDDEN_DIR.match(e.name)]
+        assert not leftovers, f"pending or temporary folders left: {leftovers}; {info}"
         letters = Counter(letter.reason for letter in read_dead_letters(kafka_bootstrap, spec["dead_letter_topic"]))
         assert not letters, f"dead letters by reason {dict(letters)}; {info}"
         # Each deterministic kill left its batch planned and not done, so it was replayed after the restart.
@@ -326,6 +367,6 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
         for proc in procs:
             if proc.poll() is None or session_members(proc.pid):
                 kill_job(proc)
-        admin.delete(results_key(task), meta_key(task), feed_key(task))
+        admin.delete(results_key(task), meta_key(task), feed_key(task), *admin.scan_iter(match=stage_pattern(task)))
         admin.close()
         shutil.rmtree(checkpoint, ignore_errors=True)

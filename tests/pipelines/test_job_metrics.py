@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
+from windjoin.pipelines.batch_delays import Delays
 from windjoin.pipelines.executor_scaling import executor_count
 from windjoin.pipelines.job_metrics import DELAY_BUCKETS, JobMetrics
 from windjoin.pipelines.join_job import BatchOutcome
@@ -31,7 +32,7 @@ def _outcome(batch_id: int, delays_ms: list[int]) -> BatchOutcome:
             {"slot": 2, "rows": 100, "joined": 96, "segments": 4, "window_tuples": 900, "seconds": 0.4},
             {"slot": 0, "rows": 50, "joined": 50, "segments": 2, "window_tuples": 400, "seconds": 1.5},
         ],
-        delays_ms=np.asarray(delays_ms, dtype=np.int64),
+        delays_ms=Delays.of(np.asarray(delays_ms, dtype=np.int64)),
         finished_at=1_700_000_000.5,
     )
 

@@ -33,13 +33,13 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from tests.pipelines.pipeline_helpers import produce_events
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.kafka_source import KafkaRange, KafkaSourceOptions, read_range, split_key
 from windjoin.connectors.load_reports import LoadReports
+from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.control.shedding import shed_mask, shed_ratio
 from windjoin.operators.spec import parse_spec
@@ -88,21 +88,9 @@ def oracle_shed(topic: str, partition: int, offset: int, ratio: float) -> bool:
     return (x >> 32) < threshold
 
 
-class PairSink:
-    """Keeps each batch's result tables (a replayed batch overwrites its own)."""
-
-    def __init__(self) -> None:
-        self.batches: dict[int, dict[str, pa.Table]] = {}
-
-    def write(self, batch_id: int, results: dict[str, pa.Table]) -> None:
-        self.batches[batch_id] = results
-
-    def pairs(self) -> Counter:
-        out: Counter = Counter()
-        for results in self.batches.values():
-            for row in results["eq"].to_pylist():
-                out[(row["R"]["x"], row["S"]["a"])] += 1
-        return out
+def parquet_pairs(sink: ParquetSink) -> Counter:
+    """The committed results as (R.x, S.a) counts."""
+    return Counter((row["R"]["x"], row["S"]["a"]) for row in sink.read("eq").to_pylist())
 
 
 def wave(first_id: int, n: int, ts0: int, rng: random.Random) -> list[dict]:
@@ -179,7 +167,7 @@ def test_a_burst_is_shed_at_the_decided_ratio_and_nothing_after(
     reports, decisions = LoadReports(redis_url, namespace), DecisionStore(redis_url, namespace)
     publisher = LoadPublisher(reports, trigger_s=0.2)
     controller = Controller(reports, decisions, parse_control_config(CONTROL), spec.partitions, SLOTS)
-    sink = PairSink()
+    sink = ParquetSink(tmp_path / "parquet")
     outcomes: list[tuple[str | None, BatchOutcome]] = []  # (load report entry id, outcome), in batch order
     lock = threading.Lock()
 
@@ -318,7 +306,7 @@ def test_a_burst_is_shed_at_the_decided_ratio_and_nothing_after(
     assert sum(shed_per_batch.values()) > BURST * sr / 2
     expected = brute_force(kept)
     assert len(expected) > 1000
-    assert sink.pairs() == expected
+    assert parquet_pairs(sink) == expected
     print(
         f"tau calm {tau:.3f}, burst A {tau_a:.3f} -> SR {sr:.3f}, burst B {tau_b:.3f} -> SR {sr_b:.3f}, "
         f"after {tau_c:.3f} -> {ratio_c}; shed {sum(shed_per_batch.values())} of {len(events)}; "

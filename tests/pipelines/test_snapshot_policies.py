@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import orjson
+import pandas as pd
 import pyarrow as pa
 import pytest
 import redis
@@ -15,14 +16,14 @@ from windjoin.connectors import redis_tier
 from windjoin.connectors.kafka_source import ARROW_SCHEMA
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink, meta_key, results_key
-from windjoin.connectors.result_table import BATCH_ID, table_from_records
+from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, table_from_records
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.pipelines.adapter import PUNCTUATION, Adapter
 from windjoin.pipelines.join_job import BatchSink
-from windjoin.pipelines.join_state import PAIRS, STATS, _ipc
 from windjoin.pipelines.run_cli import build_sinks
+from windjoin.pipelines.slot_output import SlotOutputs, write_slot
 from windjoin.pipelines.snapshot_committer import SnapshotCommitter, snapshot_reason
 
 
@@ -217,15 +218,17 @@ def test_adapter_marks_punctuation_records(tmp_path: Path) -> None:
     assert plain["reason"] == [None, None]  # no punctuation configured: an ordinary record
 
 
-def _spark_rows(spec: JoinSpec, times: list[int], punctuations: list[int]) -> list[dict]:
-    """What the stateful join hands foreachBatch: per slot, result blobs and stats."""
+def _spark_rows(spec: JoinSpec, sinks: list, batch: int, times: list[int], punctuations: list[int]) -> list[dict]:
+    """What the stateful join hands foreachBatch, its slots having staged their results (slot 0 all of them)."""
     rows = []
+    outputs = SlotOutputs(tuple(s for s in sinks if not isinstance(s, SnapshotCommitter)))
     for slot, n in enumerate(punctuations):
+        pairs = {t.name: [results(spec, 0, times)[t.name].drop_columns([BATCH_ID, EMITTED_AT])] for t in spec.tasks}
+        refused = pd.DataFrame({"reason": pd.Series([], dtype=object)})
+        output = write_slot(outputs, spec, batch, slot, pairs if slot == 0 else {}, refused, 9_999)
         stats = {"rows": 1, "joined": 1, "dead": 0, "punctuations": n, "segments": 0, "window_tuples": 0, "seconds": 0}
-        rows.append({"slot": slot, "kind": STATS, "name": "", "payload": orjson.dumps(stats)})
-    for task in spec.tasks:
-        table = results(spec, 0, times)[task.name].drop_columns([BATCH_ID])
-        rows.append({"slot": 0, "kind": PAIRS, "name": task.name, "payload": _ipc(table)})
+        stats.update(output, slot_index=slot)
+        rows.append({"slot": slot, "stats": orjson.dumps(stats)})
     return rows
 
 
@@ -250,9 +253,9 @@ def test_batch_sink_commits_sinks_then_snapshots(tmp_path: Path, redis_url: str)
     assert [type(s).__name__ for s in sinks] == ["ParquetSink", "RedisSink", "SnapshotCommitter"]
     assert sinks[1].trim is False and sinks[1].feed_batches == 10_000
     outcomes = []
-    batch_sink = BatchSink(spec, "unused:9092", sinks, on_batch=outcomes.append)
-    batch_sink(Collected(_spark_rows(spec, [100, 9000], punctuations=[0, 0])), 0)
-    batch_sink(Collected(_spark_rows(spec, [9100], punctuations=[1, 1])), 1)
+    batch_sink = BatchSink(spec, sinks, on_batch=outcomes.append)
+    batch_sink(Collected(_spark_rows(spec, sinks, 0, [100, 9000], punctuations=[0, 0])), 0)
+    batch_sink(Collected(_spark_rows(spec, sinks, 1, [9100], punctuations=[1, 1])), 1)
     assert [(o.punctuations, [(s.id, s.last_batch, s.reason) for s in o.snapshots]) for o in outcomes] == [
         (0, []),
         (2, [(1, 1, "punctuation")]),
