@@ -1,7 +1,8 @@
 """Redis ACL users, one per component, each limited to the keys and commands its code uses.
 
 Keys of one namespace `ns` (see `redis_sink`, `load_reports`, `control_decisions`):
-  results  `ns:{task}:results` (zset), `ns:{task}:meta` (hash), `ns:{task}:feed` (stream), `ns:{task}:owner`;
+  results  `ns:{task}:results` (zset), `ns:{task}:meta` (hash), `ns:{task}:feed` (stream), `ns:{task}:owner`,
+           `ns:{task}:stage:<piece>` (hashes of staged pieces, the job only);
   control  `ns:{control}:load` (stream), `ns:{control}:decision` (hash), `ns:{control}:decisions` (stream).
 
 - job: reads and writes the results keys and the load stream (its driver publishes load reports), reads the
@@ -49,7 +50,8 @@ def component_rules(component: str, namespace: str = "windjoin") -> str:
     results = [f"{ns}:{{*}}:results", f"{ns}:{{*}}:meta", f"{ns}:{{*}}:feed", f"{ns}:{{*}}:owner"]
     load, decision, decisions = f"{ns}:{{control}}:load", f"{ns}:{{control}}:decision", f"{ns}:{{control}}:decisions"
     if component == "job":
-        keys = [*(f"~{k}" for k in results), f"~{load}", f"%R~{decision}"]
+        staged = f"{ns}:{{*}}:stage:*"  # the slots' staged pieces (connectors.redis_sink), the job's alone
+        keys = [*(f"~{k}" for k in results), f"~{staged}", f"~{load}", f"%R~{decision}"]
         commands = f"+@read +@write {_SCRIPTS} {_TRANSACTIONS}"
     elif component == "controller":
         keys = [f"%R~{load}", f"~{decision}", f"~{decisions}"]

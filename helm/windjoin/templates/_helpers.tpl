@@ -149,7 +149,7 @@ envFrom:
 {{- $scripts := "+eval +evalsha +eval_ro +evalsha_ro" -}}
 {{- $tx := "+multi +exec +discard +watch +unwatch" -}}
 {{- if eq .component "job" -}}
-~{{ $ns }}:{*}:results ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed ~{{ $ns }}:{*}:owner ~{{ $ns }}:{control}:load %R~{{ $ns }}:{control}:decision -@all +@connection +@read +@write {{ $scripts }} {{ $tx }} -@dangerous -@admin
+~{{ $ns }}:{*}:results ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed ~{{ $ns }}:{*}:owner ~{{ $ns }}:{*}:stage:* ~{{ $ns }}:{control}:load %R~{{ $ns }}:{control}:decision -@all +@connection +@read +@write {{ $scripts }} {{ $tx }} -@dangerous -@admin
 {{- else if eq .component "controller" -}}
 %R~{{ $ns }}:{control}:load ~{{ $ns }}:{control}:decision ~{{ $ns }}:{control}:decisions -@all +@connection +@read +@write {{ $tx }} -@dangerous -@admin
 {{- else -}}
