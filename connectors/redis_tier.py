@@ -305,7 +305,8 @@ def read_span(
             row
             for row in rows
             if (not boundary or below is None or row["batch_id"] > below)
-            and (first.committed is None or row["batch_id"] <= first.committed)
+            and first.committed is not None  # members of a batch not committed are staged, not results yet
+            and row["batch_id"] <= first.committed
             and (after is None or _row_key(row) > after)
         ]
         for row in select(rows) if select is not None else rows:
