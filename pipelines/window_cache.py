@@ -9,8 +9,9 @@ that ends a slot's batch also leaves the windows, pickled, in a file named by th
 only ever used for exactly its version, so a stale or replayed one is never read as current; elsewhere (another
 machine) it is simply not there and the windows are rebuilt as before.
 
-The folder is private (mode 0700, owned by this user, checked before any load): a pickle is only read from
-where no other user can write.
+Windows that do not pickle (MJoin's n-way operators hold weak references) are not shared: those slots rebuild
+on a miss as before. The folder is private (mode 0700, owned by this user, checked before any load): a pickle
+is only read from where no other user can write.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class WindowFiles:
             with os.fdopen(fd, "wb") as file:
                 pickle.dump(windows, file, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self._path(slot, nonce))
+        except (pickle.PicklingError, TypeError, AttributeError):
+            return  # windows that do not pickle (MJoin's n-way operators hold weak references) are rebuilt instead
         finally:
             Path(tmp).unlink(missing_ok=True)
         for old in self.root.glob(f"{int(slot)}-*.pkl"):

@@ -36,3 +36,17 @@ def test_a_folder_others_can_write_is_not_read(files: WindowFiles) -> None:
     files.store(0, "v2", "b")  # nor written
     os.chmod(files.root, 0o700)
     assert files.load(0, "v2") is None and files.load(0, "v1") == "a"
+
+
+def test_windows_that_do_not_pickle_are_not_shared(files: WindowFiles) -> None:
+    import weakref
+
+    class Held:
+        pass
+
+    held = Held()
+    files.store(0, "v1", "a")
+    files.store(0, "v2", {"ref": weakref.ref(held)})  # MJoin's operators hold weak references
+    assert files.load(0, "v2") is None
+    assert files.load(0, "v1") == "a"  # the last version that pickled is left as it was
+    assert not list(files.root.glob(".*.tmp"))
