@@ -373,7 +373,6 @@ def start_job(
         spark.conf.set(key, value)
     batch_sink = BatchSink(
         spec,
-        bootstrap,
         sinks,
         on_batch,
         move_root(spec),
@@ -382,9 +381,7 @@ def start_job(
     )
     writer = (
         build_stream(spark, spec, bootstrap, control, SlotOutputs(staged, dead_letters))
-        .writeStream.foreachBatch(
-            BatchSink(spec, sinks, on_batch, move_root(spec), marks=MarkReports(marks_root(spec)))
-        )
+        .writeStream.foreachBatch(batch_sink)
         .option("checkpointLocation", str(Path(spec.checkpoint).resolve()))
         .queryName(QUERY_NAME)
     )

@@ -8,9 +8,14 @@ import pytest
 
 from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
+from windjoin.connectors.batch_costs import BatchCosts
+from windjoin.connectors.kafka_source import KafkaSourceOptions
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.operators.batch_size import FIT_SAMPLES
+from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
+from windjoin.pipelines.adapted_source import AdaptedStreamReader
+from windjoin.pipelines.adapter import Adapter
 from windjoin.pipelines.join_job import BatchOutcome, start_job
 
 
@@ -38,3 +43,23 @@ def test_batches_sized_for_a_target_join_exactly(spark, kafka_bootstrap, unique_
     assert limits[:FIT_SAMPLES] == [400] * FIT_SAMPLES
     assert len(limits) > FIT_SAMPLES and all(limit <= 400 for limit in limits)
     assert sum(o.records for o in outcomes) == len(events)
+    # each batch's size and time reached the source's sizing, and Spark's own parts of the batch before
+    measured = BatchCosts(tmp_path / "checkpoint" / "batch_costs.json").samples()
+    assert [rows for rows, _ in measured] == [o.records for o in outcomes][-len(measured) :] and len(measured) > 4
+    assert all(o.previous_spark.get("plan", 0) > 0 for o in outcomes[1:])
+
+
+def test_the_source_sizes_a_batch_from_the_measured_costs(tmp_path) -> None:
+    spec = parse_spec({**keyed_eq_spec(lambda name: name, tmp_path), "latency_target_ms": 1000})
+    costs = BatchCosts(tmp_path / "costs.json")
+    reader = AdaptedStreamReader(
+        KafkaSourceOptions("127.0.0.1:9", ("r", "s")),
+        Adapter(spec, RoutingTable.round_robin(4, 2), (0, 1)),
+        costs=costs,
+    )
+    bounds = {"r:0": (0, 50_000)}
+    assert reader.batch_limit(100_000, {"r:0": 0}, bounds) == 100_000  # nothing measured yet: the cap
+    for batch, rows in enumerate((1_000, 3_000, 2_000, 4_000)):
+        costs.record(batch, rows, 0.3 + 1e-5 * rows)
+    assert reader.batch_limit(100_000, {"r:0": 45_000}, bounds) == 20_000  # (0.5 s - 0.3 s) / 10 us
+    assert reader.batch_limit(100_000, {"r:0": 0}, bounds) == 20_000  # behind: twice the last batch is less
