@@ -178,9 +178,14 @@ class ExecutorFollower:
         interval_s: float = 2.0,
         on_change: Callable[[int, list[str], list[str]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        between_batches: threading.Lock | None = None,
     ) -> None:
         self.executors, self.desired, self.policy = executors, desired, policy
         self.interval_s, self.on_change, self.clock = interval_s, on_change, clock
+        # Held by the job while a batch runs: an executor killed mid-batch loses the batch's shuffle output, and
+        # Spark then fails the batch ("a shuffle map stage with indeterminate output was failed and retried"),
+        # so executors are only removed between batches.
+        self.between_batches = between_batches or threading.Lock()
         self.state: ScalingState | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="windjoin-executors", daemon=True)
@@ -202,7 +207,8 @@ class ExecutorFollower:
         live = self.executors.live()
         settled = now - self.state.changed_at >= self.policy.cooldown_s
         if changed or (settled and len(live) > self.state.target):
-            killed = self.executors.apply(self.state.target)
+            with self.between_batches:
+                killed = self.executors.apply(self.state.target)
             if self.on_change is not None:
                 self.on_change(self.state.target, self.executors.live(), killed)
 
@@ -231,14 +237,19 @@ def start_following(
     hold_s: float = 30.0,
     on_change: Callable[[int, list[str], list[str]], None] | None = None,
     auth: RedisAuth | None = None,
+    between_batches: threading.Lock | None = None,
 ) -> ExecutorFollower | None:
     """Start following a fixed executor count or a Redis key (the controller's decision); None when neither is given.
 
     `hold_s` is the hysteresis: fewer executors only after `hold_s` of decisions asking for fewer, and no two
-    changes within min(hold_s, 15) s.
+    changes within min(hold_s, 15) s. `between_batches`: the lock the job holds while a batch runs
+    (`join_job.BATCH_RUNNING`); changes wait for it.
     """
     if fixed is None and redis_url is None:
         return None
     desired = (lambda: fixed) if redis_url is None else redis_desired(redis_url, key, auth)
     policy = ScalingPolicy(shrink_after_s=hold_s, cooldown_s=min(hold_s, 15.0))
-    return ExecutorFollower(SparkExecutors(sc), desired, policy, on_change=on_change).start()
+    follower = ExecutorFollower(
+        SparkExecutors(sc), desired, policy, on_change=on_change, between_batches=between_batches
+    )
+    return follower.start()

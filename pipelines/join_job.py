@@ -6,6 +6,7 @@ Wiring only: the join is `operators`, the state handling `join_state`, the sinks
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -46,6 +47,9 @@ from windjoin.pipelines.snapshot_committer import SnapshotCommitter
 log = logging.getLogger(__name__)
 
 QUERY_NAME = "windjoin"
+# Held while a batch runs (its Spark job and the sinks' commit): executor scaling removes executors only between
+# batches (pipelines.executor_scaling).
+BATCH_RUNNING = threading.Lock()
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 STATE_CONF = {
@@ -182,6 +186,12 @@ class BatchSink:
     query: Any = field(default=None, init=False)  # the running query, for Spark's progress reports
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        with BATCH_RUNNING:
+            outcome = self._run(df, batch_id)
+        if self.on_batch is not None:
+            self.on_batch(outcome)
+
+    def _run(self, df: DataFrame, batch_id: int) -> BatchOutcome:
         outcome = BatchOutcome(batch_id)
         started = time.perf_counter()
         summaries = df.collect()  # runs the batch's Spark job: read, adapt, shuffle, join, the slots' staging
@@ -226,8 +236,7 @@ class BatchSink:
         if self.costs is not None:  # before Spark commits the batch, like the marks
             self.costs.record(batch_id, outcome.records, sum(outcome.budget.values()) / 1000 + spark_s)
         outcome.finished_at = time.time()
-        if self.on_batch is not None:
-            self.on_batch(outcome)
+        return outcome
 
     def _note_event_time(self, outcome: BatchOutcome) -> int | None:
         """The batch's watermark, input marks (maxima over slots) and state span; returns its clock's seq."""

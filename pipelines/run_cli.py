@@ -21,6 +21,7 @@ from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STAT
 from windjoin.pipelines.control_feed import RefusalCounts, refusals_path
 from windjoin.pipelines.executor_scaling import DEFAULT_REDIS_KEY, executor_count, start_following
 from windjoin.pipelines.join_job import (
+    BATCH_RUNNING,
     STATE_CONF,
     BatchOutcome,
     ControlSource,
@@ -223,6 +224,7 @@ def run(
                 err=True,
             ),
             auth=spec_auth(spec.sinks.redis),
+            between_batches=BATCH_RUNNING,
         )
     except ValueError as err:  # a local master, or dynamic allocation on
         spark.stop()

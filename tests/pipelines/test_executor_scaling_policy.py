@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -147,3 +148,17 @@ def test_desired_count_is_read_from_the_controllers_decision_or_a_plain_key(redi
     assert redis_desired(redis_url, plain)() == 2
     client.set(plain, "two")
     assert redis_desired(redis_url, plain)() is None  # unreadable: keep the current target
+
+
+def test_executors_change_only_between_batches():
+    running = threading.Lock()
+    cluster = FakeExecutors(["0", "1"])
+    policy = ScalingPolicy(min_executors=1, max_executors=2, shrink_after_s=0.0, cooldown_s=0.0)
+    follower = ExecutorFollower(cluster, lambda: 1, policy, between_batches=running)
+    with running:  # a batch runs: the step waits for it to end
+        stepping = threading.Thread(target=follower.step)
+        stepping.start()
+        stepping.join(timeout=0.3)
+        assert stepping.is_alive() and cluster.live() == ["0", "1"]
+    stepping.join(timeout=5)
+    assert not stepping.is_alive() and cluster.live() == ["0"]
