@@ -21,20 +21,19 @@ class BatchCosts:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
-    def samples(self) -> list[tuple[int, float]]:
-        """(records, seconds) of the recent batches, oldest first; [] when none were recorded."""
+    def _batches(self) -> list[list]:
+        """The recorded [batch_id, records, seconds] entries; [] when there is no readable file."""
         try:
-            batches = orjson.loads(self.path.read_bytes())["batches"]
+            return list(orjson.loads(self.path.read_bytes())["batches"])
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return []
-        return [(int(rows), float(seconds)) for _, rows, seconds in batches]
+
+    def samples(self) -> list[tuple[int, float]]:
+        """(records, seconds) of the recent batches, oldest first; [] when none were recorded."""
+        return [(int(rows), float(seconds)) for _, rows, seconds in self._batches()]
 
     def record(self, batch_id: int, records: int, seconds: float) -> None:
-        try:
-            batches = orjson.loads(self.path.read_bytes())["batches"]
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            batches = []
-        batches = [b for b in batches if b[0] < batch_id] + [[int(batch_id), int(records), float(seconds)]]
+        batches = [b for b in self._batches() if b[0] < batch_id] + [[int(batch_id), int(records), float(seconds)]]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".costs-", suffix=".tmp")
         with os.fdopen(fd, "wb") as out:
