@@ -16,3 +16,13 @@ def test_kernels_benchmark_quick_run(tmp_path):
         assert row["indexed"]["tuples_per_s"] > 0 and row["nested_loop"]["comparisons_per_s"] > 0
         assert row["indexed"]["efficiency_P"] > row["nested_loop"]["efficiency_P"]
     assert result["machine"]["cpu_model"]
+
+
+@pytest.mark.slow
+def test_output_path_benchmark_quick_run(tmp_path):
+    out = tmp_path / "output_path.json"
+    result, printed = run_benchmark("output_path", out, "--quick", timeout=300)
+    assert list(result["phases"]) == ["floor", "parquet", "redis", "both"]
+    for run in result["phases"].values():  # every batch staged by both slots and committed (else the run fails)
+        assert run["pairs"] == 3 * 40_000 and run["pairs_per_s"] > 0
+    assert "both_sinks_at_least_200k_pairs_per_s" in result["targets"] and "floor" in printed

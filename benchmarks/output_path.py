@@ -1,0 +1,229 @@
+"""Output path benchmark: result pairs per second from the slots' executors into Parquet and Redis, alone.
+
+The join's output path without the join: two slot processes (one per core, as the job's executors run them) each
+stage their piece of every batch through the product's `pipelines.slot_output.write_slot` (ordering, then every
+sink's `stage`), and a driver process closes the batch with each sink's `commit`, as `join_job.BatchSink` does.
+Result tables have the pipeline benchmark's shape (R(ts, k, x) joined with S(ts, k, a), equi on k) and are built
+before the clock starts. A real redis-server (the embedded one) and Parquet files on local disk.
+
+Phases, each over the same batches: Parquet alone, Redis alone, both (the job's default output path with both
+sinks), and the floor in the same run: the same bytes alone, prepared before the clock starts and written without
+ordering, staging or fencing (`pyarrow.parquet.write_table` to a file, and the pipelined ZADD commands the Redis
+sink would send, so this is Redis' own ingest time plus Parquet's encoding).
+Rate = pairs / time of (the slowest slot's staging, both running in parallel, then the driver's commit), over all
+batches; a slot's time starts when it starts writing (the floor's preparation is left out).
+
+    python -m benchmarks.output_path [--quick]
+
+Writes benchmarks/results/output_path.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from benchmarks.machine import machine_facts
+from benchmarks.params_cli import add_param_flags, params_from
+from benchmarks.pipeline import load_avg
+from benchmarks.results_file import write_results
+
+RESULTS = Path(__file__).parent / "results" / "output_path.json"
+TASK = "eq"
+SPEC = {
+    "window": {"kind": "time", "size_ms": 10_000},
+    "streams": {
+        "R": {"timestamp": "ts", "fields": {"k": "int", "x": "int"}},
+        "S": {"timestamp": "ts", "fields": {"k": "int", "a": "int"}},
+    },
+    "tasks": [{"name": TASK, "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+}
+PHASES = ("floor", "parquet", "redis", "both")
+QUICK = {"batches": 3, "pairs_per_batch": 40_000}
+
+
+@dataclass(frozen=True)
+class Params:
+    batches: int = 10
+    pairs_per_batch: int = 200_000  # over both slots: the ~190k-pair batches of the demo at 4,000 events/s
+    slots: int = 2
+
+
+def slot_tables(params: Params, piece: int) -> list[pa.Table]:
+    """One piece per batch: pairs of the pipeline benchmark's shape, a second of event time per batch."""
+    rng = np.random.default_rng(piece)
+    rows = params.pairs_per_batch // params.slots
+    tables = []
+    for batch in range(params.batches):
+        base = 1_700_000_000_000 + batch * 1000
+        k = rng.integers(0, 10**7, rows)
+        r_ts, s_ts = base + rng.integers(0, 1000, rows), base + rng.integers(0, 1000, rows)
+        r = pa.StructArray.from_arrays([r_ts, k, rng.integers(0, 10**6, rows)], ["ts", "k", "x"])
+        s = pa.StructArray.from_arrays([s_ts, k, rng.integers(0, 10**6, rows)], ["ts", "k", "a"])
+        tables.append(pa.table({"R": r, "S": s}))
+    return tables
+
+
+# The slot process's state, set once by `_init_slot` (a pool worker per slot).
+_SLOT: dict[str, Any] = {}
+
+
+def _init_slot(params: Params, piece: int) -> None:
+    from windjoin.operators.spec import parse_spec
+
+    _SLOT.update(piece=piece, spec=parse_spec(SPEC), tables=slot_tables(params, piece))
+
+
+def _stage(phase: str, outputs: Any, batch: int) -> dict[str, float]:
+    """Stage this slot's piece of `batch` (in a slot process); returns its seconds."""
+    from windjoin.connectors.redis_sink import _packed_zadds, encode_members, results_key
+    from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, result_schema
+    from windjoin.pipelines.slot_output import write_slot
+
+    piece, spec, table = _SLOT["piece"], _SLOT["spec"], _SLOT["tables"][batch]
+    if phase != "floor":
+        started = time.perf_counter()
+        write_slot(outputs, spec, batch, piece, {TASK: [table]}, pd.DataFrame({"reason": []}), int(time.time() * 1000))
+        return {"seconds": time.perf_counter() - started}
+    # the floor: the same bytes alone, prepared before the clock starts (no ordering, staging or fencing)
+    parquet_dir, redis_sink = outputs
+    rows = len(table)
+    full = table.append_column(EMITTED_AT, pa.array(np.full(rows, 0), pa.int64()))
+    full = full.append_column(BATCH_ID, pa.array(np.full(rows, batch), pa.int64()))
+    schema = result_schema(spec, TASK)
+    full = full.select(schema.names).cast(schema)
+    _, zadds = _packed_zadds(results_key(f"{TASK}_floor", redis_sink.namespace), full, encode_members(full, piece))
+    started = time.perf_counter()
+    pq.write_table(full, Path(parquet_dir) / f"floor-{batch}-{piece}.parquet")
+    conn = redis_sink.client.connection_pool.get_connection()
+    try:
+        conn.send_packed_command([part for command in zadds for part in command])
+        for _ in zadds:
+            conn.read_response()
+    finally:
+        redis_sink.client.connection_pool.release(conn)
+    return {"seconds": time.perf_counter() - started}
+
+
+def _sinks(phase: str, root: Path, redis_url: str) -> tuple[Any, ...]:
+    from windjoin.connectors.parquet_sink import ParquetSink
+    from windjoin.connectors.redis_sink import RedisSink
+
+    namespace = f"bench_{phase}_{uuid.uuid4().hex[:8]}"
+    parquet, redis = ParquetSink(root / phase), RedisSink(redis_url, 10**12, namespace, trim=False)
+    return {"parquet": (parquet,), "redis": (redis,), "both": (parquet, redis), "floor": (str(root), redis)}[phase]
+
+
+def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, redis_url: str) -> dict[str, Any]:
+    """Every batch: the slots stage in parallel, then the driver commits; pairs/s over the phase."""
+    from windjoin.connectors.result_table import result_schema
+    from windjoin.operators.spec import parse_spec
+    from windjoin.pipelines.slot_output import SlotOutputs
+
+    (root / phase).mkdir(parents=True, exist_ok=True)
+    sinks = _sinks(phase, root, redis_url)
+    outputs = sinks if phase == "floor" else SlotOutputs(sinks=sinks)
+    schemas = {TASK: result_schema(parse_spec(SPEC), TASK)}
+    batch_s, stage_s, commit_s = [], [], []
+    for batch in range(params.batches):
+        pending = [pool.apply_async(_stage, (phase, outputs, batch)) for pool in slots_pools]
+        slots = [p.get() for p in pending]
+        staged = time.perf_counter()
+        if phase != "floor":
+            pieces = {TASK: list(range(params.slots))}
+            for sink in sinks:
+                sink.commit(batch, pieces, schemas=schemas, batch_max={TASK: 1_700_000_000_000 + batch * 1000 + 999})
+        stage_s.append(max(s["seconds"] for s in slots))
+        commit_s.append(time.perf_counter() - staged)
+        batch_s.append(stage_s[-1] + commit_s[-1])
+    pairs = params.batches * (params.pairs_per_batch // params.slots) * params.slots
+    return {
+        "pairs": pairs,
+        "seconds": sum(batch_s),
+        "pairs_per_s": pairs / sum(batch_s),
+        "batch_s_median": statistics.median(batch_s),
+        "slot_stage_s_median": statistics.median(stage_s),
+        "driver_commit_s_median": statistics.median(commit_s),
+        "load_avg_end": load_avg(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK}")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    add_param_flags(parser, Params())
+    args = parser.parse_args()
+    params = params_from(args, Params(), QUICK)
+    from windjoin.connectors import services
+
+    root = Path(tempfile.mkdtemp(prefix="windjoin-bench-output-"))
+    facts = machine_facts()
+    result: dict[str, Any] = {
+        "benchmark": "output_path",
+        "workload": "result pairs R(ts,k,x) x S(ts,k,a), staged by 2 slot processes, committed by the driver",
+        "machine": facts,
+        "date": facts["date"],
+        "quick": args.quick,
+        "params": asdict(params),
+        "load_avg_start": load_avg(),
+        "phases": {},
+    }
+    try:
+        [redis] = services.up(services.ServicesConfig(state_dir=root / "services", kafka=False))
+        ctx = multiprocessing.get_context("spawn")
+        pools = [ctx.Pool(1, _init_slot, (params, piece)) for piece in range(params.slots)]  # a process per slot
+        try:
+            for phase in PHASES:
+                run = run_phase(pools, params, phase, root, redis.service.url)
+                result["phases"][phase] = run
+                print(
+                    f"{phase:>8}: {run['pairs_per_s']:>10,.0f} pairs/s  batch {run['batch_s_median']:.3f} s "
+                    f"(slots {run['slot_stage_s_median']:.3f} s, commit {run['driver_commit_s_median']:.3f} s)",
+                    flush=True,
+                )
+        finally:
+            for pool in pools:
+                pool.terminate()
+    finally:
+        services.down(root / "services")
+        shutil.rmtree(root, ignore_errors=True)
+    phases = result["phases"]
+    result["ratio_both_to_floor"] = phases["both"]["pairs_per_s"] / phases["floor"]["pairs_per_s"]
+    result["targets"] = {"both_sinks_at_least_200k_pairs_per_s": phases["both"]["pairs_per_s"] >= 200_000}
+    result["cores"] = os.cpu_count()
+    print(f"both sinks / floor: {result['ratio_both_to_floor']:.2f}x; targets {result['targets']}")
+    print(write_results(result, args.out, plot))
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    phases = result["phases"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(list(phases), [phases[p]["pairs_per_s"] / 1000 for p in phases], color="#4477aa")
+    ax.axhline(200, color="#cc3311", linestyle="--", label="target 200k pairs/s")
+    ax.set_ylabel("thousand pairs/s")
+    ax.set_title("Output path alone, 2 slots + driver commit")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
