@@ -46,7 +46,7 @@ def test_streaming_demo_end_to_end(tmp_path):
         for task in ("same_user", "same_user_near_price")
     )
     assert stored == pairs  # every reported pair is in Parquet, once
-    assert re.search(r"delay: +p50 [\d.]+ s, p99 [\d.]+ s", proc.stderr)
+    assert re.search(r"delay: +p50 [\d.]+ s, p99 [\d.]+ s, worst batch's p99 [\d.]+ s", proc.stderr)
     assert re.search(r"budget: +median batch [\d.]+ s = read [\d.]+ \+ adapt", proc.stderr)
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert len(shown.stdout.splitlines()) == min(10, pairs)  # the pointed-at command reads the demo's results
