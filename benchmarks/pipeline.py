@@ -804,15 +804,18 @@ def adapter_rate(params: Params, n: int = 100_000) -> dict[str, float]:
             pa.array(np.arange(n)),
             pa.array([str(k).encode() for k in keys], pa.binary()),
             pa.array(values, pa.binary()),
-            pa.array(np.zeros(n, np.int64)),
+            pa.array(np.full(n, 1_700_000_000_000 + n)),  # Kafka record times: none of them refused as future
             pa.array(np.zeros(n, np.int64)),
         ],
         schema=ARROW_SCHEMA,
     )
     adapter.adapt(batch.slice(0, 1000))
     started = time.perf_counter()
-    adapter.adapt(batch)
+    adapted = adapter.adapt(batch)
     seconds = time.perf_counter() - started
+    refused = len(adapted) - adapted.column("reason").null_count
+    if refused:  # the rate of the refusal path is not the adapter's rate
+        raise RuntimeError(f"adapter_rate: {refused} of {n} records refused: {adapted.column('detail')[0]}")
     return {"rows": n, "seconds": seconds, "rows_per_s": n / seconds}
 
 

@@ -275,10 +275,11 @@ class Adapter:
         """Partition and slot of each join row (a split partition's row by its mini-group); dead rows go to the
         slot of their Kafka partition."""
         labels = np.asarray(self.slot_labels, dtype=np.int32)
+        slots = epoch.slots()  # once per batch: a flood of bad records must not cost a routing-table walk each
         for i, reason in enumerate(out["reason"]):
             if reason is not None:
                 out["part"][i] = -1
-                out["slot"][i] = self._dead_slot(cols["partition"][i], epoch)
+                out["slot"][i] = self.slot_labels[cols["partition"][i] % slots]
         for stream, rows in accepted.items():
             if not rows:
                 continue
