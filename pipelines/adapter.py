@@ -23,6 +23,8 @@ import pyarrow as pa
 
 from windjoin.connectors.codec import Codec
 from windjoin.connectors.codec_errors import DecodeError
+from windjoin.connectors.json_codec import JsonCodec
+from windjoin.connectors.json_columns import decode_columns
 from windjoin.connectors.result_table import ARROW_TYPES
 from windjoin.connectors.stream_codecs import stream_codecs
 from windjoin.operators.control.shedding import record_hash, shed_mask_of_hashes
@@ -153,27 +155,9 @@ class Adapter:
         out = {name: [None] * n for name in self.schema.names}
         out["topic"], out["kpartition"], out["koffset"] = cols["topic"], cols["partition"], cols["offset"]
         out["stream"] = stream_of
-        schemas = self.stream_schemas
         accepted: dict[str, list[int]] = {name: [] for name in self.spec.streams}
-        for i in range(n):
-            stream = stream_of[i]
-            try:
-                if stream is None:
-                    raise RecordError(UNKNOWN_TOPIC, f"topic {cols['topic'][i]!r} belongs to no stream")
-                record = self._codecs[stream].decode(cols["value"][i])
-                row = schemas[stream].check(record)
-                self._check_not_future(row[0], cols["timestamp"][i])
-            except (DecodeError, RecordError) as err:
-                out["reason"][i] = err.reason
-                out["detail"][i] = getattr(err, "detail", None) or str(err)
-                continue
-            out["ts"][i] = row[0]
-            if self.punctuation is not None and self._is_punctuation(stream, row):
-                out["reason"][i] = PUNCTUATION
-                continue
-            for name, value in zip(schemas[stream].columns[1:], row[1:], strict=True):
-                out[field_column(stream, name)][i] = value
-            accepted[stream].append(i)
+        if not self._adapt_columns(batch, stream_of, out, accepted):
+            self._adapt_records(cols, stream_of, out, accepted)
         hashes = self._record_hashes(cols) if epoch.shed_ratio > 0 or epoch.routing.spread else None
         shed = self._shed(accepted, hashes, epoch.shed_ratio)
         self._route(out, accepted, cols, epoch)
@@ -194,6 +178,62 @@ class Adapter:
             parts[0] = self._spread(parts[0], hashes, epoch)
         table = pa.concat_tables(parts).combine_chunks()
         return table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=self.schema)
+
+    def _adapt_records(self, cols: dict, stream_of: list, out: dict, accepted: dict[str, list[int]]) -> None:
+        """Decode and check record by record: each bad one gets its own reason."""
+        assert self._codecs is not None
+        schemas = self.stream_schemas
+        for i in range(len(stream_of)):
+            stream = stream_of[i]
+            try:
+                if stream is None:
+                    raise RecordError(UNKNOWN_TOPIC, f"topic {cols['topic'][i]!r} belongs to no stream")
+                record = self._codecs[stream].decode(cols["value"][i])
+                row = schemas[stream].check(record)
+                self._check_not_future(row[0], cols["timestamp"][i])
+            except (DecodeError, RecordError) as err:
+                out["reason"][i] = err.reason
+                out["detail"][i] = getattr(err, "detail", None) or str(err)
+                continue
+            out["ts"][i] = row[0]
+            if self.punctuation is not None and self._is_punctuation(stream, row):
+                out["reason"][i] = PUNCTUATION
+                continue
+            for name, value in zip(schemas[stream].columns[1:], row[1:], strict=True):
+                out[field_column(stream, name)][i] = value
+            accepted[stream].append(i)
+
+    def _adapt_columns(self, batch: pa.RecordBatch, stream_of: list, out: dict, accepted: dict[str, list[int]]) -> bool:
+        """Decode and check a batch of one JSON stream's records at once (connectors.json_columns); False, with
+        `out` untouched, when any record needs `_adapt_records` (bad, future, not JSON, or several streams)."""
+        assert self._codecs is not None
+        stream = stream_of[0] if stream_of else None
+        codec = self._codecs.get(stream) if stream is not None else None
+        if not isinstance(codec, JsonCodec) or stream_of.count(stream) != len(stream_of):
+            return False
+        schema = self.stream_schemas[stream]
+        columns = decode_columns(batch.column("value"), schema, codec.max_message_bytes)
+        if columns is None:
+            return False
+        ts = columns[schema.timestamp].to_numpy()
+        limit, record_ms = self.spec.max_future_ms, batch.column("timestamp").to_numpy(zero_copy_only=False)
+        if limit is not None and ((record_ms >= 0) & (ts > record_ms + limit)).any():
+            return False
+        out["ts"] = ts.tolist()
+        for name in schema.columns[1:]:
+            out[field_column(stream, name)] = columns[name].to_pylist()
+        rows = np.arange(len(stream_of))
+        if self.punctuation is not None and self.punctuation[0] == stream:
+            _, position, value = self.punctuation
+            found = out["ts"] if position == 0 else out[field_column(stream, schema.columns[position])]
+            marks = np.array([v == value and isinstance(v, bool) == isinstance(value, bool) for v in found], bool)
+            for i in np.flatnonzero(marks).tolist():  # as `_adapt_records`: the reason and event time only
+                out["reason"][i] = PUNCTUATION
+                for name in schema.columns[1:]:
+                    out[field_column(stream, name)][i] = None
+            rows = rows[~marks]
+        accepted[stream] = rows.tolist()
+        return True
 
     def _record_hashes(self, cols: dict) -> np.ndarray:
         """`record_hash` of every record: the replay-deterministic source of per-record choices."""

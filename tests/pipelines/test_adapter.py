@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import orjson
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from windjoin.connectors.kafka_source import ARROW_SCHEMA
 from windjoin.operators.partitioning import Group, RoutingTable
@@ -144,3 +146,63 @@ def test_a_spread_partition_reaches_all_its_slots_and_is_stored_at_one():
     assert sorted(others) == sorted(
         (o, s) for p, o, s in zip(plain["part"], plain["koffset"], plain["slot"], strict=True) if p != hot
     )
+
+
+PUNCTUATED = parse_spec(
+    {
+        "window": {"kind": "time", "size_ms": 1000},
+        "streams": {
+            "R": {"fields": {"k": "int", "kind": "string", "on": "bool"}, "topic": "r", "key": "k"},
+            "S": {"fields": {"k": "float"}, "topic": "s", "key": "k"},
+        },
+        "tasks": [{"name": "t", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+        "partitions": 16,
+        "slots": 4,
+        "max_future_ms": 60_000,
+        "sinks": {
+            "parquet": {
+                "path": "unused",
+                "snapshots": {"punctuation": {"stream": "R", "field": "kind", "value": "end"}},
+            }
+        },
+    }
+)
+r_values = st.one_of(
+    st.builds(
+        lambda ts, k, kind, on: orjson.dumps({"ts": ts, "k": k, "kind": kind, "on": on}),
+        st.integers(NOW - 5_000, NOW + 100_000),  # some over max_future_ms ahead of their record time
+        st.integers(-(2**53), 2**53),  # a few beyond +-(2^53 - 1)
+        st.sampled_from(["data", "end", "End"]),
+        st.booleans(),
+    ),
+    st.sampled_from(
+        [b"{not json", b'{"ts": 1, "k": 1.5, "kind": "x", "on": true}', b'{"ts":1,"k":2,"kind":"x","on":1}']
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    values=st.lists(r_values, min_size=1, max_size=30),
+    topic=st.sampled_from(["r", "q"]),
+    ratio=st.sampled_from([0, 0.5]),
+)
+def test_the_batch_decoding_adapts_exactly_as_record_by_record(values, topic, ratio):
+    """Whole batches decoded at once (connectors.json_columns) give the very rows the per-record path gives."""
+    adapter = Adapter(PUNCTUATED, RoutingTable.round_robin(16, 4), slot_labels=(12, 6, 2, 0))
+    epoch = ControlEpoch(adapter.routing, shed_ratio=ratio)
+    batch = _batch([(topic, v, NOW) for v in values])
+    by_batch = adapter.adapt(batch, epoch)
+    adapter._adapt_columns = lambda *args: False  # the per-record path only
+    assert by_batch.equals(adapter.adapt(batch, epoch))
+
+
+def test_a_plain_batch_is_decoded_at_once():
+    adapter = Adapter(PUNCTUATED, RoutingTable.round_robin(16, 4), slot_labels=(12, 6, 2, 0))
+    values = [orjson.dumps({"ts": NOW + i, "k": i, "kind": "end" if i == 3 else "data", "on": True}) for i in range(9)]
+    decoded = []
+    batch_path = adapter._adapt_columns
+    adapter._adapt_columns = lambda *args: decoded.append(batch_path(*args)) or decoded[-1]
+    adapted = adapter.adapt(_batch([("r", v, NOW) for v in values]))
+    assert decoded == [True]
+    assert adapted.column("reason").to_pylist() == [None] * 3 + ["punctuation"] + [None] * 5
