@@ -19,6 +19,9 @@ in a float field too: orjson reads them as floats).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
@@ -34,9 +37,40 @@ def decode_columns(values: pa.Array, schema: StreamSchema, max_message_bytes: in
     """The checked columns of one stream's messages (`schema.columns`: the timestamp as int64 epoch ms, then the
     declared fields), exactly as the per-message path would give them; None when any message needs that path."""
     text = _plain_objects(values, max_message_bytes)
-    if text is None:
+    return None if text is None else _checked_columns(text, schema)
+
+
+def decode_stream_columns(
+    values: pa.Array, schemas: Mapping[str, StreamSchema], max_message_bytes: int
+) -> dict[str, tuple[np.ndarray, dict[str, pa.Array]]] | None:
+    """Messages of several streams, each naming its own in a string field "stream" (join-file's events): per stream,
+    the positions of its messages and their checked columns; None when any message needs the per-message path
+    (its stream not one of `schemas` included)."""
+    text = _plain_objects(values, max_message_bytes)
+    named = None if text is None else _read(text, [pa.field("stream", pa.string())])
+    if named is None:
         return None
+    streams = named["stream"]
+    if not pc.all(pc.is_in(streams, pa.array(list(schemas)))).as_py():
+        return None
+    decoded = {}
+    for name, schema in schemas.items():
+        mask = pc.equal(streams, name)
+        columns = _checked_columns(text.filter(mask), schema)
+        if columns is None:
+            return None
+        decoded[name] = (np.flatnonzero(mask.to_numpy(zero_copy_only=False)), columns)
+    return decoded
+
+
+def _checked_columns(text: pa.StringArray, schema: StreamSchema) -> dict[str, pa.Array] | None:
     fields = [pa.field(schema.timestamp, pa.int64()), *(pa.field(n, ARROW_TYPES[t]) for n, t in schema.fields.items())]
+    columns = _read(text, fields) if len(text) else {f.name: pa.array([], f.type) for f in fields}
+    return columns if columns is not None and _in_range(columns, schema) else None
+
+
+def _read(text: pa.StringArray, fields: list[pa.Field]) -> dict[str, pa.Array] | None:
+    """`fields` of each message (one JSON object per message), none missing or null; None if pyarrow refuses."""
     lines = pa.ListArray.from_arrays(pa.array([0, len(text)], pa.int32()), text)
     joined = pc.binary_join(lines, "\n")[0].as_buffer()
     try:
@@ -49,12 +83,8 @@ def decode_columns(values: pa.Array, schema: StreamSchema, max_message_bytes: in
         return None
     if table.num_rows != len(text):
         return None
-    columns = {name: table.column(name).combine_chunks() for name in schema.columns}
-    if any(column.null_count for column in columns.values()):
-        return None
-    if not _in_range(columns, schema):
-        return None
-    return columns
+    columns = {f.name: table.column(f.name).combine_chunks() for f in fields}
+    return None if any(column.null_count for column in columns.values()) else columns
 
 
 def _plain_objects(values: pa.Array, max_message_bytes: int) -> pa.StringArray | None:
@@ -81,6 +111,8 @@ def _plain_objects(values: pa.Array, max_message_bytes: int) -> pa.StringArray |
 def _in_range(columns: dict[str, pa.Array], schema: StreamSchema) -> bool:
     """The per-message path's range rules: ints within +-(2^53 - 1), timestamps in 0..2^53 - 1, finite floats."""
     ts = columns[schema.timestamp]
+    if not len(ts):
+        return True
     if pc.min(ts).as_py() < 0 or pc.max(ts).as_py() > MAX_SAFE_INT:
         return False
     for name, ftype in schema.fields.items():

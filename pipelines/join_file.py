@@ -10,11 +10,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import pyarrow as pa
 from tqdm import tqdm
 
 from windjoin.connectors.codec_errors import DecodeError
-from windjoin.connectors.jsonl_file import read_events, write_record
+from windjoin.connectors.json_columns import decode_stream_columns
+from windjoin.connectors.jsonl_file import CODEC, decode_line, read_lines, write_record
 from windjoin.operators.arrivals import ChunkBuilder
+from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import ChunkResult
 from windjoin.operators.mjoin import join_operator
 from windjoin.operators.results import pair_records
@@ -22,6 +25,7 @@ from windjoin.operators.schema import LATE, RecordError
 from windjoin.operators.spec import JoinSpec
 
 DEFAULT_CHUNK = 4096
+CODEC_LIMIT = CODEC.max_message_bytes
 
 
 @dataclass
@@ -49,6 +53,7 @@ class _Run:
     def __init__(self, spec: JoinSpec, out: IO[bytes], on_refusal: Any, chunk_size: int) -> None:
         self.join = join_operator(spec)
         self.builder = ChunkBuilder(spec)
+        self.schemas = self.builder.schemas
         self.out = out
         self.on_refusal = on_refusal
         self.chunk_size = chunk_size
@@ -73,8 +78,30 @@ class _Run:
         self.report.refused[reason] += 1
         self.on_refusal(Refusal(line_no, reason, detail, raw.decode("utf-8", errors="replace")))
 
+    def add_block(self, block: list[tuple[int, bytes]]) -> None:
+        """Lines decoded at once when every one is plain (connectors.json_columns), else line by line; either way
+        the block ends its chunk."""
+        decoded = decode_stream_columns(pa.array([raw for _, raw in block], pa.binary()), self.schemas, CODEC_LIMIT)
+        if decoded is None:
+            for line_no, raw in block:
+                self.add(line_no, raw, decode_line(raw))
+            self.flush()
+            return
+        self.report.events += len(block)
+        arrival = time.time_ns()
+        chunk = {}
+        for stream, (positions, columns) in decoded.items():
+            numpy_columns = {name: column.to_numpy(zero_copy_only=False) for name, column in columns.items()}
+            chunk[stream] = Arrivals(numpy_columns, positions, np.full(len(positions), arrival, np.int64))
+            self.lines[stream] = [block[i] for i in positions.tolist()]
+        self._process(chunk)
+
     def flush(self) -> None:
-        result = self.join.process(self.builder.take())
+        if len(self.builder):
+            self._process(self.builder.take())
+
+    def _process(self, chunk: dict[str, Arrivals]) -> None:
+        result = self.join.process(chunk)
         for stream, rows in result.late.items():
             for row in rows:
                 line_no, raw = self.lines[stream][row]
@@ -117,9 +144,14 @@ def join_file(
     size = events.stat().st_size
     disable = None if show_progress is None else not show_progress  # None: a bar only on a terminal
     with tqdm(total=size, unit="B", unit_scale=True, desc="joining", disable=disable, file=sys.stderr) as bar:
-        for line_no, raw, decoded in read_events(events, bar):
-            run.add(line_no, raw, decoded)
-    run.flush()
+        block: list[tuple[int, bytes]] = []
+        for line in read_lines(events, bar):
+            block.append(line)
+            if len(block) == chunk_size:
+                run.add_block(block)
+                block = []
+        if block:
+            run.add_block(block)
     run.report.seconds = time.perf_counter() - started
     run.report.tasks = {name: c.summary() for name, c in run.join.counters.items()}
     return run.report

@@ -15,6 +15,7 @@ from tests.operators.run_mjoin import build_spec
 from tests.oracle import as_multiset, oracle_join
 from tests.oracle_mjoin import oracle_mjoin
 from windjoin.operators.spec import load_spec
+from windjoin.pipelines import join_file as join_file_module
 from windjoin.pipelines.join_file import join_file
 
 FIELDS = {"k": "int", "x": "int", "y": "float"}
@@ -119,3 +120,27 @@ def test_three_way_example_in_the_readme(tmp_path):
     assert as_multiset([(r["task"], r["orders"], r["payments"], r["shipments"]) for r in lines]) == as_multiset(
         expected
     )
+
+
+def test_lines_decoded_at_once_join_as_lines_decoded_one_by_one(tmp_path, monkeypatch):
+    """Blocks of plain lines go through pyarrow's reader (connectors.json_columns), blocks with a bad line line by
+    line: the results and the refusals are the same either way, and both paths are taken here."""
+    events = [json.dumps(e) for e in _events(900, seed=11)]
+    events[300] = events[300].replace('"k": ', '"k": 1.5, "z": ')  # a float for an int: wrong_type, line by line
+    events[700] = "{not json"
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(events) + "\n")
+
+    def run() -> tuple[bytes, list]:
+        out, refused = io.BytesIO(), []
+        join_file(build_spec(SPEC), path, out, refused.append, 100, show_progress=False)
+        return out.getvalue(), [(r.line, r.reason) for r in refused]
+
+    blocks = []
+    real = join_file_module.decode_stream_columns
+    monkeypatch.setattr(join_file_module, "decode_stream_columns", lambda *a: blocks.append(real(*a)) or blocks[-1])
+    by_blocks = run()
+    monkeypatch.setattr(join_file_module, "decode_stream_columns", lambda *a: None)
+    assert by_blocks == run()
+    assert sum(b is None for b in blocks) == 2 and len(blocks) == 9  # the two blocks holding a bad line
+    assert (301, "wrong_type") in by_blocks[1] and (701, "not_json") in by_blocks[1]
