@@ -9,8 +9,9 @@ per event), then joined by both systems in the same run:
   b float, c double, d bool), values uniform in 1..10^4; |R.x - S.a| <= 10 AND |R.y - S.b| <= 10, with a
   time window (Flink's interval join is time-based): |R.ts - S.ts| <= 4 s at 1,000 tuples/s per stream.
 
-windjoin: `windjoin join-file`'s code path in this process (pipelines/join_file.py: decode each line, check
-it, chunks of 4,096 into the WindowJoin kernel; results to /dev/null), pinned to one core; and the kernel
+windjoin: `windjoin join-file`'s code path in this process (pipelines/join_file.py: blocks of 4,096 lines decoded
+and checked at once by pyarrow's JSON reader, each block a chunk into the WindowJoin kernel; results to /dev/null),
+pinned to one core; and the kernel
 alone on the same chunks decoded beforehand. Flink: benchmarks/flink_job.py in .venv-flink
 (scripts/setup_flink.sh), Flink SQL interval joins counting pairs, at parallelism 1 and 2 (all cores).
 
