@@ -20,7 +20,6 @@ Writes benchmarks/results/output_path.json.
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import shutil
@@ -38,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.machine import machine_facts
-from benchmarks.params_cli import add_param_flags, params_from
+from benchmarks.params_cli import benchmark_parser, params_from
 from benchmarks.pipeline import load_avg
 from benchmarks.results_file import write_results
 
@@ -163,11 +162,7 @@ def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, re
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK}")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    add_param_flags(parser, Params())
-    args = parser.parse_args()
+    args = benchmark_parser(__doc__, Params(), QUICK, RESULTS).parse_args()
     params = params_from(args, Params(), QUICK)
     from windjoin.connectors import services
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 
@@ -24,3 +25,12 @@ def params_from(args: argparse.Namespace, defaults: Any, quick: dict[str, Any]) 
         values.update(quick)
     values.update({name: getattr(args, name) for name in values if getattr(args, name) is not None})
     return type(defaults)(**values)
+
+
+def benchmark_parser(doc: str | None, defaults: Any, quick: dict[str, Any], out: Path) -> argparse.ArgumentParser:
+    """The flags most benchmarks take: --quick (a smoke run with `quick`), --out, and one per parameter."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=f"a smoke run: {quick}")
+    parser.add_argument("--out", type=Path, default=out)
+    add_param_flags(parser, defaults)
+    return parser

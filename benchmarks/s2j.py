@@ -20,7 +20,6 @@ Rates are per core (the process pins itself to one); each part-2 setup runs `rep
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -29,7 +28,7 @@ from typing import Any
 
 from benchmarks.kernels import measure
 from benchmarks.machine import machine_facts, pin_to_one_core
-from benchmarks.params_cli import add_param_flags, params_from
+from benchmarks.params_cli import benchmark_parser, params_from
 from benchmarks.results_file import write_results
 from windjoin.connectors.jsonl_file import write_record
 from windjoin.operators.spec import JoinSpec, parse_spec
@@ -267,11 +266,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help=f"a smoke run of seconds: {QUICK}")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    add_param_flags(parser, Params())
-    args = parser.parse_args()
+    args = benchmark_parser(__doc__, Params(), QUICK, RESULTS).parse_args()
     params = params_from(args, Params(), QUICK)
     pin_to_one_core()
     efficiency_rows = efficiency(params)
