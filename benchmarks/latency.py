@@ -28,7 +28,6 @@ import json
 import statistics
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -47,58 +46,9 @@ from benchmarks.pipeline import (
     run_generator,
     stop_process,
 )
+from benchmarks.spark_floor import floor
 
 PAPER_RATE = 8_000.0  # events/s over both streams: paper 000's 4,000 tuples/s per stream
-
-
-def floor(spark: Any, seconds: float, workdir: Path) -> dict[str, Any]:
-    """Median batch time (triggerExecution, ms) of rate -> noop and rate -> transformWithStateInPandas -> noop."""
-    import pandas as pd
-    from pyspark.sql import functions as F
-    from pyspark.sql.streaming import StatefulProcessor
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    class CountPerSlot(StatefulProcessor):
-        def init(self, handle: Any) -> None:
-            self.n = handle.getValueState("n", StructType([StructField("n", LongType())]))
-
-        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
-            total = sum(len(df) for df in rows)
-            prev = self.n.get()[0] if self.n.exists() else 0
-            self.n.update((prev + total,))
-            yield pd.DataFrame({"slot": [int(key[0])], "n": [prev + total]})
-
-        def close(self) -> None:
-            pass
-
-    out = {}
-    for kind in ("noop", "stateful"):
-        source = spark.readStream.format("rate").option("rowsPerSecond", 2000).load()
-        if kind == "stateful":
-            source = (
-                source.withColumn("slot", (F.col("value") % 2).cast("int") * 2)
-                .groupBy("slot")
-                .transformWithStateInPandas(
-                    statefulProcessor=CountPerSlot(),
-                    outputStructType="slot int, n long",
-                    outputMode="Update",
-                    timeMode="None",
-                )
-            )
-        query = (
-            source.writeStream.format("noop")
-            .outputMode("update")
-            .option("checkpointLocation", str(workdir / f"floor-{kind}-{uuid.uuid4().hex[:6]}"))
-            .trigger(processingTime="0 seconds")
-            .start()
-        )
-        time.sleep(seconds)
-        progress = [json.loads(p.json) for p in query.recentProgress][2:]
-        query.stop()
-        batch_ms = [p["durationMs"].get("triggerExecution", 0) for p in progress]
-        out[kind] = {"batches": len(batch_ms), "batch_ms_median": statistics.median(batch_ms) if batch_ms else None}
-        print(f"floor {kind}: median batch {out[kind]['batch_ms_median']} ms over {len(batch_ms)} batches", flush=True)
-    return out
 
 
 def run_variant(

@@ -70,6 +70,7 @@ import yaml
 from benchmarks.machine import machine_facts
 from benchmarks.params_cli import add_param_flags, params_from
 from benchmarks.results_file import write_results
+from benchmarks.spark_floor import floor
 from benchmarks.teardown import tear_down
 
 RESULTS = Path(__file__).parent / "results" / "pipeline.json"
@@ -99,6 +100,7 @@ class Params:
     calibrate: bool = True  # prefill at the density windjoin sustains (probed first at prefill_rate)
     catchup_events: int = 2_000_000  # the catch-up phase's backlog (both streams), drained at the spec's defaults
     catchup_seconds: float = 600.0  # the catch-up phase stops after this long at the latest
+    floor_seconds: float = 30.0  # each of Spark's floor queries (rate -> noop, rate -> stateful) runs this long
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -895,6 +897,11 @@ def print_table(result: dict[str, Any]) -> None:
         alone = result.get("stages_alone", {})
         if alone:
             print("  stages alone, rows/s: " + ", ".join(f"{k} {_fmt(v['rows_per_s'])}" for k, v in alone.items()))
+    for kind, run in result.get("floor", {}).items():
+        print(
+            f"floor {kind} (rate source, the adapted rows' columns): {_fmt(run['rows_per_s'])} rows/s, "
+            f"{_fmt(run['rows_per_batch_median'])} rows in {_fmt(run['batch_ms_median'])} ms per batch"
+        )
     print(f"\ntargets: {result['targets']}")
 
 
@@ -952,6 +959,7 @@ QUICK = {
     "calibrate": False,
     "catchup_events": 60_000,
     "catchup_seconds": 120.0,
+    "floor_seconds": 8.0,
 }
 
 
@@ -1082,6 +1090,9 @@ def main() -> None:
         stages = {k: _fmt(v["rows_per_s"]) for k, v in result["stages_alone"].items()}
         print(f"stages alone, rows/s: {stages}; load {load_avg()}", flush=True)
         bi = best_of("built-in", [bench.builtin_throughput(prefill["events"], m) for m in offsets])
+        # Spark's own floor at the join job's batch size and row shape (rate source, no Kafka, no join)
+        batch_rows = (wj["throughput"].get("profile") or {}).get("rows") or params.max_offsets
+        result["floor"] = floor(spark, params.floor_seconds, workdir, batch_rows / 2, trigger_s=2, wide=True)
         rate = params.rate_fraction * (wj["throughput"]["rows_per_s"] or 0)
         result["paced_rate"] = rate
         wj["paced"] = bench.paced("windjoin", rate)

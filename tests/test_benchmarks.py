@@ -26,3 +26,22 @@ def test_output_path_benchmark_quick_run(tmp_path):
     for run in result["phases"].values():  # every batch staged by both slots and committed (else the run fails)
         assert run["pairs"] == 3 * 40_000 and run["pairs_per_s"] > 0
     assert "both_sinks_at_least_200k_pairs_per_s" in result["targets"] and "floor" in printed
+
+
+@pytest.mark.slow
+def test_latency_benchmark_quick_run(tmp_path):
+    out = tmp_path / "pipeline.json"
+    out.write_text('{"benchmark": "pipeline"}')  # the latency key joins the pipeline results, which stay
+    result, _ = run_benchmark("latency", out, "--quick", "--seconds", "12", "--warmup", "3", timeout=420)
+    latency = result["latency"]
+    assert result["benchmark"] == "pipeline"
+    assert latency["floor"]["stateful"]["batch_ms_median"] > latency["floor"]["noop"]["batch_ms_median"] > 0
+    for run in latency["runs"].values():  # the real output path: pairs reached Redis and Parquet, delays known
+        assert run["batches"] > 0 and run["delay_to_commit"]["pairs"] > 0
+        assert run["delay_to_commit"]["p99_ms"] >= run["delay_to_emit"]["p99_ms"] > 0
+        assert set(run["budget_ms_median"]) >= {"read", "adapt", "join", "sink_stage", "spark", "plan", "commit"}
+    assert set(latency["targets"]) == {
+        "p99_delay_at_most_1s_at_paper_rate",
+        "fixed_cost_at_most_0_6s",
+        "batch_time_over_floor",
+    }

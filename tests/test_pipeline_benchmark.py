@@ -32,6 +32,8 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         assert paced["delay_sink"]["p99_ms"] is not None
     assert result["windjoin"]["paced"]["delay_emitted"]["p50_ms"] is not None
     assert result["ratio_throughput"] > 0
+    for kind in ("noop", "stateful"):  # Spark's own floor at the job's batch size, same run
+        assert result["floor"][kind]["batches"] > 0 and result["floor"][kind]["rows_per_s"] > 0
     catch_up = result["catch_up"]  # a backlog drained at the spec's defaults, nothing late
     assert catch_up["drained"] and catch_up["rows"] == catch_up["backlog_rows"] > 0 and catch_up["late"] == 0
     assert catch_up["rows_per_s"] > 0 and catch_up["driver_rss_mb_first_half_max"] > 0

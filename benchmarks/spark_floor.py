@@ -1,0 +1,104 @@
+"""Spark's own floor on this machine: a trivial query of the join job's shape, timed in the same run as the job.
+
+Spark's rate source into a noop sink, and the rate source through `groupBy(slot).transformWithStateInPandas`
+holding one value per slot (RocksDB, changelog checkpointing, 2 slots) into a noop sink
+(`../shared/probes/spark_batch_floor.py`'s shape). With `wide`, each row also carries the adapted row's columns
+(`pipelines.adapter.adapter_schema` of the pipeline benchmark's spec: routing, provenance, reason, four field
+columns), so the shuffle and the Arrow hand-over to the Python worker move what the job's join stage moves.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def floor(
+    spark: Any, seconds: float, workdir: Path, rows_per_s: float = 2000, trigger_s: float = 0, wide: bool = False
+) -> dict[str, Any]:
+    """Median batch time (triggerExecution, ms) and rows per batch of rate -> noop and of rate ->
+    transformWithStateInPandas -> noop; batches back to back (`trigger_s` 0) or every `trigger_s`."""
+    out = {}
+    for kind in ("noop", "stateful"):
+        source = spark.readStream.format("rate").option("rowsPerSecond", rows_per_s).load()
+        if wide:
+            source = _wide(source)
+        if kind == "stateful":
+            source = _count_per_slot(source)
+        query = (
+            source.writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", str(workdir / f"floor-{kind}-{uuid.uuid4().hex[:6]}"))
+            .trigger(processingTime=f"{trigger_s} seconds")
+            .start()
+        )
+        time.sleep(seconds)
+        progress = [json.loads(p.json) for p in query.recentProgress][2:]
+        query.stop()
+        batch_ms = [p["durationMs"].get("triggerExecution", 0) for p in progress]
+        rows = [p.get("numInputRows", 0) for p in progress]
+        out[kind] = {
+            "batches": len(batch_ms),
+            "batch_ms_median": statistics.median(batch_ms) if batch_ms else None,
+            "rows_per_batch_median": statistics.median(rows) if rows else None,
+            "rows_per_s": sum(rows) / (sum(batch_ms) / 1000) if sum(batch_ms) else None,
+        }
+        print(f"floor {kind}: {out[kind]}", flush=True)
+    return out
+
+
+def _wide(source: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    value = F.col("value")
+    return source.select(
+        F.lit(0).cast("int").alias("part"),
+        F.lit("R").alias("stream"),
+        (value * 7).alias("ts"),
+        F.lit("bench-topic").alias("topic"),
+        (value % 4).cast("int").alias("kpartition"),
+        value.alias("koffset"),
+        F.lit(None).cast("string").alias("reason"),
+        F.lit(None).cast("string").alias("detail"),
+        F.lit(True).alias("stored"),
+        (value % 10_000_001).alias("R__k"),
+        (value % 10_000).alias("R__x"),
+        F.lit(None).cast("long").alias("S__k"),
+        F.lit(None).cast("long").alias("S__a"),
+        value,
+    )
+
+
+def _count_per_slot(source: Any) -> Any:
+    import pandas as pd
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    class CountPerSlot(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.n = handle.getValueState("n", StructType([StructField("n", LongType())]))
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            total = sum(len(df) for df in rows)
+            prev = self.n.get()[0] if self.n.exists() else 0
+            self.n.update((prev + total,))
+            yield pd.DataFrame({"slot": [int(key[0])], "n": [prev + total]})
+
+        def close(self) -> None:
+            pass
+
+    return (
+        source.withColumn("slot", (F.col("value") % 2).cast("int") * 2)
+        .groupBy("slot")
+        .transformWithStateInPandas(
+            statefulProcessor=CountPerSlot(),
+            outputStructType="slot int, n long",
+            outputMode="Update",
+            timeMode="None",
+        )
+    )
