@@ -24,7 +24,7 @@ def floor(
     transformWithStateInPandas -> noop; batches back to back (`trigger_s` 0) or every `trigger_s`."""
     out = {}
     for kind in ("noop", "stateful"):
-        source = spark.readStream.format("rate").option("rowsPerSecond", rows_per_s).load()
+        source = spark.readStream.format("rate").option("rowsPerSecond", max(1, round(rows_per_s))).load()
         if wide:
             source = _wide(source)
         if kind == "stateful":
