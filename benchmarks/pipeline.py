@@ -1118,6 +1118,9 @@ def main() -> None:
         "windjoin_p99_delay_under_2s_at_80pct": bool(p99 is not None and p99 < 2000 and wj["paced"]["kept_up"]),
     }
     print_table(result)
+    previous = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if "latency" in previous:  # benchmarks.latency's key, measured apart: kept until that benchmark runs again
+        result["latency"] = previous["latency"]
     print(write_results(result, args.out, plot))
 
 
