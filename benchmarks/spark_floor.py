@@ -22,6 +22,10 @@ def floor(
 ) -> dict[str, Any]:
     """Median batch time (triggerExecution, ms) and rows per batch of rate -> noop and of rate ->
     transformWithStateInPandas -> noop; batches back to back (`trigger_s` 0) or every `trigger_s`."""
+    from windjoin.pipelines.join_job import STATE_CONF
+
+    for key, value in STATE_CONF.items():  # transformWithState's state store (another query may have unset it)
+        spark.conf.set(key, value)
     out = {}
     for kind in ("noop", "stateful"):
         source = spark.readStream.format("rate").option("rowsPerSecond", max(1, round(rows_per_s))).load()
