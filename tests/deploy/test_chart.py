@@ -26,15 +26,6 @@ VALUE_SETS = {
 K8S_VERSIONS = [v for v in ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0") if v in all_versions()]
 
 
-@pytest.fixture(scope="session")
-def helm() -> str:
-    """helm from .tools/bin (scripts/install_helm.sh, as .ci/run installs it), installed on first use."""
-    local = ROOT / ".tools" / "bin" / "helm"
-    if not local.exists():
-        subprocess.run(["bash", str(ROOT / "scripts" / "install_helm.sh")], check=True, capture_output=True)
-    return str(local)
-
-
 def _helm(helm: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([helm, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
