@@ -12,11 +12,16 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN ${PYTHON} -m venv /opt/windjoin/venv
 WORKDIR /opt/windjoin/src
-COPY pyproject.toml README.md ./
+# The dependencies first, from pyproject.toml alone: a change to the code or the README rebuilds only what follows.
+COPY pyproject.toml ./
+RUN /opt/windjoin/venv/bin/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
+        > requirements.txt \
+    && /opt/windjoin/venv/bin/pip install -r requirements.txt
+COPY README.md ./
 COPY operators operators
 COPY connectors connectors
 COPY pipelines pipelines
-RUN /opt/windjoin/venv/bin/pip install . \
+RUN /opt/windjoin/venv/bin/pip install --no-deps . \
     && /opt/windjoin/venv/bin/pip uninstall --yes pip \
     && find /opt/windjoin/venv -name __pycache__ -prune -exec rm -rf {} +
 

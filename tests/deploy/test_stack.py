@@ -258,7 +258,7 @@ def stack(podman_ready, helm, tmp_path_factory) -> StackRun:
                 time.sleep(1)
         for workload in (f"{FULL}-redis", f"{FULL}-proxy", f"{FULL}-controller", f"{FULL}-driver"):
             runner.start(workload)
-        for workload in (f"{FULL}-redis", f"{FULL}-proxy", f"{FULL}-controller", f"{FULL}-driver"):
+        for workload in (f"{FULL}-redis", f"{FULL}-controller", f"{FULL}-driver"):
             runner.wait_ready(workload)
         config = tmp / "prometheus.yml"
         config.write_text(yaml.safe_dump(_prometheus_config(manifests, runner, tmp)))
@@ -277,6 +277,7 @@ def stack(podman_ready, helm, tmp_path_factory) -> StackRun:
         expected, late = oracle_join(spec, first + second)
         assert not late
         first_only, _ = oracle_join(spec, first)
+        runner.wait_ready(f"{FULL}-proxy")  # ready once the job has written Parquet
         # kill once part of the first wave's results are committed, not all
         before = len(_wait_for(proxy, max(1, len(first_only) // 4), 300))
         assert before > 0, runner.logs(f"{FULL}-driver")[-4000:]
