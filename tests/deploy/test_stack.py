@@ -58,7 +58,7 @@ DEPS_IMAGE = "localhost/windjoin-stack-deps:1"
 TOKEN = "wj-stack-test-token"
 PROMETHEUS_TOKEN = "wj-stack-prometheus-token"  # in the Secret the single-node values name
 TOKENS = {"tester": TOKEN, "prometheus": PROMETHEUS_TOKEN}
-BASE_TS = 1_700_000_000_000
+EVENT_AGE_MS = 90_000  # events start this far behind the wall clock: production delays land in the histogram's range
 WAVE = 1200  # events per wave; the driver is killed after the first
 WINDOW_MS = 1000
 DEPS_CONTAINERFILE = """\
@@ -68,6 +68,12 @@ COPY tansu /usr/local/bin/tansu
 ENTRYPOINT ["redis-server"]
 """
 # Panels whose metric appears only under a condition this run does not create (the rest must return data).
+# Panels showing what the test made happen: their value must be above 0.
+TRIGGERED = {
+    "sum by (reason) (rate(windjoin_job_dead_letters_total[5m]))": "one record that is not JSON",
+    "sum(rate(windjoin_job_pairs_total[5m]))": "pairs joined",
+    "sum by (kind) (rate(windjoin_proxy_rows_served_total[5m]))": "rows served over HTTP",
+}
 EXPECTED_EMPTY = {
     'sum(rate(windjoin_proxy_queries_total{status=~"5.."}[5m]))': "only after the proxy answered 5xx; none here",
 }
@@ -107,23 +113,23 @@ def _render(helm: str, values: dict[str, Any], tmp: Path) -> str:
     return done.stdout
 
 
-def _events(n: int, start: int, seed: int) -> list[dict]:
+def _events(n: int, start: int, seed: int, base_ts: int) -> list[dict]:
     """Both streams in event-time order, two events per millisecond tick (ties), keys 0-7 (skewed to 0)."""
     rng = random.Random(seed)
     out = []
     for i in range(start, start + n):
         stream = rng.choice("RS")
         k = 0 if rng.random() < 0.3 else rng.randrange(8)
-        event = {"stream": stream, "k": k, "ts": BASE_TS + (i // 2) * 20}
+        event = {"stream": stream, "k": k, "ts": base_ts + (i // 2) * 20}
         event["x" if stream == "R" else "a"] = rng.randrange(1000)
         out.append(event)
     return out
 
 
-def _query_all(proxy: str) -> list[dict]:
+def _query_all(proxy: str, base_ts: int) -> list[dict]:
     rows, cursor = [], None
     while True:
-        params = {"from": BASE_TS - 10_000, "to": BASE_TS + 10_000_000, "limit": MAX_LIMIT}
+        params = {"from": base_ts - 10_000, "to": base_ts + 10_000_000, "limit": MAX_LIMIT}
         if cursor:
             params["cursor"] = cursor
         answer = httpx.get(f"{proxy}/v1/tasks/eq/results", params=params, headers={"Authorization": f"Bearer {TOKEN}"})
@@ -139,10 +145,10 @@ def _pairs(rows: list[dict]) -> list[tuple]:
     return [("eq", row["R"], row["S"]) for row in rows]
 
 
-def _wait_for(proxy: str, count: int, timeout_s: float) -> list[dict]:
+def _wait_for(proxy: str, base_ts: int, count: int, timeout_s: float) -> list[dict]:
     deadline = time.monotonic() + timeout_s
     while True:
-        rows = _query_all(proxy)
+        rows = _query_all(proxy, base_ts)
         if len(rows) >= count or time.monotonic() > deadline:
             return rows
         time.sleep(2)
@@ -272,24 +278,25 @@ def stack(podman_ready, helm, tmp_path_factory) -> StackRun:
         )  # fmt: skip
 
         proxy = f"http://127.0.0.1:{proxy_port}"
-        first, second = _events(WAVE, 0, seed=1), _events(WAVE, WAVE, seed=2)
+        base_ts = int(time.time() * 1000) - EVENT_AGE_MS
+        first, second = _events(WAVE, 0, 1, base_ts), _events(WAVE, WAVE, 2, base_ts)
         produce_events(bootstrap, spec, first, topic_partitions=2)
         # one record that is not JSON: dead-lettered (the dashboards' dead-letter panel), never joined
-        produce(bootstrap, spec["streams"]["R"]["topic"], [(b"0", b"not json", BASE_TS + WAVE * 10)])
+        produce(bootstrap, spec["streams"]["R"]["topic"], [(b"0", b"not json", base_ts + WAVE * 10)])
         expected, late = oracle_join(spec, first + second)
         assert not late
         first_only, _ = oracle_join(spec, first)
         runner.wait_ready(f"{FULL}-proxy")  # ready once the job has written Parquet
         # kill once part of the first wave's results are committed, not all
-        before = len(_wait_for(proxy, max(1, len(first_only) // 4), 300))
+        before = len(_wait_for(proxy, base_ts, max(1, len(first_only) // 4), 300))
         assert before > 0, runner.logs(f"{FULL}-driver")[-4000:]
         runner.kill(f"{FULL}-driver")
         produce_events(bootstrap, spec, second, topic_partitions=2)  # while the driver is down
         runner.start(f"{FULL}-driver")
         runner.wait_ready(f"{FULL}-driver")
-        rows = _wait_for(proxy, len(expected), 420)
+        rows = _wait_for(proxy, base_ts, len(expected), 420)
         time.sleep(8)  # a few more batches: nothing arrives twice later
-        rows = _query_all(proxy)
+        rows = _query_all(proxy, base_ts)
         # a continuous query: the proxy's stream metrics
         with httpx.stream(
             "GET", f"{proxy}/v1/tasks/eq/stream", params={"from": 0}, headers={"Authorization": f"Bearer {TOKEN}"},
@@ -342,12 +349,13 @@ def _panels() -> list[tuple[str, str, str]]:
 
 
 def test_every_dashboard_panel_returns_data_from_prometheus(stack, capsys):
-    statuses = []
+    statuses, peaks = [], {}
     for dashboard, title, expr in _panels():
         result = _prom_query(stack.prometheus, expr.replace("$slot", ".*"))
         values = [float(sample["value"][1]) for sample in result]
         if any(math.isfinite(v) for v in values):  # NaN: a quantile or ratio over no observations
-            status = f"data ({len(result)} series, max {max(v for v in values if math.isfinite(v)):.3g})"
+            peaks[expr] = max(v for v in values if math.isfinite(v))
+            status = f"data ({len(result)} series, max {peaks[expr]:.3g})"
         elif expr in EXPECTED_EMPTY:
             status = f"expected empty: {EXPECTED_EMPTY[expr]}"
         else:
@@ -359,5 +367,7 @@ def test_every_dashboard_panel_returns_data_from_prometheus(stack, capsys):
             print(f"{dashboard:11} | {title:38} | {status:40} | {expr}")
     missing = [(d, t, e) for d, t, e, s in statuses if s == "NO DATA"]
     assert not missing, missing
+    flat = {expr: why for expr, why in TRIGGERED.items() if not peaks.get(expr, 0) > 0}
+    assert not flat, f"panels that should show what the test did: {flat}"
     unexpected = [e for e in EXPECTED_EMPTY if e not in {e for *_, e, s in statuses if s.startswith("expected")}]
     assert not unexpected, f"listed as expected-empty but returned data (or no panel queries it): {unexpected}"
