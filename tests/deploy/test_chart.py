@@ -132,6 +132,23 @@ def test_driver_runs_spark_in_client_mode_on_kubernetes(helm):
     pods = next(r for r in role["rules"] if "pods" in r["resources"])
     assert {"create", "delete", "list", "watch"} <= set(pods["verbs"])
     assert "--metrics-port=9108" in args
+    assert conf["spark.authenticate.secret.file"] == "/var/run/secrets/windjoin/spark/secret"
+
+
+def test_single_node_values_run_spark_locally_and_monitors_send_the_proxy_token(helm):
+    docs = _render(helm, "single-node")
+    driver = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-driver")
+    args = driver["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--spark-master=local[2]" in args
+    assert not any("secret.file" in a for a in args)  # Spark refuses a secret file outside Kubernetes mode
+    [monitor] = [d for d in docs if d["kind"] == "PodMonitor"]
+    auth = {e["port"]: e.get("authorization") for e in monitor["spec"]["podMetricsEndpoints"]}
+    assert auth == {
+        "metrics": None,
+        "http": {"type": "Bearer", "credentials": {"name": "prometheus-proxy-token", "key": "token"}},
+    }
+    proxy = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-proxy")
+    assert "--metrics=token" in proxy["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_job_args_name_options_that_windjoin_run_has(helm):
