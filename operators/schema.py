@@ -24,6 +24,7 @@ WRONG_TYPE = "wrong_type"
 OUT_OF_RANGE = "out_of_range"
 LATE = "late"
 FUTURE_TIMESTAMP = "future_timestamp"
+RECORD_REASONS = (MISSING_TIMESTAMP, BAD_TIMESTAMP, MISSING_FIELD, WRONG_TYPE, OUT_OF_RANGE, LATE, FUTURE_TIMESTAMP)
 
 
 class RecordError(ValueError):

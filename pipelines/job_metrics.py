@@ -12,6 +12,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from windjoin.connectors.codec_errors import known_reasons
+from windjoin.operators.schema import RECORD_REASONS
 from windjoin.pipelines.decision_check import REASONS
 
 if TYPE_CHECKING:
@@ -113,6 +115,10 @@ class JobMetrics:
         self.dead_letters = Counter(
             "windjoin_job_dead_letters", "Input rows refused (dead letters), by reason.", ["reason"], registry=r
         )
+        # Every reason exported at 0 from the start: a reason's first dead letter is then an increase that rate()
+        # sees (a series born at 1 shows a rate of 0).
+        for reason in sorted(known_reasons() | set(RECORD_REASONS)):
+            self.dead_letters.labels(reason)
         self.batches = Counter("windjoin_job_batches", "Micro-batches committed to the sinks.", registry=r)
         self.replayed_batches = Counter(
             "windjoin_job_replayed_batches",

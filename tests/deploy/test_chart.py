@@ -26,15 +26,6 @@ VALUE_SETS = {
 K8S_VERSIONS = [v for v in ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0") if v in all_versions()]
 
 
-@pytest.fixture(scope="session")
-def helm() -> str:
-    """helm from .tools/bin (scripts/install_helm.sh, as .ci/run installs it), installed on first use."""
-    local = ROOT / ".tools" / "bin" / "helm"
-    if not local.exists():
-        subprocess.run(["bash", str(ROOT / "scripts" / "install_helm.sh")], check=True, capture_output=True)
-    return str(local)
-
-
 def _helm(helm: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([helm, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
@@ -141,6 +132,23 @@ def test_driver_runs_spark_in_client_mode_on_kubernetes(helm):
     pods = next(r for r in role["rules"] if "pods" in r["resources"])
     assert {"create", "delete", "list", "watch"} <= set(pods["verbs"])
     assert "--metrics-port=9108" in args
+    assert conf["spark.authenticate.secret.file"] == "/var/run/secrets/windjoin/spark/secret"
+
+
+def test_single_node_values_run_spark_locally_and_monitors_send_the_proxy_token(helm):
+    docs = _render(helm, "single-node")
+    driver = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-driver")
+    args = driver["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--spark-master=local[2]" in args
+    assert not any("secret.file" in a for a in args)  # Spark refuses a secret file outside Kubernetes mode
+    [monitor] = [d for d in docs if d["kind"] == "PodMonitor"]
+    auth = {e["port"]: e.get("authorization") for e in monitor["spec"]["podMetricsEndpoints"]}
+    assert auth == {
+        "metrics": None,
+        "http": {"type": "Bearer", "credentials": {"name": "prometheus-proxy-token", "key": "token"}},
+    }
+    proxy = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-proxy")
+    assert "--metrics=token" in proxy["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_job_args_name_options_that_windjoin_run_has(helm):

@@ -14,7 +14,7 @@ import pytest
 import redis
 import yaml
 
-from tests.deploy.test_chart import CHART, VALUE_SETS, _helm, _render, helm  # noqa: F401 - the helm fixture
+from tests.deploy.test_chart import CHART, VALUE_SETS, _helm, _render
 from windjoin.connectors import processes
 from windjoin.connectors.redis_acl import COMPONENTS, component_rules
 from windjoin.connectors.redis_client import RedisAuth, redis_client
@@ -69,7 +69,7 @@ def _user_secrets(values: dict) -> set[str]:
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
-def test_every_secret_reference_resolves(helm, name):  # noqa: F811
+def test_every_secret_reference_resolves(helm, name):
     docs = _render(helm, name)
     rendered = {
         d["metadata"]["name"]: {**d.get("data", {}), **d.get("stringData", {})} for d in docs if d["kind"] == "Secret"
@@ -119,7 +119,7 @@ CREDENTIAL_TEXT = re.compile(
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
-def test_no_credential_in_a_configmap_or_an_argument(helm, name):  # noqa: F811
+def test_no_credential_in_a_configmap_or_an_argument(helm, name):
     docs = _render(helm, name)
     secrets = _secret_values(docs)
     assert secrets or name != "default", "the default values create the Redis and Spark secrets"
@@ -195,7 +195,7 @@ def test_spark_authenticates_and_encrypts_with_a_secret_file(helm):  # noqa: F81
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
-def test_read_only_root_file_systems_and_a_read_only_proxy_data_volume(helm, name):  # noqa: F811
+def test_read_only_root_file_systems_and_a_read_only_proxy_data_volume(helm, name):
     docs = _render(helm, name)
     for pod_name, pod in _pods(docs):
         for container in _containers(pod):
