@@ -284,16 +284,16 @@ class Adapter:
 
     def _shed_summary(self, counts: dict[str, int], cols: dict, epoch: ControlEpoch) -> pa.RecordBatch:
         rows = {name: [None] * len(counts) for name in self.schema.names}
-        rows["slot"] = [self._dead_slot(cols["partition"][0], epoch)] * len(counts)
+        rows["slot"] = [self._dead_slot(cols["partition"][0], epoch.slots())] * len(counts)
         rows["part"] = [-1] * len(counts)
         rows["stream"] = list(counts)
         rows["koffset"] = list(counts.values())
         rows["reason"] = [SHED] * len(counts)
         return pa.RecordBatch.from_pydict(rows, schema=self.schema)
 
-    def _dead_slot(self, kpartition: int, epoch: ControlEpoch) -> int:
-        """The slot (label) taking rows that join nothing: spread over the epoch's slots by Kafka partition."""
-        return self.slot_labels[kpartition % epoch.slots()]
+    def _dead_slot(self, kpartition: int, slots: int) -> int:
+        """The slot (label) taking rows that join nothing: spread over the epoch's `slots` by Kafka partition."""
+        return self.slot_labels[kpartition % slots]
 
     def _is_punctuation(self, stream: str, row: tuple | list) -> bool:
         punct_stream, position, value = self.punctuation
@@ -319,7 +319,7 @@ class Adapter:
         for i, reason in enumerate(out["reason"]):
             if reason is not None:
                 out["part"][i] = -1
-                out["slot"][i] = self.slot_labels[cols["partition"][i] % slots]
+                out["slot"][i] = self._dead_slot(cols["partition"][i], slots)
         for stream, rows in accepted.items():
             if not rows:
                 continue
