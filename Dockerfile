@@ -17,7 +17,8 @@ COPY pyproject.toml ./
 RUN /opt/windjoin/venv/bin/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
         > requirements.txt \
     && /opt/windjoin/venv/bin/pip install -r requirements.txt
-COPY README.md ./
+COPY README.md setup.py ./
+COPY windjoin windjoin
 COPY operators operators
 COPY connectors connectors
 COPY pipelines pipelines
@@ -41,7 +42,7 @@ ENV JAVA_HOME=/opt/java \
     PYTHONUNBUFFERED=1
 
 COPY --from=venv /opt/windjoin/venv /opt/windjoin/venv
-RUN python -c "import windjoin.pipelines.cli, pyspark" \
+RUN python -c "import windjoin.pipelines.cli.main, pyspark" \
     && ln -s "$(python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" /opt/spark
 
 # Spark (driver and executors) and PySpark use the venv's interpreter; SPARK_HOME is the pyspark package.

@@ -29,7 +29,7 @@ import numpy as np
 from benchmarks.finetune_model import ModelCluster, Tuples, equi_spec
 from benchmarks.machine import machine_facts
 from windjoin.operators.control.config import parse_control_config
-from windjoin.pipelines.workload_generator import PartitionSkewedKeys
+from windjoin.operators.workloads.b_model import PartitionSkewedKeys
 
 RESULTS = Path(__file__).parent / "results" / "finetune.json"
 

@@ -9,7 +9,7 @@ per event), then joined by both systems in the same run:
   b float, c double, d bool), values uniform in 1..10^4; |R.x - S.a| <= 10 AND |R.y - S.b| <= 10, with a
   time window (Flink's interval join is time-based): |R.ts - S.ts| <= 4 s at 1,000 tuples/s per stream.
 
-windjoin: `windjoin join-file`'s code path in this process (pipelines/join_file.py: blocks of 4,096 lines decoded
+windjoin: `windjoin join-file`'s code path in this process (pipelines/cli/join_file.py: blocks of 4,096 lines decoded
 and checked at once by pyarrow's JSON reader, each block a chunk into the WindowJoin kernel; results to /dev/null),
 pinned to one core; and the kernel
 alone on the same chunks decoded beforehand. Flink: benchmarks/flink_job.py in .venv-flink
@@ -51,8 +51,8 @@ from windjoin.operators.arrivals import ChunkBuilder
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.mjoin import join_operator
 from windjoin.operators.spec import JoinSpec, parse_spec
-from windjoin.pipelines.join_file import join_file
-from windjoin.pipelines.workload_generator import Workload, WorkloadConfig, poisson_arrivals
+from windjoin.operators.workloads.b_model import Workload, WorkloadConfig, poisson_arrivals
+from windjoin.pipelines.cli.join_file import join_file
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results" / "flink.json"
@@ -295,7 +295,7 @@ def measure_windjoin(mode: str, spec: JoinSpec, w: dict[str, Any], p: Params) ->
 def windjoin_startup_s() -> float:
     """A fresh interpreter importing the join-file path: what `windjoin join-file` pays before reading."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import windjoin.pipelines.join_file"], check=True)
+    subprocess.run([sys.executable, "-c", "import windjoin.pipelines.cli.join_file"], check=True)
     return time.perf_counter() - started
 
 

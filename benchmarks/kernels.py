@@ -25,7 +25,7 @@ from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.metrics import DelayHistogram
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.band_workload import BAND_SPEC, band_columns
+from windjoin.operators.workloads.band import BAND_SPEC, band_columns
 
 RESULTS = Path(__file__).parent / "results" / "kernels.json"
 BYTES_PER_COMPARISON = 16  # the stored join columns a nested-loop comparison reads: a (int64) and b (float64)

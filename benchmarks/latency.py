@@ -57,9 +57,9 @@ def run_variant(
     """One paced run of the join job with Parquet and Redis sinks; delays, batch sizes and time budgets."""
     from windjoin.operators.batch_size import fit_batch_cost
     from windjoin.operators.spec import load_spec
-    from windjoin.pipelines.join_job import start_job
-    from windjoin.pipelines.producer_cli import ensure_topics
-    from windjoin.pipelines.run_cli import build_sinks
+    from windjoin.pipelines.cli.produce import ensure_topics
+    from windjoin.pipelines.cli.run import build_sinks
+    from windjoin.pipelines.job.join_job import start_job
 
     params = Params()
     topics = new_topics(label)
@@ -158,7 +158,7 @@ def main() -> None:
         args.seconds, args.warmup = 20.0, 5.0
     from windjoin.connectors import services
     from windjoin.connectors.spark_session import build_local_spark
-    from windjoin.pipelines.join_job import STATE_CONF
+    from windjoin.pipelines.job.join_job import STATE_CONF
 
     workdir = Path(tempfile.mkdtemp(prefix="windjoin-bench-latency-"))
     started = services.up(services.ServicesConfig(state_dir=workdir / "services"))

@@ -37,8 +37,8 @@ from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, order_results
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.spec import JoinSpec, parse_spec
-from windjoin.pipelines.band_workload import BAND_SPEC, band_columns
-from windjoin.pipelines.join_state import pairs_table
+from windjoin.operators.workloads.band import BAND_SPEC, band_columns
+from windjoin.pipelines.job.join_state import pairs_table
 
 RESULTS = Path(__file__).parent / "results" / "ordering.json"
 ORDERS = ("none", "outer", "strict")

@@ -91,7 +91,7 @@ def _stage(phase: str, outputs: Any, batch: int) -> dict[str, float]:
     """Stage this slot's piece of `batch` (in a slot process); returns its seconds."""
     from windjoin.connectors.redis_sink import _packed_zadds, encode_members, results_key
     from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, result_schema
-    from windjoin.pipelines.slot_output import write_slot
+    from windjoin.pipelines.job.slot_output import write_slot
 
     piece, spec, table = _SLOT["piece"], _SLOT["spec"], _SLOT["tables"][batch]
     if phase != "floor":
@@ -131,7 +131,7 @@ def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, re
     """Every batch: the slots stage in parallel, then the driver commits; pairs/s over the phase."""
     from windjoin.connectors.result_table import result_schema
     from windjoin.operators.spec import parse_spec
-    from windjoin.pipelines.slot_output import SlotOutputs
+    from windjoin.pipelines.job.slot_output import SlotOutputs
 
     (root / phase).mkdir(parents=True, exist_ok=True)
     sinks = _sinks(phase, root, redis_url)

@@ -242,7 +242,7 @@ def generate_cmd(spec_path: Path, bootstrap: str, params: Params, rate: float, s
     return [
         sys.executable,
         "-m",
-        "windjoin.pipelines.producer_cli",
+        "windjoin.pipelines.cli.produce",
         "generate",
         str(spec_path),
         "--rate",
@@ -302,7 +302,7 @@ def start_windjoin(
     spark: Any, spec: dict[str, Any], bootstrap: str, sink: WindjoinDelays, outcomes: list, extra: tuple = ()
 ) -> Any:
     from windjoin.operators.spec import parse_spec
-    from windjoin.pipelines.join_job import start_job
+    from windjoin.pipelines.job.join_job import start_job
 
     def on_batch(outcome: Any) -> None:
         outcomes.append(outcome)
@@ -523,7 +523,7 @@ class Bench:
             )
 
         from windjoin.operators.spec import parse_spec
-        from windjoin.pipelines.join_job import start_job
+        from windjoin.pipelines.job.join_job import start_job
 
         query = start_job(self.spark, parse_spec(spec), self.bootstrap, [], on_batch=on_batch)
         try:
@@ -560,9 +560,9 @@ class Bench:
         from windjoin.connectors.kafka_source import SOURCE_NAME, register_kafka_source
         from windjoin.operators.partitioning import RoutingTable
         from windjoin.operators.spec import parse_spec
-        from windjoin.pipelines.adapted_source import read_adapted
-        from windjoin.pipelines.adapter import Adapter
-        from windjoin.pipelines.join_job import slot_labels
+        from windjoin.pipelines.job.adapted_source import read_adapted
+        from windjoin.pipelines.job.adapter import Adapter
+        from windjoin.pipelines.job.join_job import slot_labels
 
         p = self.params
         register_kafka_source(self.spark)
@@ -792,7 +792,7 @@ def adapter_rate(params: Params, n: int = 100_000) -> dict[str, float]:
     from windjoin.connectors.kafka_source import ARROW_SCHEMA
     from windjoin.operators.partitioning import RoutingTable
     from windjoin.operators.spec import parse_spec
-    from windjoin.pipelines.adapter import Adapter
+    from windjoin.pipelines.job.adapter import Adapter
 
     spec = parse_spec(spec_dict(params, ("r", "s"), Path("unused"), None))
     adapter = Adapter(spec, RoutingTable.round_robin(spec.partitions, spec.slots), (2, 0))
@@ -1002,7 +1002,7 @@ def open_session(state_dir: Path, app_name: str) -> tuple[str, Any]:
     from windjoin.connectors import services
     from windjoin.connectors.processes import free_port
     from windjoin.connectors.spark_session import build_local_spark
-    from windjoin.pipelines.join_job import STATE_CONF
+    from windjoin.pipelines.job.join_job import STATE_CONF
 
     [kafka] = services.up(services.ServicesConfig(state_dir=state_dir, redis=False))
     spark = build_local_spark(

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from benchmarks.machine import machine_facts
 from windjoin.connectors import services as svc
-from windjoin.pipelines.site_driver import SitesRunConfig, run_sites
+from windjoin.pipelines.sites.driver import SitesRunConfig, run_sites
 
 RESULTS = Path(__file__).parent / "results" / "pmjoin_sites.json"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -299,7 +299,7 @@ def main() -> None:
     from windjoin.connectors import services
     from windjoin.connectors.processes import free_port
     from windjoin.operators.spec import load_spec
-    from windjoin.pipelines.proxy_tokens import token_hash
+    from windjoin.pipelines.proxy.tokens import token_hash
 
     workdir = Path(tempfile.mkdtemp(prefix="windjoin-bench-queries-"))
     proxy = None

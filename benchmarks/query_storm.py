@@ -211,7 +211,7 @@ def run(args: argparse.Namespace, pinning: tuple[list[int], list[int]] | None) -
     from windjoin.connectors.processes import free_port
     from windjoin.connectors.redis_sink import RedisSink
     from windjoin.operators.spec import parse_spec
-    from windjoin.pipelines.proxy_tokens import token_hash
+    from windjoin.pipelines.proxy.tokens import token_hash
 
     workdir = Path(tempfile.mkdtemp(prefix="windjoin-bench-query-storm-"))
     state = workdir / "services"

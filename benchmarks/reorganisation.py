@@ -108,7 +108,7 @@ def generator(spec_path: Path, bootstrap: str, p: Params, log: Path) -> subproce
     cmd = [
         sys.executable,
         "-m",
-        "windjoin.pipelines.producer_cli",
+        "windjoin.pipelines.cli.produce",
         "generate",
         str(spec_path),
         *("--rate", f"{p.rate / 2:.3f}", "--duration", f"{p.seconds:.3f}", "--seed", str(p.seed)),
@@ -149,9 +149,9 @@ def run_mode(mode: str, p: Params, spark: Any, bootstrap: str, redis_url: str, w
     from windjoin.connectors.load_reports import LoadReports
     from windjoin.operators.control.config import parse_control_config
     from windjoin.operators.spec import parse_spec
-    from windjoin.pipelines.controller import Controller
-    from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
-    from windjoin.pipelines.load_publisher import LoadPublisher
+    from windjoin.pipelines.controller.control_loop import Controller
+    from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
+    from windjoin.pipelines.job.load_publisher import LoadPublisher
 
     tag = uuid.uuid4().hex[:8]
     topics = (f"bench-reorg-r-{tag}", f"bench-reorg-s-{tag}")
@@ -293,7 +293,7 @@ def bounds(seeds: int = 30) -> dict[str, Any]:
     alpha): the static slowest/mean under round robin (the largest over `seeds` b-model seeds) and with the
     skew lined up with the slots (`skew_over="slots"`), the hottest partition's work over a mean slot's (no
     placement of whole partitions gets below it) and the greedy (LPT) placement's slowest/mean."""
-    from windjoin.pipelines.workload_generator import BModel
+    from windjoin.operators.workloads.b_model import BModel
 
     def ratio(work: np.ndarray, slot: np.ndarray, n: int) -> float:
         loads = np.bincount(slot, weights=work, minlength=n)
@@ -359,7 +359,7 @@ def main() -> None:
     args.out = args.out or RESULTS / f"reorganisation-{workload}.json"
     from windjoin.connectors import services
     from windjoin.connectors.spark_session import build_local_spark
-    from windjoin.pipelines.join_job import STATE_CONF
+    from windjoin.pipelines.job.join_job import STATE_CONF
 
     workdir = Path(tempfile.mkdtemp(prefix="windjoin-bench-reorg-"))
     state_dir = workdir / "services"

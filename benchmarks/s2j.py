@@ -6,9 +6,9 @@ Efficiency"), and (b) that concurrent join tasks on one stream pair should share
 each get a copy of the streams (Sec. "Eliminating Stream Duplication"). This checks both on windjoin:
 
 1. P and tuples/s of `WindowJoin` with and without indexes (`benchmarks.kernels.measure`), for an equi-join
-   and the band join, on the SplitJoin band workload (pipelines/band_workload.py) with full count windows.
+   and the band join, on the SplitJoin band workload (operators/workloads/band.py) with full count windows.
 2. N = 1, 2, 4, 8 tasks with different predicates on the same R, S, over one JSON Lines file through the
-   `windjoin join-file` path (pipelines/join_file.py): as one spec in one pass (one read of the file, one
+   `windjoin join-file` path (pipelines/cli/join_file.py): as one spec in one pass (one read of the file, one
    window store per stream) and as N single-task runs (N reads). Bytes read are the process's read syscalls
    (/proc/self/io rchar) over each run; throughput is input tuples per second summed over tasks. Every task
    must count the same results in both setups, or the run fails.
@@ -32,8 +32,8 @@ from benchmarks.params_cli import benchmark_parser, params_from
 from benchmarks.results_file import write_results
 from windjoin.connectors.jsonl_file import write_record
 from windjoin.operators.spec import JoinSpec, parse_spec
-from windjoin.pipelines.band_workload import BAND_SPEC, band_events
-from windjoin.pipelines.join_file import Refusal, join_file
+from windjoin.operators.workloads.band import BAND_SPEC, band_events
+from windjoin.pipelines.cli.join_file import Refusal, join_file
 
 RESULTS = Path(__file__).parent / "results" / "s2j.json"
 TASK_COUNTS = (1, 2, 4, 8)

@@ -110,8 +110,8 @@ def produce_profile(args: argparse.Namespace) -> None:
     from windjoin.connectors.kafka_producer import BatchProducer
     from windjoin.connectors.stream_encoder import stream_encoder
     from windjoin.operators.spec import load_spec
-    from windjoin.pipelines.producer_cli import PRODUCER_CONFIG
-    from windjoin.pipelines.workload_generator import Workload, WorkloadConfig
+    from windjoin.operators.workloads.b_model import Workload, WorkloadConfig
+    from windjoin.pipelines.cli.produce import PRODUCER_CONFIG
 
     spec = load_spec(args.spec)
     encoders = {name: stream_encoder(spec, name, validate_records=False) for name in spec.streams}
@@ -268,7 +268,7 @@ class Bench:
     def calibrate(self) -> dict[str, Any]:
         """X: the job's input rows/s on a prefilled backlog at M rows per batch, batches back to back."""
         from windjoin.operators.spec import parse_spec
-        from windjoin.pipelines.join_job import start_job
+        from windjoin.pipelines.job.join_job import start_job
 
         p = self.p
         spec, path = self._spec("calibration", trigger_ms=0)
@@ -303,9 +303,9 @@ class Bench:
         from windjoin.connectors.load_reports import LoadReports
         from windjoin.operators.control.config import parse_control_config
         from windjoin.operators.spec import parse_spec
-        from windjoin.pipelines.controller import Controller
-        from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
-        from windjoin.pipelines.load_publisher import LoadPublisher
+        from windjoin.pipelines.controller.control_loop import Controller
+        from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
+        from windjoin.pipelines.job.load_publisher import LoadPublisher
 
         p = self.p
         spec_d, path = self._spec(label, int(p.trigger_s * 1000))
@@ -583,7 +583,7 @@ def main() -> None:
         return
     from windjoin.connectors import services
     from windjoin.connectors.spark_session import build_local_spark
-    from windjoin.pipelines.join_job import STATE_CONF
+    from windjoin.pipelines.job.join_job import STATE_CONF
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="windjoin-bench-shedding-"))
     workdir.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ def floor(
 ) -> dict[str, Any]:
     """Median batch time (triggerExecution, ms) and rows per batch of rate -> noop and of rate ->
     transformWithStateInPandas -> noop; batches back to back (`trigger_s` 0) or every `trigger_s`."""
-    from windjoin.pipelines.join_job import STATE_CONF
+    from windjoin.pipelines.job.join_job import STATE_CONF
 
     for key, value in STATE_CONF.items():  # transformWithState's state store (another query may have unset it)
         spark.conf.set(key, value)

@@ -43,7 +43,7 @@ from benchmarks.kernels import chunk_pool, filled_join, measure, shifted
 from benchmarks.machine import machine_facts, pin_to_one_core
 from benchmarks.pipeline import Bench, Params, load_avg, open_session
 from benchmarks.teardown import tear_down
-from windjoin.pipelines.band_workload import BAND_SPEC
+from windjoin.operators.workloads.band import BAND_SPEC
 
 RESULTS = Path(__file__).parent / "results" / "splitjoin.json"
 PAPER = {

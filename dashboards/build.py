@@ -2,8 +2,8 @@
 
 Run `python dashboards/build.py` after editing; `--check` exits 1 when a committed file differs from what this
 script generates (tests/deploy/test_dashboards.py checks the same). Every query uses the metrics of
-pipelines/job_metrics.py (the join job), pipelines/proxy_metrics.py (the query proxy) and
-pipelines/controller_metrics.py (the controller).
+pipelines/job/job_metrics.py (the join job), pipelines/proxy/metrics.py (the query proxy) and
+pipelines/controller/metrics.py (the controller).
 """
 
 from __future__ import annotations

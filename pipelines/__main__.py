@@ -1,5 +1,5 @@
 """`python -m windjoin.pipelines` runs the windjoin command line."""
 
-from windjoin.pipelines.cli import main
+from windjoin.pipelines.cli.main import main
 
 main()

@@ -3,7 +3,7 @@
 The operator-level model of the job's memory adaptation: each slot is a GroupedJoin holding the groups the
 routing gives it; every `adapt_every` chunks the planner sees each slot's memory, outputs since the last round and
 group statistics, and its pushes and relocations are applied at once. Applying at a chunk boundary is what the
-job's control epochs give (pipelines/control_epoch.py hands a group's state between slots at a batch boundary),
+job's control epochs give (operators/control/job_epoch.py hands a group's state between slots at a batch boundary),
 so no tuple is in flight when a group moves. Arrivals are numbered once here, so a group keeps one numbering
 whichever slot holds it.
 """

@@ -19,7 +19,7 @@ from windjoin.connectors.kafka_arrivals import KafkaArrivals
 from windjoin.connectors.kafka_security import KafkaSecurity, KafkaSecurityError
 from windjoin.connectors.kafka_source import KafkaSourceOptions
 from windjoin.operators.spec import SpecError, parse_spec
-from windjoin.pipelines.dead_letters import DeadLetterWriter, fetch_originals
+from windjoin.pipelines.job.dead_letters import DeadLetterWriter, fetch_originals
 
 BASE = {
     "window": {"kind": "time", "size_ms": 10},
@@ -123,7 +123,7 @@ def test_the_dead_letter_writer_reads_its_topic_with_the_settings(caplog):
 def test_the_producer_cli_gets_the_settings(tmp_path: Path):
     import yaml
 
-    from windjoin.pipelines.cli import cli
+    from windjoin.pipelines.cli.main import cli
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump({**BASE, "kafka": {"security_protocol": "SSL", "ca_file": MISSING_CA.ca_file}}))

@@ -9,8 +9,8 @@ import pytest
 from windjoin.connectors.load_reports import LoadEntry, LoadReports, fine_histograms, load_key, slot_batches
 from windjoin.operators.control.load import Load
 from windjoin.operators.partitioning import Group
-from windjoin.pipelines.join_job import BatchOutcome
-from windjoin.pipelines.load_publisher import LoadPublisher
+from windjoin.pipelines.job.join_job import BatchOutcome
+from windjoin.pipelines.job.load_publisher import LoadPublisher
 
 
 def _stat(label: int, index: int, parts: list[int], tuples: list[int], seconds: float) -> dict:

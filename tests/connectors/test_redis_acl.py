@@ -167,7 +167,7 @@ def test_the_spec_refuses_a_password_in_the_url() -> None:
 def test_the_cli_writes_an_acl_file_for_your_own_redis(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from windjoin.pipelines.cli import cli
+    from windjoin.pipelines.cli.main import cli
 
     (tmp_path / "job").write_text("j-pass\n")
     (tmp_path / "proxy").write_text("p-pass")

@@ -19,7 +19,7 @@ from tests.connectors.tiers import Tiers, TiersLayout
 from windjoin.connectors import redis_tier
 from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
 from windjoin.connectors.result_query import MAX_LIMIT, QueryError, ResultStore, feed_cursor
-from windjoin.pipelines.snapshot_committer import SnapshotCommitter
+from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 times = st.integers(0, 1000)

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 
 from windjoin.connectors import kafka_admin, kafka_producer, services
-from windjoin.pipelines.services_cli import services as services_cli
+from windjoin.pipelines.cli.services import services as services_cli
 
 PARTITIONS = 4
 

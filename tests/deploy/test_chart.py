@@ -154,7 +154,7 @@ def test_single_node_values_run_spark_locally_and_monitors_send_the_proxy_token(
 def test_job_args_name_options_that_windjoin_run_has(helm):
     from click.testing import CliRunner
 
-    from windjoin.pipelines.run_cli import run
+    from windjoin.pipelines.cli.run import run
 
     help_text = CliRunner().invoke(run, ["--help"]).output
     for values in ("default", "controller"):
@@ -171,7 +171,7 @@ def test_job_args_name_options_that_windjoin_run_has(helm):
 def test_controller_args_name_options_that_windjoin_controller_has(helm):
     from click.testing import CliRunner
 
-    from windjoin.pipelines.controller_cli import controller
+    from windjoin.pipelines.cli.controller import controller
 
     help_text = CliRunner().invoke(controller, ["--help"]).output
     docs = _render(helm, "controller")
@@ -261,7 +261,7 @@ def test_controller_replicas_elect_a_leader_through_a_lease(helm):
     """The controller value set (2 replicas): every replica runs `windjoin controller --leader-election` with the
     Lease name, its identity and namespace from the downward API in the env variables the CLI reads, and may
     create Leases and get/update only that one."""
-    from windjoin.pipelines.controller_cli import controller
+    from windjoin.pipelines.cli.controller import controller
 
     docs = _render(helm, "controller")
     deployment = next(

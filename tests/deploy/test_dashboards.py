@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dashboards import build
-from windjoin.pipelines.controller_metrics import ControllerMetrics
-from windjoin.pipelines.job_metrics import JobMetrics
+from windjoin.pipelines.controller.metrics import ControllerMetrics
+from windjoin.pipelines.job.job_metrics import JobMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 METRIC = re.compile(r"\b(windjoin_[a-z0-9_]+)\b")
@@ -123,7 +123,7 @@ def test_every_job_metric_in_a_dashboard_exists_in_the_job_registry():
 
 def test_every_proxy_metric_in_a_dashboard_exists_in_the_proxy_registry():
     proxy_metrics = pytest.importorskip(
-        "windjoin.pipelines.proxy_metrics", reason="the query proxy's metrics module has not landed yet"
+        "windjoin.pipelines.proxy.metrics", reason="the query proxy's metrics module has not landed yet"
     )
     known = _names(proxy_metrics.ProxyMetrics().registry)
     used = {m: d for m, d in _queried_metrics().items() if m.startswith("windjoin_proxy_")}
@@ -165,8 +165,8 @@ def test_a_real_pipeline_run_updates_every_job_metric_a_dashboard_queries(
     from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
     from windjoin.connectors.parquet_sink import ParquetSink
     from windjoin.operators.spec import parse_spec
-    from windjoin.pipelines.executor_scaling import executor_count
-    from windjoin.pipelines.join_job import start_job
+    from windjoin.pipelines.job.executor_scaling import executor_count
+    from windjoin.pipelines.job.join_job import start_job
 
     spec_dict = {**keyed_eq_spec(unique_topic, tmp_path), "max_offsets_per_trigger": 300}
     t0 = 1_700_000_000_000

@@ -4,12 +4,15 @@ exists and .dockerignore lets in; the chart uses the image's paths."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# setup.py's source folders (reading it, not importing it: importing would run setup())
+SOURCE_FOLDERS = ast.literal_eval(re.search(r"^SOURCE_FOLDERS = (.+)$", (ROOT / "setup.py").read_text(), re.M).group(1))
 ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
 
 
@@ -66,8 +69,9 @@ def test_dockerfile_copies_only_what_exists_and_is_not_ignored():
         for src in group.split():
             assert (ROOT / src).exists(), src
             assert src.split("/")[0] in allowed, f"{src} is excluded by .dockerignore"
-    for package in ("operators", "connectors", "pipelines"):  # what pyproject's package-dir maps
-        assert f"COPY {package} {package}" in dockerfile
+    for folder in ("windjoin", *SOURCE_FOLDERS):  # what setup.py installs as windjoin.*
+        assert f"COPY {folder} {folder}" in dockerfile
+    assert re.search(r"^COPY .*setup\.py", dockerfile, re.MULTILINE)
     assert re.search(r"^USER 10001", dockerfile, re.MULTILINE), "the image runs as a non-root user"
     assert "openjdk-17" in dockerfile
 

@@ -45,7 +45,7 @@ from windjoin.connectors.kafka_producer import produce
 from windjoin.connectors.processes import free_port
 from windjoin.connectors.result_query import MAX_LIMIT
 from windjoin.connectors.services import tansu_binary
-from windjoin.pipelines.proxy_tokens import token_hash
+from windjoin.pipelines.proxy.tokens import token_hash
 
 pytestmark = pytest.mark.slow
 

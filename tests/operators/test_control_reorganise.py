@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from windjoin.operators.control.reorganise import classify, plan_reorganisation
 from windjoin.operators.partitioning import Group, RoutingTable
-from windjoin.pipelines.workload_generator import BModel
+from windjoin.operators.workloads.b_model import BModel
 
 
 def test_classify_by_hand():

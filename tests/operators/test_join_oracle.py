@@ -283,7 +283,7 @@ def test_nested_loop_equals_index_on_large_windows():
     from windjoin.operators.batch import Arrivals
     from windjoin.operators.join import WindowJoin
     from windjoin.operators.spec import parse_spec
-    from windjoin.pipelines.band_workload import BAND_SPEC, band_columns
+    from windjoin.operators.workloads.band import BAND_SPEC, band_columns
 
     spec = copy.deepcopy(BAND_SPEC)
     spec["window"] = {"kind": "count", "size": 1 << 16}

@@ -9,7 +9,7 @@ import pytest
 from windjoin.operators.control.load import Load, SlotBatch, aggregate_epoch
 from windjoin.operators.control.reorganise import pick_balancing, plan_reorganisation
 from windjoin.operators.partitioning import Group, RoutingTable
-from windjoin.pipelines.workload_generator import BModel
+from windjoin.operators.workloads.b_model import BModel
 
 
 def test_balance_yields_the_group_nearest_half_the_gap():

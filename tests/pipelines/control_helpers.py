@@ -14,8 +14,8 @@ from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
-from windjoin.pipelines.controller import routing_json
-from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.controller.control_loop import routing_json
+from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
 
 
 def record_routing(

@@ -22,8 +22,8 @@ from windjoin.connectors.result_query import ResultStore
 from windjoin.connectors.result_table import table_from_records
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.spec import JoinSpec, parse_spec
-from windjoin.pipelines.proxy_config import Access, Limits
-from windjoin.pipelines.proxy_tokens import TokenTable, token_hash
+from windjoin.pipelines.proxy.config import Access, Limits
+from windjoin.pipelines.proxy.tokens import TokenTable, token_hash
 
 TASKS = ("a", "b")
 TOKEN = "wj-test-token-all-tasks"  # may read every task

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from windjoin.connectors.kafka_source import ARROW_SCHEMA
+from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.adapter import CONTROL, SHED, Adapter
-from windjoin.pipelines.control_epoch import ControlEpoch
+from windjoin.pipelines.job.adapter import CONTROL, SHED, Adapter
 
 SPEC = parse_spec(
     {

@@ -33,7 +33,7 @@ from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.stream_encoder import stream_encoder
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.join_job import start_job
+from windjoin.pipelines.job.join_job import start_job
 
 BASE_TS = 1_700_000_000_000
 STEP_MS = 10

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from windjoin.pipelines.batch_budget import batch_budget, budget_text, spark_parts
-from windjoin.pipelines.join_job import BatchOutcome
-from windjoin.pipelines.run_cli import Progress
+from windjoin.operators.batch_budget import batch_budget, budget_text, spark_parts
+from windjoin.pipelines.cli.run import Progress
+from windjoin.pipelines.job.join_job import BatchOutcome
 
 
 def _slot(seconds: float, load: float, join: float, write: float, tasks: list | None = None) -> dict:

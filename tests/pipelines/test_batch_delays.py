@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from windjoin.pipelines.batch_delays import Delays
+from windjoin.operators.batch_delays import Delays
 
 slots = st.lists(st.lists(st.integers(-5, 50), max_size=40), min_size=1, max_size=4)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from windjoin.pipelines.cli import cli
+from windjoin.pipelines.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 

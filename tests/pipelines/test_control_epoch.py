@@ -6,10 +6,10 @@ import pyarrow as pa
 import pytest
 
 from windjoin.connectors.move_store import MissingStateError, MovedGroup, MoveStore
+from windjoin.operators.control.job_epoch import ControlEpoch, ControlTarget, holder_changes, next_epoch, pieces
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.adapter import Adapter
-from windjoin.pipelines.control_epoch import ControlEpoch, ControlTarget, holder_changes, next_epoch, pieces
+from windjoin.pipelines.job.adapter import Adapter
 
 START = RoutingTable.round_robin(8, 2)
 
@@ -67,7 +67,7 @@ def test_the_move_store_keeps_a_group_until_pruned(tmp_path):
 
 
 def test_only_a_routing_step_forces_a_batch_without_new_records():
-    from windjoin.pipelines.adapted_source import AdaptedStreamReader
+    from windjoin.pipelines.job.adapted_source import AdaptedStreamReader
 
     needs = AdaptedStreamReader.control_needs_batch
     steady = ControlEpoch(START).to_json()
@@ -142,7 +142,7 @@ def test_the_job_refuses_mini_groups_for_count_windows_and_n_way_tasks(window, t
         adapter.check_routing(_split3(START, 1, 0, 0, 1))
     # the job's driver plans the batch that would announce it, and stops there
     from windjoin.connectors.kafka_source import KafkaSourceOptions
-    from windjoin.pipelines.adapted_source import AdaptedStreamReader
+    from windjoin.pipelines.job.adapted_source import AdaptedStreamReader
 
     class Feed:
         def latest(self) -> ControlTarget:
@@ -189,7 +189,7 @@ def test_a_spill_request_waits_for_a_routing_step_and_refuses_partitions_that_ar
 
 
 def test_a_push_or_clean_up_forces_a_batch_once():
-    from windjoin.pipelines.adapted_source import AdaptedStreamReader
+    from windjoin.pipelines.job.adapted_source import AdaptedStreamReader
 
     steady = ControlEpoch(START, spill_version=1).to_json()
     asked = ControlEpoch(START, spill=(1,), spill_version=2).to_json()
@@ -208,7 +208,7 @@ def test_a_push_or_clean_up_forces_a_batch_once():
 def test_the_job_refuses_pushes_for_count_windows_and_n_way_tasks(window, tasks, why):
     from windjoin.connectors.kafka_source import KafkaSourceOptions
     from windjoin.operators.control.memory import SpillRequest
-    from windjoin.pipelines.adapted_source import AdaptedStreamReader
+    from windjoin.pipelines.job.adapted_source import AdaptedStreamReader
 
     streams = {n: {"fields": {"k": "int"}, "key": "k", "topic": n.lower()} for n in "RST"[:tasks]}
     on = [{"op": "eq", "left": f"{a}.k", "right": f"{b}.k"} for a, b in zip("RS", "ST", strict=False)][: tasks - 1]

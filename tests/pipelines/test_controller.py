@@ -23,10 +23,10 @@ from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadReports
 from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.partitioning import Group
-from windjoin.pipelines.controller import Controller, recorded_moves, state_from_fields
-from windjoin.pipelines.controller_metrics import ControllerMetrics
-from windjoin.pipelines.join_job import BatchOutcome
-from windjoin.pipelines.load_publisher import LoadPublisher
+from windjoin.pipelines.controller.control_loop import Controller, recorded_moves, state_from_fields
+from windjoin.pipelines.controller.metrics import ControllerMetrics
+from windjoin.pipelines.job.join_job import BatchOutcome
+from windjoin.pipelines.job.load_publisher import LoadPublisher
 
 PARTITIONS, SLOTS = 16, 4
 # Busy seconds per 1 s batch: slot 0 a supplier, 1 and 3 consumers (1 the idlest), 2 neutral.

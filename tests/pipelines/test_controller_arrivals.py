@@ -10,9 +10,9 @@ import pytest
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadReports
 from windjoin.operators.control.config import parse_control_config
-from windjoin.pipelines.controller import Controller
-from windjoin.pipelines.join_job import BatchOutcome
-from windjoin.pipelines.load_publisher import LoadPublisher
+from windjoin.pipelines.controller.control_loop import Controller
+from windjoin.pipelines.job.join_job import BatchOutcome
+from windjoin.pipelines.job.load_publisher import LoadPublisher
 
 CONFIG = {
     "utilisation": {"tau1": 0.6, "tau2": 1.0, "tau_star": 0.3, "capacity": 1000, "measure": "arrivals"},

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from tests.pipelines.test_controller import CONFIG, _publish, _spec_file, namespace  # noqa: F401 (fixture)
 from tests.pipelines.test_leader_election import CandidateApi, World
 from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.pipelines import leader_election
-from windjoin.pipelines.controller_cli import controller
+from windjoin.pipelines.cli.controller import controller
+from windjoin.pipelines.controller import leader_election
 
 LEASE = ["--lease-name", "wj-controller", "--lease-namespace", "streams"]
 OTHER = leader_election.LeaseConfig("wj-controller", "streams", "controller-1", 3, 1, 0.2)

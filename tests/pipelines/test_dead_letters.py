@@ -19,7 +19,7 @@ from tests.pipelines.dead_letter_helpers import describes, record_batch_bytes
 from windjoin.connectors.dead_letter import CUT_MARK, MAX_DETAIL_CHARS, decode_dead_letter
 from windjoin.connectors.kafka_admin import create_topics
 from windjoin.connectors.kafka_producer import BatchProducer
-from windjoin.pipelines.dead_letters import BROKER_DEFAULT_MAX_MESSAGE_BYTES, DeadLetterWriter
+from windjoin.pipelines.job.dead_letters import BROKER_DEFAULT_MAX_MESSAGE_BYTES, DeadLetterWriter
 
 BIG_PRODUCER = {"message.max.bytes": 8_000_000}  # the input topic takes records over librdkafka's 1 MB default
 ONE_MIB = 1_048_576
@@ -107,7 +107,7 @@ def test_letters_of_any_size_fit_the_topic_limit(kafka_bootstrap, unique_topic, 
 def test_an_unreadable_limit_falls_back_to_the_broker_default_with_a_warning(
     kafka_bootstrap, unique_topic, caplog
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="windjoin.pipelines.dead_letters")
+    caplog.set_level(logging.WARNING, logger="windjoin.pipelines.job.dead_letters")
     missing = unique_topic("never-created")
     assert DeadLetterWriter(kafka_bootstrap, missing).message_limit() == BROKER_DEFAULT_MAX_MESSAGE_BYTES
     assert DeadLetterWriter("127.0.0.1:1", "dead", config_timeout_s=1).message_limit() == 1_048_588

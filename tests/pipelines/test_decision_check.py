@@ -11,19 +11,19 @@ import pytest
 
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.kafka_source import KafkaSourceOptions
+from windjoin.operators.control.decision_check import Accepted, DecisionRefused, check_decision
 from windjoin.operators.control.declustering import UtilisationState
 from windjoin.operators.control.epoch import ControlState, Decision
+from windjoin.operators.control.job_epoch import ControlEpoch, ControlTarget
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.control.reorganise import Classes
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.adapted_source import AdaptedStreamReader
-from windjoin.pipelines.adapter import Adapter
-from windjoin.pipelines.control_epoch import ControlEpoch, ControlTarget
-from windjoin.pipelines.control_feed import DecisionFeed, RefusalCounts
-from windjoin.pipelines.controller import EpochOutcome, decision_fields, state_from_fields
-from windjoin.pipelines.decision_check import Accepted, DecisionRefused, check_decision
-from windjoin.pipelines.job_metrics import JobMetrics
+from windjoin.pipelines.controller.control_loop import EpochOutcome, decision_fields, state_from_fields
+from windjoin.pipelines.job.adapted_source import AdaptedStreamReader
+from windjoin.pipelines.job.adapter import Adapter
+from windjoin.pipelines.job.control_feed import DecisionFeed, RefusalCounts
+from windjoin.pipelines.job.job_metrics import JobMetrics
 
 PARTITIONS, SLOTS = 8, 4
 START = RoutingTable.round_robin(PARTITIONS, 2)
@@ -133,7 +133,7 @@ def test_the_job_keeps_the_last_good_decision_through_redis(feed, caplog):
     assert ControlEpoch.from_json(epoch).shed_ratio == 0.25
     metrics = JobMetrics(streams=list(spec.streams), refused=refusals.read)
     assert b'windjoin_job_decisions_refused_total{reason="shed_ratio"} 0.0' in metrics.exposition()
-    with caplog.at_level(logging.WARNING, logger="windjoin.pipelines.control_feed"):
+    with caplog.at_level(logging.WARNING, logger="windjoin.pipelines.job.control_feed"):
         for bad in (
             _edit(recorded(START, epoch=2), shed_ratio="1.5"),  # shed everything and more
             _edit(recorded(START, epoch=3), routing={**ROUTING, "slot_of": [0, 7] * 4}),  # to slots that don't exist

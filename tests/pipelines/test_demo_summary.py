@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from windjoin.pipelines.batch_delays import Delays
-from windjoin.pipelines.demo import DemoSummary
-from windjoin.pipelines.join_job import BatchOutcome
+from windjoin.operators.batch_delays import Delays
+from windjoin.pipelines.cli.demo import DemoSummary
+from windjoin.pipelines.job.join_job import BatchOutcome
 
 
 def _batch(batch_id: int, delays_ms: list[int]) -> BatchOutcome:

@@ -18,7 +18,7 @@ from tests.pipelines.test_pipeline_e2e import _events, _spec
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.join_job import start_job
+from windjoin.pipelines.job.join_job import start_job
 
 EVENTS = 1600  # two keys, all within the window: ~2 * 400 * 400 pairs
 GROWTH_LIMIT_MB = 25

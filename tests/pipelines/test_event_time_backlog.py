@@ -24,7 +24,7 @@ from windjoin.connectors.kafka_producer import produce
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.join_job import BatchOutcome, start_job
+from windjoin.pipelines.job.join_job import BatchOutcome, start_job
 
 BASE_TS = 1_700_000_000_000
 SPAN_MS = 64_000

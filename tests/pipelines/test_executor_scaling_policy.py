@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from windjoin.connectors.control_decisions import DecisionStore, decision_key
-from windjoin.pipelines.cli import cli
-from windjoin.pipelines.executor_scaling import (
+from windjoin.pipelines.cli.main import cli
+from windjoin.pipelines.job.executor_scaling import (
     ExecutorFollower,
     ScalingPolicy,
     ScalingState,

@@ -33,9 +33,9 @@ from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.partitioning import Group, partition_of
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.controller import Controller, recorded_moves, state_from_fields
-from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
-from windjoin.pipelines.load_publisher import LoadPublisher
+from windjoin.pipelines.controller.control_loop import Controller, recorded_moves, state_from_fields
+from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.job.load_publisher import LoadPublisher
 
 PARTITIONS, SLOTS, HOT = 16, 4, 1  # HOT starts on slot 1
 HOT_KEYS, COLD_KEYS = 32, 6  # keys of HOT; keys of each other partition

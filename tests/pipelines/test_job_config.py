@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from windjoin.operators.spec import SpecError, load_spec, parse_spec
-from windjoin.pipelines.join_job import JobConfigError, check_runnable
+from windjoin.pipelines.job.join_job import JobConfigError, check_runnable
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

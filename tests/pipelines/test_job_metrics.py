@@ -17,10 +17,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
-from windjoin.pipelines.batch_delays import Delays
-from windjoin.pipelines.executor_scaling import executor_count
-from windjoin.pipelines.job_metrics import DELAY_BUCKETS, JobMetrics
-from windjoin.pipelines.join_job import BatchOutcome
+from windjoin.operators.batch_delays import Delays
+from windjoin.pipelines.job.executor_scaling import executor_count
+from windjoin.pipelines.job.job_metrics import DELAY_BUCKETS, JobMetrics
+from windjoin.pipelines.job.join_job import BatchOutcome
 
 
 def _outcome(batch_id: int, delays_ms: list[int]) -> BatchOutcome:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from windjoin.pipelines.job_metrics import JobMetrics
-from windjoin.pipelines.join_job import BatchOutcome
+from windjoin.pipelines.job.job_metrics import JobMetrics
+from windjoin.pipelines.job.join_job import BatchOutcome
 
 
 def _outcome(batch_id: int, slot_of_part_5: int) -> BatchOutcome:

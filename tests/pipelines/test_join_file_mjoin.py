@@ -15,8 +15,8 @@ from tests.operators.run_mjoin import build_spec
 from tests.oracle import as_multiset, oracle_join
 from tests.oracle_mjoin import oracle_mjoin
 from windjoin.operators.spec import load_spec
-from windjoin.pipelines import join_file as join_file_module
-from windjoin.pipelines.join_file import join_file
+from windjoin.pipelines.cli.join_file import join_file
+from windjoin.pipelines.cli.main import join_file as join_file_module
 
 FIELDS = {"k": "int", "x": "int", "y": "float"}
 SPEC = {

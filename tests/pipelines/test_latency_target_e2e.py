@@ -14,9 +14,9 @@ from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.operators.batch_size import FIT_SAMPLES
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.adapted_source import AdaptedStreamReader
-from windjoin.pipelines.adapter import Adapter
-from windjoin.pipelines.join_job import BatchOutcome, start_job
+from windjoin.pipelines.job.adapted_source import AdaptedStreamReader
+from windjoin.pipelines.job.adapter import Adapter
+from windjoin.pipelines.job.join_job import BatchOutcome, start_job
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from kubernetes.client import V1Lease
 from kubernetes.client.exceptions import ApiException
 
-from windjoin.pipelines.leader_election import LeaderElector, LeaderLoop, LeaseConfig, LeaseConfigError
+from windjoin.pipelines.controller.leader_election import LeaderElector, LeaderLoop, LeaseConfig, LeaseConfigError
 
 NS, NAME = "streams", "wj-controller"
 EPOCH = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC)

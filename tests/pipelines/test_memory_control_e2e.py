@@ -26,9 +26,9 @@ from windjoin.connectors.load_reports import LoadReports
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.controller import Controller, recorded_moves
-from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
-from windjoin.pipelines.load_publisher import LoadPublisher
+from windjoin.pipelines.controller.control_loop import Controller, recorded_moves
+from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.job.load_publisher import LoadPublisher
 
 CONTROL = {
     "utilisation": {"capacity": 1e12, "min_workers": 2, "max_workers": 2},  # no shedding, no scaling

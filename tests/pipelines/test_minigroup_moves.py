@@ -27,12 +27,12 @@ from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.kafka_source import ARROW_SCHEMA
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
+from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.adapter import Adapter
-from windjoin.pipelines.control_epoch import ControlEpoch
-from windjoin.pipelines.join_job import ControlSource
-from windjoin.pipelines.join_state import JoinProcessor
+from windjoin.pipelines.job.adapter import Adapter
+from windjoin.pipelines.job.join_job import ControlSource
+from windjoin.pipelines.job.join_state import JoinProcessor
 
 START = RoutingTable.round_robin(8, 2)  # p3 on slot 1, p4 on slot 0
 

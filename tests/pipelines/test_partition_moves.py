@@ -25,7 +25,7 @@ from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.join_job import ControlSource
+from windjoin.pipelines.job.join_job import ControlSource
 
 TASKS = [
     {"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},

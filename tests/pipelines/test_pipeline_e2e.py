@@ -15,7 +15,7 @@ from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redi
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.join_job import start_job
+from windjoin.pipelines.job.join_job import start_job
 
 
 def _spec(unique_topic, tmp_path, window: dict, keyed: bool, tasks: list[dict], **extra) -> dict:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from windjoin.pipelines.cli import cli
+from windjoin.pipelines.cli.main import cli
 
 EXAMPLE1 = Path(__file__).resolve().parents[2] / "examples" / "pmjoin_example1.yaml"
 

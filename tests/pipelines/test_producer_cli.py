@@ -28,8 +28,8 @@ from windjoin.connectors.avro_codec import SchemaRegistry
 from windjoin.connectors.codec import codec_for
 from windjoin.connectors.stream_encoder import EventEncodeError, key_text, stream_encoder
 from windjoin.operators.spec import load_spec, parse_spec
-from windjoin.pipelines.producer_cli import generate, produce
-from windjoin.pipelines.workload_generator import Workload, WorkloadConfig
+from windjoin.operators.workloads.b_model import Workload, WorkloadConfig
+from windjoin.pipelines.cli.produce import generate, produce
 
 BASE_TS = 1_700_000_000_000
 S_SCHEMA = {

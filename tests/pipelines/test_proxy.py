@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from tests.pipelines.proxy_helpers import AUTH, Results, Server, access, make_spec, new_namespace
 from windjoin.connectors.processes import free_port
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
-from windjoin.pipelines.proxy import create_app
-from windjoin.pipelines.proxy_feed import FeedConfig
-from windjoin.pipelines.query_cli import sse_events
+from windjoin.pipelines.cli.query import sse_events
+from windjoin.pipelines.proxy.app import create_app
+from windjoin.pipelines.proxy.feed import FeedConfig
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 N_BATCHES, SNAPSHOT_AFTER, ROWS = 12, 7, 15

@@ -32,9 +32,9 @@ from tests.pipelines.proxy_helpers import (
 )
 from windjoin.connectors import processes
 from windjoin.connectors.processes import free_port
-from windjoin.pipelines.cli import cli
-from windjoin.pipelines.proxy import create_app
-from windjoin.pipelines.proxy_config import Bounds, Limits
+from windjoin.pipelines.cli.main import cli
+from windjoin.pipelines.proxy.app import create_app
+from windjoin.pipelines.proxy.config import Bounds, Limits
 
 BAD = {"Authorization": "Bearer not-a-known-token"}
 

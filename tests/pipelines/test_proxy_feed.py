@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from windjoin.connectors.result_query import decode_cursor, feed_cursor
-from windjoin.pipelines.proxy_feed import FeedConfig, pages
+from windjoin.pipelines.proxy.feed import FeedConfig, pages
 
 
 def test_pages_cut_a_read_into_chunks_whose_cursors_stand_after_their_last_rows() -> None:

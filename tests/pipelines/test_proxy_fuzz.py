@@ -22,7 +22,7 @@ from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from tests.pipelines.proxy_helpers import AUTH, Results, Server, access, make_spec, new_namespace
-from windjoin.pipelines.proxy import create_app
+from windjoin.pipelines.proxy.app import create_app
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,9 @@ from tests.pipelines.proxy_helpers import TOKEN, TOKENS_FILE, Results, Server, a
 from tests.pipelines.test_proxy import wait_subscribers
 from windjoin.connectors import processes
 from windjoin.connectors.processes import free_port
-from windjoin.pipelines.cli import cli
-from windjoin.pipelines.proxy import create_app
-from windjoin.pipelines.proxy_feed import FeedConfig
+from windjoin.pipelines.cli.main import cli
+from windjoin.pipelines.proxy.app import create_app
+from windjoin.pipelines.proxy.feed import FeedConfig
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,10 @@ from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.redis_tier import read_span
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.control_feed import RefusalCounts, refusals_path
-from windjoin.pipelines.controller import routing_json
-from windjoin.pipelines.job_metrics import JobMetrics
-from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.controller.control_loop import routing_json
+from windjoin.pipelines.job.control_feed import RefusalCounts, refusals_path
+from windjoin.pipelines.job.job_metrics import JobMetrics
+from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
 
 PARTITIONS, SLOTS = 4, 2
 

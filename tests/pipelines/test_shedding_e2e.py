@@ -43,9 +43,9 @@ from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.control.shedding import shed_mask, shed_ratio
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.controller import Controller
-from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
-from windjoin.pipelines.load_publisher import LoadPublisher
+from windjoin.pipelines.controller.control_loop import Controller
+from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.job.load_publisher import LoadPublisher
 
 WINDOW_MS = 100
 KEYS = 20

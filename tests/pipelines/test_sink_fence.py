@@ -20,10 +20,10 @@ from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, owner_
 from windjoin.connectors.result_table import table_from_records
 from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError
 from windjoin.connectors.snapshots import SnapshotStore
-from windjoin.pipelines.checkpoint_identity import RUN_FILE, checkpoint_identity, predates_run_ids
-from windjoin.pipelines.job_metrics import JobMetrics
-from windjoin.pipelines.join_job import BatchOutcome, note_replay
-from windjoin.pipelines.sink_fence import SinkOwnerError, fence_sinks
+from windjoin.pipelines.job.checkpoint_identity import RUN_FILE, checkpoint_identity, predates_run_ids
+from windjoin.pipelines.job.job_metrics import JobMetrics
+from windjoin.pipelines.job.join_job import BatchOutcome, note_replay
+from windjoin.pipelines.job.sink_fence import SinkOwnerError, fence_sinks
 
 TASKS = ["a", "b"]
 
@@ -234,7 +234,7 @@ def test_a_replay_is_logged_and_counted_per_sink(make_sink, caplog: pytest.LogCa
     sink, metrics = make_sink(), JobMetrics()
     for attempt in range(2):  # the first write commits, the second is the replay after a restart
         outcome = BatchOutcome(4)
-        with caplog.at_level(logging.WARNING, logger="windjoin.pipelines.join_job"):
+        with caplog.at_level(logging.WARNING, logger="windjoin.pipelines.job.join_job"):
             note_replay(outcome, sink, batch(4), sink.write(4, batch(4)))
         metrics.observe(outcome)
         assert outcome.replayed == ({sink.name: TASKS} if attempt else {})

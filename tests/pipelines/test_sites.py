@@ -25,8 +25,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from tests.pipelines.sites_oracle import expected_edge_tuples, oracle_for
 from windjoin.connectors import processes
 from windjoin.operators.pmjoin.execution import ExecutionPlan
-from windjoin.pipelines.site import END_KEY, source_topic
-from windjoin.pipelines.sites_cli import sites
+from windjoin.pipelines.cli.sites import sites
+from windjoin.pipelines.sites.site import END_KEY, source_topic
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SPAN_S = 600
@@ -109,7 +109,7 @@ def test_count_windows_are_refused_before_anything_starts(tmp_path):
 
 
 def test_a_site_not_in_the_plan_is_refused(tmp_path):
-    from windjoin.pipelines.site_driver import prepare
+    from windjoin.pipelines.sites.driver import prepare
 
     plan, _, _ = prepare(EXAMPLES / "pmjoin_sites.yaml")
     path = tmp_path / "plan.json"

@@ -28,7 +28,7 @@ from windjoin.operators.pmjoin.plan import plan_cost
 from windjoin.operators.pmjoin.planner import PlannerOptions, plan_query
 from windjoin.operators.pmjoin.pmjoin import Partitioning
 from windjoin.operators.pmjoin.stats import load_stats, parse_stats
-from windjoin.pipelines.site_workload import StreamEvents, generate
+from windjoin.operators.workloads.sites import StreamEvents, generate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

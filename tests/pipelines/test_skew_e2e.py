@@ -40,10 +40,10 @@ from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.controller import Controller, recorded_moves
-from windjoin.pipelines.join_job import BatchOutcome, ControlSource, start_job
-from windjoin.pipelines.load_publisher import LoadPublisher
-from windjoin.pipelines.workload_generator import PartitionSkewedKeys
+from windjoin.operators.workloads.b_model import PartitionSkewedKeys
+from windjoin.pipelines.controller.control_loop import Controller, recorded_moves
+from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.job.load_publisher import LoadPublisher
 
 PARTITIONS, SLOTS = 64, 8
 KEYS, PER_MS, WINDOW_MS = 800, 4, 1_000  # 12.5 keys per partition, 4 events per ms of event time

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.control.finetune import FINE_DEPTH
+from windjoin.operators.control.slot_load import GROUP_FIELDS, GroupLoadMeter, join_state
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.partitioning import key_hash
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.slot_load import GROUP_FIELDS, GroupLoadMeter, join_state
 
 SPEC = {
     "window": {"kind": "time", "size_ms": 1_000_000},

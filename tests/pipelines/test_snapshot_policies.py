@@ -20,11 +20,11 @@ from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, table_from_re
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec, parse_spec
-from windjoin.pipelines.adapter import PUNCTUATION, Adapter
-from windjoin.pipelines.join_job import BatchSink
-from windjoin.pipelines.run_cli import build_sinks
-from windjoin.pipelines.slot_output import SlotOutputs, write_slot
-from windjoin.pipelines.snapshot_committer import SnapshotCommitter, snapshot_reason
+from windjoin.pipelines.cli.run import build_sinks
+from windjoin.pipelines.job.adapter import PUNCTUATION, Adapter
+from windjoin.pipelines.job.join_job import BatchSink
+from windjoin.pipelines.job.slot_output import SlotOutputs, write_slot
+from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter, snapshot_reason
 
 
 def make_spec(tmp_path: Path, redis_url: str | None = None, tasks: tuple[str, ...] = ("a", "b"), **parquet) -> JoinSpec:

@@ -27,8 +27,8 @@ from windjoin.connectors.spill_files import SpillFiles
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.job_metrics import JobMetrics
-from windjoin.pipelines.join_job import BatchOutcome, ControlSource, spill_root
+from windjoin.pipelines.job.job_metrics import JobMetrics
+from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, spill_root
 
 START = RoutingTable.round_robin(8, 2)
 # spill requests recorded after the batch id named: push p1, p3; push p3 again and p6; clean all three up

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from windjoin.pipelines.window_cache import WindowFiles
+from windjoin.pipelines.job.window_cache import WindowFiles
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 
 from windjoin.operators.schema import StreamSchema
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.workload_generator import (
+from windjoin.operators.workloads.b_model import (
     CHUNK_S,
     BModel,
     PoissonClock,
@@ -237,7 +237,7 @@ def test_workload_config_refuses_bad_values() -> None:
 
 def test_partition_skew_puts_the_b_model_on_the_hash_partitions():
     from windjoin.operators.partitioning import partition_of
-    from windjoin.pipelines.workload_generator import BModel, PartitionSkewedKeys
+    from windjoin.operators.workloads.b_model import BModel, PartitionSkewedKeys
 
     keys = PartitionSkewedKeys(10_000_001, 32, 0.7, seed=3).sample(400_000, np.random.default_rng(0))
     shares = np.bincount(partition_of(keys, 32), minlength=32) / len(keys)
@@ -247,7 +247,7 @@ def test_partition_skew_puts_the_b_model_on_the_hash_partitions():
 
 def test_slot_aligned_skew_gives_the_busiest_round_robin_slot_b_to_the_log_slots():
     from windjoin.operators.partitioning import partition_of
-    from windjoin.pipelines.workload_generator import BModel, PartitionSkewedKeys
+    from windjoin.operators.workloads.b_model import BModel, PartitionSkewedKeys
 
     keys = PartitionSkewedKeys(5_000, 64, 0.7, seed=3, slots=8).sample(400_000, np.random.default_rng(0))
     parts = partition_of(keys, 64)

@@ -13,10 +13,10 @@ import math
 from fastapi import HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials
 
-from windjoin.pipelines.proxy_config import Access
-from windjoin.pipelines.proxy_limits import Lease, RateLimiter, StreamSlots
-from windjoin.pipelines.proxy_metrics import ProxyMetrics
-from windjoin.pipelines.proxy_tokens import Client
+from windjoin.pipelines.proxy.config import Access
+from windjoin.pipelines.proxy.limits import Lease, RateLimiter, StreamSlots
+from windjoin.pipelines.proxy.metrics import ProxyMetrics
+from windjoin.pipelines.proxy.tokens import Client
 
 log = logging.getLogger("windjoin.proxy")
 

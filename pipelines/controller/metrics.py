@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
 
 if TYPE_CHECKING:
-    from windjoin.pipelines.controller import EpochOutcome
+    from windjoin.pipelines.controller.control_loop import EpochOutcome
 
 SUPPLIER, NEUTRAL, CONSUMER = 1, 0, -1  # windjoin_controller_slot_class values
 

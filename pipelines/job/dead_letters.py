@@ -27,7 +27,7 @@ from windjoin.connectors.kafka_producer import BatchProducer
 from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
 from windjoin.connectors.kafka_source import KafkaRange, KafkaSourceOptions, read_range
 from windjoin.operators import schema
-from windjoin.pipelines.adapter import UNKNOWN_TOPIC
+from windjoin.pipelines.job.adapter import UNKNOWN_TOPIC
 
 for _reason in (
     schema.MISSING_TIMESTAMP,

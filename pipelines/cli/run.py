@@ -13,14 +13,14 @@ from redis.exceptions import RedisError
 
 from windjoin.connectors.redis_client import RedisAuthError, spec_auth
 from windjoin.connectors.sink_owner import OwnerRecordError
+from windjoin.operators.batch_budget import budget_text
+from windjoin.operators.checkpoint_layout import CheckpointLayoutError, check_layout
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec
-from windjoin.pipelines.batch_budget import budget_text
-from windjoin.pipelines.checkpoint_identity import checkpoint_identity, predates_run_ids
-from windjoin.pipelines.checkpoint_layout import CheckpointLayoutError, check_layout
-from windjoin.pipelines.cli_options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
-from windjoin.pipelines.control_feed import RefusalCounts, refusals_path
-from windjoin.pipelines.executor_scaling import DEFAULT_REDIS_KEY, executor_count, start_following
-from windjoin.pipelines.join_job import (
+from windjoin.pipelines.cli.options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
+from windjoin.pipelines.job.checkpoint_identity import checkpoint_identity, predates_run_ids
+from windjoin.pipelines.job.control_feed import RefusalCounts, refusals_path
+from windjoin.pipelines.job.executor_scaling import DEFAULT_REDIS_KEY, executor_count, start_following
+from windjoin.pipelines.job.join_job import (
     BATCH_RUNNING,
     STATE_CONF,
     BatchOutcome,
@@ -29,7 +29,7 @@ from windjoin.pipelines.join_job import (
     check_runnable,
     start_job,
 )
-from windjoin.pipelines.sink_fence import SinkOwnerError, fence_sinks
+from windjoin.pipelines.job.sink_fence import SinkOwnerError, fence_sinks
 
 
 def build_sinks(spec: JoinSpec, clock: Callable[[], float] = time.time) -> list[Any]:
@@ -42,7 +42,7 @@ def build_sinks(spec: JoinSpec, clock: Callable[[], float] = time.time) -> list[
     from windjoin.connectors.parquet_sink import ParquetSink
     from windjoin.connectors.redis_sink import RedisSink
     from windjoin.connectors.snapshots import SnapshotStore
-    from windjoin.pipelines.snapshot_committer import SnapshotCommitter
+    from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter
 
     parquet, redis = spec.sinks.parquet, spec.sinks.redis
     sinks: list[Any] = []
@@ -232,7 +232,7 @@ def run(
     progress = Progress()
     metrics = None
     if metrics_port is not None:
-        from windjoin.pipelines.job_metrics import JobMetrics
+        from windjoin.pipelines.job.job_metrics import JobMetrics
 
         sc = spark.sparkContext
         refused = RefusalCounts(refusals_path(spec)).read if control_redis else None
@@ -243,7 +243,7 @@ def run(
     load_publisher = None
     if spec.sinks.redis is not None:  # per-slot and per-partition load for `windjoin controller`
         from windjoin.connectors.load_reports import LoadReports
-        from windjoin.pipelines.load_publisher import LoadPublisher
+        from windjoin.pipelines.job.load_publisher import LoadPublisher
 
         trigger_s = 0.0 if available_now else spec.trigger_ms / 1000
         reports = LoadReports(spec.sinks.redis.url, auth=spec_auth(spec.sinks.redis))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from windjoin.pipelines.proxy_config import Limits
+from windjoin.pipelines.proxy.config import Limits
 
 _MAX_CLIENTS = 10_000  # buckets kept; beyond it, full (idle) ones are forgotten
 

@@ -51,17 +51,17 @@ from windjoin.connectors.move_store import MovedGroup, MoveStore
 from windjoin.connectors.result_table import ARROW_TYPES
 from windjoin.connectors.spill_files import SpillFiles
 from windjoin.operators.batch import Arrivals
+from windjoin.operators.control.job_epoch import ControlEpoch, Holders, check_spillable, pieces, unit_holders
+from windjoin.operators.control.slot_load import GroupLoadMeter, join_state
 from windjoin.operators.join import Pairs, WindowJoin
 from windjoin.operators.mjoin import join_operator
 from windjoin.operators.partitioning import Group, RoutingTable, key_hash, mini_bits
 from windjoin.operators.schema import LATE
 from windjoin.operators.spec import CountWindow, JoinSpec
 from windjoin.operators.spill.cleanup import missing_results
-from windjoin.pipelines.adapter import CONTROL, PUNCTUATION, SHED, TIMING, field_column, key_column
-from windjoin.pipelines.control_epoch import ControlEpoch, Holders, check_spillable, pieces, unit_holders
-from windjoin.pipelines.slot_load import GroupLoadMeter, join_state
-from windjoin.pipelines.slot_output import SlotOutputs, current_batch_id, write_slot
-from windjoin.pipelines.window_cache import WindowFiles
+from windjoin.pipelines.job.adapter import CONTROL, PUNCTUATION, SHED, TIMING, field_column, key_column
+from windjoin.pipelines.job.slot_output import SlotOutputs, current_batch_id, write_slot
+from windjoin.pipelines.job.window_cache import WindowFiles
 
 OUTPUT_DDL = "slot int, stats binary"  # one row per slot and batch: its summary as JSON (results leave elsewhere)
 ORDER = ["ts", "topic", "kpartition", "koffset"]  # arrival order inside a batch: deterministic on replay

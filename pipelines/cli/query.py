@@ -203,8 +203,8 @@ def _store_pages(
     import redis
 
     from windjoin.connectors.result_query import QueryError, ResultStore, parse_condition
-    from windjoin.pipelines.cli_options import load_spec_or_fail
-    from windjoin.pipelines.proxy_cli import store_from_spec
+    from windjoin.pipelines.cli.options import load_spec_or_fail
+    from windjoin.pipelines.cli.proxy import store_from_spec
 
     if not spec_path.is_file():
         raise click.BadParameter(f"{spec_path} is neither an http(s):// URL nor a spec file", param_hint="URL-or-SPEC")

@@ -2,7 +2,7 @@
 
 Both encode events with the stream's codec (`connectors.stream_encoder`), create missing topics, produce with
 delivery checked (a failed delivery ends the run with an error), and show a tqdm bar on stderr.
-Register with: ``from windjoin.pipelines.producer_cli import generate, produce``.
+Register with: ``from windjoin.pipelines.cli.produce import generate, produce``.
 """
 
 from __future__ import annotations
@@ -30,14 +30,7 @@ from windjoin.connectors.stream_encoder import (
     stream_encoder,
 )
 from windjoin.operators.spec import JoinSpec
-from windjoin.pipelines.cli_options import (
-    BOOTSTRAP_OPTION,
-    SPEC_ARGUMENT,
-    STATE_DIR_OPTION,
-    load_spec_or_fail,
-    resolve_bootstrap,
-)
-from windjoin.pipelines.workload_generator import (
+from windjoin.operators.workloads.b_model import (
     CHUNK_S,
     PAPER_BIAS,
     PAPER_KEYS,
@@ -45,6 +38,13 @@ from windjoin.pipelines.workload_generator import (
     SKEW_OVER,
     Workload,
     WorkloadConfig,
+)
+from windjoin.pipelines.cli.options import (
+    BOOTSTRAP_OPTION,
+    SPEC_ARGUMENT,
+    STATE_DIR_OPTION,
+    load_spec_or_fail,
+    resolve_bootstrap,
 )
 
 DEFAULT_TOPIC_PARTITIONS = 4
@@ -348,7 +348,7 @@ def _generate(
         )
 
 
-def main() -> None:  # pragma: no cover - for `python -m windjoin.pipelines.producer_cli generate ...`
+def main() -> None:  # pragma: no cover - for `python -m windjoin.pipelines.cli.produce generate ...`
     group = click.Group(commands=[produce, generate])
     group(prog_name=os.path.basename(sys.argv[0]))
 

@@ -10,19 +10,19 @@ import orjson
 import yaml
 
 from windjoin.operators.spec import load_spec
-from windjoin.pipelines.band_workload import BAND_SPEC, band_events
-from windjoin.pipelines.bench_cli import bench
-from windjoin.pipelines.cli_options import SPEC_ARGUMENT, load_spec_or_fail
-from windjoin.pipelines.controller_cli import controller
-from windjoin.pipelines.join_file import DEFAULT_CHUNK, JoinFileReport, Refusal, join_file
-from windjoin.pipelines.plan_cli import plan
-from windjoin.pipelines.producer_cli import generate, produce
-from windjoin.pipelines.proxy_cli import proxy
-from windjoin.pipelines.query_cli import query
-from windjoin.pipelines.redis_acl_cli import redis_acl
-from windjoin.pipelines.run_cli import run
-from windjoin.pipelines.services_cli import services
-from windjoin.pipelines.sites_cli import sites
+from windjoin.operators.workloads.band import BAND_SPEC, band_events
+from windjoin.pipelines.cli.bench import bench
+from windjoin.pipelines.cli.controller import controller
+from windjoin.pipelines.cli.join_file import DEFAULT_CHUNK, JoinFileReport, Refusal, join_file
+from windjoin.pipelines.cli.options import SPEC_ARGUMENT, load_spec_or_fail
+from windjoin.pipelines.cli.plan import plan
+from windjoin.pipelines.cli.produce import generate, produce
+from windjoin.pipelines.cli.proxy import proxy
+from windjoin.pipelines.cli.query import query
+from windjoin.pipelines.cli.redis_acl import redis_acl
+from windjoin.pipelines.cli.run import run
+from windjoin.pipelines.cli.services import services
+from windjoin.pipelines.cli.sites import sites
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -90,7 +90,7 @@ def demo(rate: float, duration: float, keys: int, out_dir: Path, offline: bool, 
     if offline:
         _offline_demo(n_events, out_dir)
         return
-    from windjoin.pipelines.demo import run_demo
+    from windjoin.pipelines.cli.demo import run_demo
 
     run_demo(out_dir, rate, duration, keys)
 

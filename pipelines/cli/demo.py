@@ -20,9 +20,9 @@ import yaml
 
 from windjoin.connectors import services as svc
 from windjoin.operators.spec import load_spec
-from windjoin.pipelines.join_job import STATE_CONF, BatchOutcome, start_job
-from windjoin.pipelines.producer_cli import ensure_topics
-from windjoin.pipelines.run_cli import Progress, build_sinks
+from windjoin.pipelines.cli.produce import ensure_topics
+from windjoin.pipelines.cli.run import Progress, build_sinks
+from windjoin.pipelines.job.join_job import STATE_CONF, BatchOutcome, start_job
 
 STALL_S = 120
 DEMO_TOPIC_PARTITIONS = 4

@@ -35,8 +35,8 @@ from windjoin.operators.pmjoin.planner import PlannerOptions, plan_query
 from windjoin.operators.pmjoin.render import report_text
 from windjoin.operators.pmjoin.stats import StatsError, StatsFile, load_stats
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.site import END_KEY, site_topic, source_topic
-from windjoin.pipelines.site_workload import StreamEvents, generate
+from windjoin.operators.workloads.sites import StreamEvents, generate
+from windjoin.pipelines.sites.site import END_KEY, site_topic, source_topic
 
 PRODUCER_CONFIG = {"linger.ms": 20, "batch.num.messages": 10_000}
 
@@ -101,7 +101,7 @@ def start_sites(plan_path: Path, plan: ExecutionPlan, config: SitesRunConfig, pr
         argv = [
             sys.executable,
             "-m",
-            "windjoin.pipelines.sites_cli",
+            "windjoin.pipelines.cli.sites",
             "site",
             str(plan_path),
             "--site",

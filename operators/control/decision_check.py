@@ -19,9 +19,9 @@ from typing import Any
 
 import orjson
 
+from windjoin.operators.control.job_epoch import ControlTarget
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
-from windjoin.pipelines.control_epoch import ControlTarget
 
 REASONS = ("schema", "shed_ratio", "routing", "version")
 

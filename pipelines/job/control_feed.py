@@ -18,8 +18,8 @@ import orjson
 
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.redis_client import RedisAuth
-from windjoin.pipelines.control_epoch import ControlTarget
-from windjoin.pipelines.decision_check import Accepted, DecisionRefused, check_decision
+from windjoin.operators.control.decision_check import Accepted, DecisionRefused, check_decision
+from windjoin.operators.control.job_epoch import ControlTarget
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import orjson
 from windjoin.connectors import services as svc
 from windjoin.operators.pmjoin.execution import ExecutionError, ExecutionPlan
 from windjoin.operators.pmjoin.stats import StatsError
-from windjoin.pipelines.cli_options import BOOTSTRAP_ENV
-from windjoin.pipelines.site import SiteConfig, SiteError, run_site
-from windjoin.pipelines.site_driver import SitesRunConfig, SitesRunError, run_sites
+from windjoin.pipelines.cli.options import BOOTSTRAP_ENV
+from windjoin.pipelines.sites.driver import SitesRunConfig, SitesRunError, run_sites
+from windjoin.pipelines.sites.site import SiteConfig, SiteError, run_site
 
 _BOOTSTRAP = click.option(
     "--bootstrap",

@@ -25,11 +25,11 @@ from starlette.concurrency import run_in_threadpool
 
 from windjoin.connectors.result_query import MAX_LIMIT, QueryError, ResultStore, parse_condition
 from windjoin.operators.spec import IDENTIFIER
-from windjoin.pipelines.proxy_access import Gate
-from windjoin.pipelines.proxy_config import Access, Bounds
-from windjoin.pipelines.proxy_feed import SLOW_CONSUMER, Chunk, FeedConfig, FeedHub, Subscription
-from windjoin.pipelines.proxy_metrics import ProxyMetrics
-from windjoin.pipelines.proxy_tokens import Client
+from windjoin.pipelines.proxy.access import Gate
+from windjoin.pipelines.proxy.config import Access, Bounds
+from windjoin.pipelines.proxy.feed import SLOW_CONSUMER, Chunk, FeedConfig, FeedHub, Subscription
+from windjoin.pipelines.proxy.metrics import ProxyMetrics
+from windjoin.pipelines.proxy.tokens import Client
 
 DEFAULT_LIMIT = 1000
 MAX_CONDITIONS = 32

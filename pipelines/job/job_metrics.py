@@ -13,11 +13,11 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from windjoin.connectors.codec_errors import known_reasons
+from windjoin.operators.control.decision_check import REASONS
 from windjoin.operators.schema import RECORD_REASONS
-from windjoin.pipelines.decision_check import REASONS
 
 if TYPE_CHECKING:
-    from windjoin.pipelines.join_job import BatchOutcome
+    from windjoin.pipelines.job.join_job import BatchOutcome
 
 log = logging.getLogger(__name__)
 

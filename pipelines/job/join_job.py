@@ -24,25 +24,25 @@ from windjoin.connectors.move_store import MoveStore
 from windjoin.connectors.redis_client import RedisAuth
 from windjoin.connectors.result_table import result_schema
 from windjoin.connectors.snapshots import Snapshot
+from windjoin.operators.batch_budget import batch_budget, spark_parts
+from windjoin.operators.batch_delays import Delays
+from windjoin.operators.checkpoint_layout import check_layout
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
-from windjoin.pipelines.adapted_source import (
+from windjoin.pipelines.job.adapted_source import (
     CONTROL_NAMESPACE_OPTION,
     CONTROL_REDIS_OPTION,
     COSTS_OPTION,
     MARKS_OPTION,
     read_adapted,
 )
-from windjoin.pipelines.adapter import Adapter
-from windjoin.pipelines.batch_budget import batch_budget, spark_parts
-from windjoin.pipelines.batch_delays import Delays
-from windjoin.pipelines.checkpoint_identity import checkpoint_identity, predates_run_ids
-from windjoin.pipelines.checkpoint_layout import check_layout
-from windjoin.pipelines.control_feed import REFUSALS_OPTION, auth_options
-from windjoin.pipelines.join_state import OUTPUT_DDL, JoinProcessor
-from windjoin.pipelines.sink_fence import fence_sinks
-from windjoin.pipelines.slot_output import DeadLetterTarget, SlotOutputs, StagedSink
-from windjoin.pipelines.snapshot_committer import SnapshotCommitter
+from windjoin.pipelines.job.adapter import Adapter
+from windjoin.pipelines.job.checkpoint_identity import checkpoint_identity, predates_run_ids
+from windjoin.pipelines.job.control_feed import REFUSALS_OPTION, auth_options
+from windjoin.pipelines.job.join_state import OUTPUT_DDL, JoinProcessor
+from windjoin.pipelines.job.sink_fence import fence_sinks
+from windjoin.pipelines.job.slot_output import DeadLetterTarget, SlotOutputs, StagedSink
+from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter
 
 log = logging.getLogger(__name__)
 

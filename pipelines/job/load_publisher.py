@@ -10,7 +10,7 @@ import redis
 from windjoin.connectors.load_reports import LoadReports
 
 if TYPE_CHECKING:
-    from windjoin.pipelines.join_job import BatchOutcome
+    from windjoin.pipelines.job.join_job import BatchOutcome
 
 log = logging.getLogger(__name__)
 

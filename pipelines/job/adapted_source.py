@@ -37,16 +37,16 @@ from windjoin.connectors.kafka_source import (
 )
 from windjoin.connectors.mark_reports import MarkReports
 from windjoin.operators.batch_size import next_batch_rows
-from windjoin.operators.spec import TimeWindow
-from windjoin.pipelines.adapter import Adapter
-from windjoin.pipelines.control_epoch import (
+from windjoin.operators.control.job_epoch import (
     ControlEpoch,
     ControlFeed,
     ControlTarget,
     check_spillable,
     next_epoch,
 )
-from windjoin.pipelines.control_feed import REFUSALS_OPTION, DecisionFeed, RefusalCounts, auth_from_options
+from windjoin.operators.spec import TimeWindow
+from windjoin.pipelines.job.adapter import Adapter
+from windjoin.pipelines.job.control_feed import REFUSALS_OPTION, DecisionFeed, RefusalCounts, auth_from_options
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from pyspark import TaskContext
 from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
 from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
 from windjoin.operators.spec import JoinSpec
-from windjoin.pipelines.dead_letters import DeadLetterWriter
+from windjoin.pipelines.job.dead_letters import DeadLetterWriter
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's MicroBatchExecution on every task of a micro-batch
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from windjoin.operators.spec import JoinSpec
-from windjoin.pipelines.cli_options import SPEC_ARGUMENT, load_spec_or_fail
-from windjoin.pipelines.proxy_config import MAX_PAGE, METRICS_MODES, Access, Bounds, Limits
-from windjoin.pipelines.proxy_tokens import TokenTable
+from windjoin.pipelines.cli.options import SPEC_ARGUMENT, load_spec_or_fail
+from windjoin.pipelines.proxy.config import MAX_PAGE, METRICS_MODES, Access, Bounds, Limits
+from windjoin.pipelines.proxy.tokens import TokenTable
 
 NAMESPACE = "windjoin"  # the Redis sink's default key prefix (see connectors/redis_sink.py)
 NAMESPACE_OPTION = click.option(
@@ -128,8 +128,8 @@ def proxy(
     """Serve one-time and continuous queries of SPEC's results over HTTP(S) to holders of a token."""
     import uvicorn
 
-    from windjoin.pipelines.proxy import create_app
-    from windjoin.pipelines.proxy_feed import FeedConfig
+    from windjoin.pipelines.proxy.app import create_app
+    from windjoin.pipelines.proxy.feed import FeedConfig
 
     spec = load_spec_or_fail(spec_path)
     if (tls_cert_file is None) != (tls_key_file is None):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from windjoin.pipelines.proxy_tokens import TokenTable
+from windjoin.pipelines.proxy.tokens import TokenTable
 
 METRICS_MODES = ("token", "open", "off")
 MAX_PAGE = 10_000  # rows of one page, the most a one-time query returns at once (result_query.MAX_LIMIT)

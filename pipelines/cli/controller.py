@@ -14,7 +14,7 @@ import yaml
 
 from windjoin.operators.control.config import ControlConfig, ControlConfigError, parse_control_config
 from windjoin.operators.spec import CountWindow
-from windjoin.pipelines.cli_options import (
+from windjoin.pipelines.cli.options import (
     BOOTSTRAP_OPTION,
     SPEC_ARGUMENT,
     STATE_DIR_OPTION,
@@ -41,7 +41,7 @@ def start_leader_election(
     name: str, namespace: str, identity: str, duration_s: float, deadline_s: float, retry_s: float
 ) -> Any:
     """A running LeaderLoop on the Lease `namespace/name` (transitions echoed), or a click error."""
-    from windjoin.pipelines import leader_election as le
+    from windjoin.pipelines.controller import leader_election as le
 
     try:
         config = le.LeaseConfig(name, namespace, identity, duration_s, deadline_s, retry_s)
@@ -190,8 +190,8 @@ def controller(
     from windjoin.connectors.control_decisions import DecisionStore
     from windjoin.connectors.load_reports import LoadReports
     from windjoin.connectors.redis_client import spec_auth
-    from windjoin.pipelines.controller import Controller
-    from windjoin.pipelines.controller_metrics import ControllerMetrics
+    from windjoin.pipelines.controller.control_loop import Controller
+    from windjoin.pipelines.controller.metrics import ControllerMetrics
 
     try:
         auth = spec_auth(spec.sinks.redis)

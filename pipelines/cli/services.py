@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from windjoin.connectors import services as svc
-from windjoin.pipelines.cli_options import STATE_DIR_OPTION
+from windjoin.pipelines.cli.options import STATE_DIR_OPTION
 
 
 @click.group("services")
