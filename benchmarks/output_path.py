@@ -1,7 +1,7 @@
 """Output path benchmark: result pairs per second from the slots' executors into Parquet and Redis, alone.
 
 The join's output path without the join: two slot processes (one per core, as the job's executors run them) each
-stage their piece of every batch through the product's `pipelines.slot_output.write_slot` (ordering, then every
+stage their piece of every batch through the product's `pipelines.job.slot_output.write_slot` (ordering, then every
 sink's `stage`), and a driver process closes the batch with each sink's `commit`, as `join_job.BatchSink` does.
 Result tables have the pipeline benchmark's shape (R(ts, k, x) joined with S(ts, k, a), equi on k) and are built
 before the clock starts. A real redis-server (the embedded one) and Parquet files on local disk.

@@ -6,7 +6,7 @@ generate`; `--keys 5000 --skew 0.5` gives a uniform, output-heavy variant), equi
 window |R.ts - S.ts| <= W (10 s), allowed lateness / watermark delay 2 s. Both systems read the same topics
 through the same Kafka reader in one local[2] SparkSession:
 
-* windjoin: `pipelines.join_job.start_job` (adapter, transformWithStateInPandas per slot, RocksDB), to an
+* windjoin: `pipelines.job.join_job.start_job` (adapter, transformWithStateInPandas per slot, RocksDB), to an
   in-process sink that counts pairs and their delays;
 * built-in: two `readStream`s (one per topic), `from_json`, `withWatermark` on the event-time column, join on
   `r.k = s.k AND r.et BETWEEN s.et - W AND s.et + W` (Spark's default state store), foreachBatch to a count

@@ -3,7 +3,7 @@
 Spark's rate source into a noop sink, and the rate source through `groupBy(slot).transformWithStateInPandas`
 holding one value per slot (RocksDB, changelog checkpointing, 2 slots) into a noop sink
 (`../shared/probes/spark_batch_floor.py`'s shape). With `wide`, each row also carries the adapted row's columns
-(`pipelines.adapter.adapter_schema` of the pipeline benchmark's spec: routing, provenance, reason, four field
+(`pipelines.job.adapter.adapter_schema` of the pipeline benchmark's spec: routing, provenance, reason, four field
 columns), so the shuffle and the Arrow hand-over to the Python worker move what the job's join stage moves.
 """
 

@@ -13,7 +13,7 @@ arrival (the call) to its results (the return), p50/p99 over the timed chunks; v
 T_match - arrival of their later tuple (the whole chunk arrives at the call), p50/p99. Check: on a small prefix
 (window filled with 2^13 tuples, four chunks of 1,024) indexed and nested loop produce the same number of pairs.
 
-End to end (`benchmarks.pipeline.Bench`: embedded Kafka, `windjoin generate`, `pipelines.join_job.start_job` in
+End to end (`benchmarks.pipeline.Bench`: embedded Kafka, `windjoin generate`, `pipelines.job.join_job.start_job` in
 a local[2] SparkSession, results to Parquet): the band spec has no key, so every tuple goes to one hash
 partition and one slot (the band join does not hash-partition; one Python worker joins). Sustained input rows/s
 from a prefilled topic pair for count windows (warm-up: both windows full) and a 5-min time window (prefill

@@ -7,7 +7,7 @@ tag shared by the control keys):
   fields `batch_id`, `finished_at` (driver wall clock, s), `interval_s` (the batch's wall-clock span, for busy
   occupancy) and `slots`: a JSON array of slot reports `{"slot": index, "label", "rows", "joined", "dead",
   "outputs", "window_tuples", "state_bytes", "seconds", "groups": {"part": [...], "tuples_in": [...], ...}}`
-  (groups as columns, see `pipelines.slot_load`; `fine` holds a histogram per partition). Capped with
+  (groups as columns, see `operators.control.slot_load`; `fine` holds a histogram per partition). Capped with
   `MAXLEN ~ maxlen`.
 
 A batch replayed after a failure is reported again; readers keep the latest report of each (batch, slot).

@@ -22,7 +22,7 @@ task's keys share one slot):
   A member's `row` is `piece << 32 | position in the piece` (`result_table.piece_rows`).
 - `ns:{task}:stage:<piece>` - hash, a piece staged and not yet committed: `batch`, `emitted_at`, `members`.
 - `ns:{task}:owner` - hash: `run_id`, `checkpoint`, the checkpoint whose batches the task's keys hold
-  (`sink_owner.CheckpointId`), set when a job claims the task (`pipelines.sink_fence`).
+  (`sink_owner.CheckpointId`), set when a job claims the task (`pipelines.job.sink_fence`).
 
 Two phases, exactly once. Stage (`stage`, each slot's task on an executor, per task and piece): WATCH the meta hash
 and the piece's stage hash and read them; nothing is done when `committed` is the batch id (a replay) or the stage

@@ -3,7 +3,7 @@
 The sinks are exactly-once by batch id, and Spark numbers a checkpoint's micro-batches from 0: batch ids of two
 checkpoints are unrelated, so a sink written by one checkpoint would take another's batches for replays and skip
 them. Each sink therefore records, per task, the checkpoint whose batches it holds (its run id, made once when the
-checkpoint is first used, and its path, for messages); `pipelines.sink_fence` compares it before a job starts.
+checkpoint is first used, and its path, for messages); `pipelines.job.sink_fence` compares it before a job starts.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Parts (milliseconds, wall time of the batch unless said otherwise):
 - `state_load`, `join`, `state_write`: the slowest slot's time loading its window state (cache or segments),
   joining, and writing its state back (segments, expiry, metadata);
 - `sink_stage`: the slowest slot's time ordering its results and staging them into the sinks (the executors
-  write the results; pipelines.slot_output);
+  write the results; pipelines.job.slot_output);
 - `spark`: the rest of the batch's Spark job: task scheduling, the shuffle, Python worker hand-offs, the state
   store's commit (the job's wall time less the slowest read task and the slowest slot);
 - `sink_commit`: the driver closing the batch in every sink; `driver`: the rest of the driver's batch work

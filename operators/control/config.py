@@ -168,7 +168,7 @@ class ControlConfig(_Strict):
 
     @model_validator(mode="after")
     def _whole_partitions_for_memory(self) -> ControlConfig:
-        # the job pushes and cleans up whole partitions with one holder only (pipelines.control_epoch)
+        # the job pushes and cleans up whole partitions with one holder only (operators.control.job_epoch)
         clashes = [
             k for k, on in (("hot.spread", self.hot.spread), ("fine_tuning.enabled", self.fine_tuning.enabled)) if on
         ]

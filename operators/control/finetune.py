@@ -21,7 +21,7 @@ import numpy as np
 
 from windjoin.operators.partitioning import Group, RoutingTable, mini_bits, partition_of_hash
 
-# Mini bits in the per-partition histograms of the job's load reports (pipelines.slot_load): 16 bins per
+# Mini bits in the per-partition histograms of the job's load reports (operators.control.slot_load): 16 bins per
 # partition keep reports small, and no directory splits deeper than the sizes it is judged by.
 FINE_DEPTH = 4
 

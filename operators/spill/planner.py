@@ -56,7 +56,7 @@ class Push:
 
 @dataclass(frozen=True)
 class Move:
-    """Hand these groups from `sender` to `receiver` (pipelines.control_epoch carries the state)."""
+    """Hand these groups from `sender` to `receiver` (operators.control.job_epoch carries the state)."""
 
     sender: int
     receiver: int

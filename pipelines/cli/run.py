@@ -37,7 +37,7 @@ def build_sinks(spec: JoinSpec, clock: Callable[[], float] = time.time) -> list[
 
     With a Parquet sink, snapshots close by the spec's policies; a Redis sink beside it then keeps every result
     until a snapshot holds it (no trimming at write time; the committer moves old results out, see
-    `pipelines.snapshot_committer`).
+    `pipelines.job.snapshot_committer`).
     """
     from windjoin.connectors.parquet_sink import ParquetSink
     from windjoin.connectors.redis_sink import RedisSink

@@ -94,7 +94,7 @@ def event_time_config(spec: Any) -> EventTimeConfig | None:
 class AdaptedStreamReader(KafkaStreamReader):
     """The Kafka stream reader, yielding adapted join rows instead of raw records.
 
-    Plans each batch's control epoch (pipelines.control_epoch) on the driver from the previous batch's and the
+    Plans each batch's control epoch (operators.control.job_epoch) on the driver from the previous batch's and the
     controller's latest decision (`feed`; none: the adapter's routing forever, no shedding)."""
 
     def __init__(

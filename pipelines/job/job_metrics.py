@@ -166,7 +166,7 @@ class JobMetrics:
         )
         self.batch_time = Gauge(
             "windjoin_job_batch_time_ms",
-            "The last batch's time budget by part (pipelines.batch_budget): read, adapt, spark, state_load, join, "
+            "The last batch's time budget by part (operators.batch_budget): read, adapt, spark, state_load, join, "
             "state_write, sinks, driver; plan and commit are Spark's, of the batch before it.",
             ["part"],
             registry=r,
@@ -256,7 +256,7 @@ class JobMetrics:
             DELAY_BUCKETS,
         )
         r.register(self.delay)
-        # Controller decisions the job refused (pipelines.decision_check), by reason; counted by the source's
+        # Controller decisions the job refused (operators.control.decision_check), by reason; counted by the source's
         # planner in its own process, so read from `refused` when scraped. Every reason shows 0 from the start.
         r.register(RefusedDecisions(refused or dict))
 
@@ -303,7 +303,7 @@ class JobMetrics:
         self.last_batch.set(outcome.finished_at)
 
     def _observe_groups(self, slot_index: int, groups: dict[str, list] | None) -> None:
-        """One slot's per-partition columns (pipelines.slot_load): a few label lookups per partition."""
+        """One slot's per-partition columns (operators.control.slot_load): a few label lookups per partition."""
         if not groups:
             return
         columns = zip(

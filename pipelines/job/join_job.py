@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 QUERY_NAME = "windjoin"
 # Held while a batch runs (its Spark job and the sinks' commit): executor scaling removes executors only between
-# batches (pipelines.executor_scaling).
+# batches (pipelines.job.executor_scaling).
 BATCH_RUNNING = threading.Lock()
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -146,7 +146,7 @@ class BatchOutcome:
     held_span_ms: int = 0
     # Sinks that had already committed the batch (a replay after a restart) and skipped it: sink name -> tasks.
     replayed: dict[str, list[str]] = field(default_factory=dict)
-    # Where the batch's time went (pipelines.batch_budget, ms), and Spark's planning and commit of the batch
+    # Where the batch's time went (operators.batch_budget, ms), and Spark's planning and commit of the batch
     # before it (a batch's own exist only once it ended).
     budget: dict[str, float] = field(default_factory=dict)
     batch_limit: int | None = None  # the record limit the source planned the batch with (None: none)

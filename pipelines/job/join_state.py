@@ -8,7 +8,7 @@ in the Python worker between batches; the cache is used only while its nonce equ
 batch replayed after a failure (state rolled back) rebuilds from the segments instead of seeing windows
 that already hold the failed attempt's tuples.
 
-Holder changes (`pipelines.control_epoch`) move *pieces*: whole partitions or mini-groups of split ones. A slot
+Holder changes (`operators.control.job_epoch`) move *pieces*: whole partitions or mini-groups of split ones. A slot
 holding some mini-groups of partition p keeps just their tuples in its one WindowJoin for p, which is exact
 because keyed tasks are equi-joins on the key, so tuples of different mini-groups never pair. A mini-group's
 stored rows are picked out at hand-over by recomputing their key hash from the stored key column (moves are
@@ -107,7 +107,7 @@ class JoinProcessor(StatefulProcessor):
         # grouping-key value -> slot index, for the load reports (without labels a slot reports its key)
         self.slot_index = {label: i for i, label in enumerate(slot_labels)}
         # Where each slot's partitions start out (the source's first control epoch routes by it), and where
-        # moved partitions' state is handed over (pipelines.control_epoch).
+        # moved partitions' state is handed over (operators.control.job_epoch).
         self.initial_routing = initial_routing or RoutingTable.round_robin(spec.partitions, spec.slots)
         self.move_root = move_root
         self.spill_root = spill_root  # where pushed generations are written (paper 004)
@@ -248,7 +248,7 @@ class JoinProcessor(StatefulProcessor):
     def close(self) -> None:
         pass
 
-    # -- holder changes (pipelines.control_epoch): install at new holders, hand over at leaving ones ----------
+    # -- holder changes (operators.control.job_epoch): install at new holders, hand over at leaving ones ----------
 
     def _held(self, index: int, meta: dict[str, Any]) -> dict[Group, Holders]:
         """The units (or pieces, after a hand-over) this slot holds state of, each with the holders it last saw."""
@@ -562,7 +562,7 @@ class JoinProcessor(StatefulProcessor):
         return tables, late
 
     def _window_files(self) -> WindowFiles:
-        """This job's shared window files (pipelines.window_cache), named after its state folders."""
+        """This job's shared window files (pipelines.job.window_cache), named after its state folders."""
         return WindowFiles(f"{self.move_root}|{self.spill_root}")
 
     def _windows(self, slot: int, meta: dict[str, Any]) -> SlotWindows:

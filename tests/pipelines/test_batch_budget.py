@@ -1,4 +1,4 @@
-"""The per-batch time budget (pipelines.batch_budget) and how `windjoin run` shows it."""
+"""The per-batch time budget (operators.batch_budget) and how `windjoin run` shows it."""
 
 from __future__ import annotations
 

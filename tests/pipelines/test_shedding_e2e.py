@@ -2,7 +2,7 @@
 decided, and nothing once the load drops; the results are the join of exactly the records kept.
 
 The job runs continuously, publishing every batch's load to Redis; the test steps the controller (the real
-`pipelines.controller.Controller`, S2J's linear shed ratio) between waves of records:
+`pipelines.controller.control_loop.Controller`, S2J's linear shed ratio) between waves of records:
 
     calm wave  -> step: tau low, ratio 0
     burst A    -> step: tau above tau1, ratio SR = (tau - tau1) / (1 - tau1) from the tau it measured

@@ -1,4 +1,4 @@
-"""Windows shared between a machine's Python workers (pipelines.window_cache): exact versions, private folder."""
+"""Windows shared between a machine's Python workers (pipelines.job.window_cache): exact versions, private folder."""
 
 from __future__ import annotations
 
