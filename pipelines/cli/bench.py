@@ -18,8 +18,8 @@ FLINK_SIDE = {"flink_job"}  # runs inside Flink's venv, started by the flink_pee
 
 
 def checkout_root() -> Path:
-    """The source checkout holding this package's folders (pipelines/ sits at its top level)."""
-    return Path(__file__).resolve().parent.parent
+    """The source checkout holding this package's folders (this file is pipelines/cli/bench.py in it)."""
+    return Path(__file__).resolve().parents[2]
 
 
 def benchmark_names(root: Path) -> list[str]:
