@@ -217,3 +217,13 @@ def test_each_yaml_block_parses_and_each_spec_example_validates(where, block):
     if "nodes" in data or "joins" in data:
         return  # a PMJoin STATS file: docs/pmjoin.md, its examples are examples/pmjoin_*.yaml
     parse_spec(_complete(data))
+
+
+def test_ci_runs_exactly_the_readmes_setup_and_test_commands():
+    """.ci/run is the README's first two steps (set up, test): what passes for CI passes for a user who follows
+    the README, with no preparation only CI knows (tools install on first use: tests/first_use.py)."""
+    readme = [" ".join(words) for where, words in SHELL if where == "README.md"]
+    setup, tests = readme[0], readme[2]
+    assert (setup, tests) == ("bash scripts/setup.sh", ".venv/bin/pytest")
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert ci == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', setup, tests]
