@@ -171,13 +171,24 @@ def test_every_path_script_and_benchmark_named_exists():
             named = (ROOT / f"{module}.py").is_file() and f"def {name}(" in (ROOT / f"{module}.py").read_text()
             if not (ROOT / path).exists() and not named:
                 missing.append(f"{where}: {path}")
-        for link in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
-            if not link.startswith("http") and not (doc.parent / link).exists():
+        for link, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)]*))?\)", text):
+            target = doc.parent / link if link else doc
+            if link.startswith("http"):
+                continue
+            if not target.exists():
                 missing.append(f"{where}: link {link}")
+            elif anchor and anchor not in _anchors(target):
+                missing.append(f"{where}: link {link}#{anchor}")
         for module in re.findall(r"-m benchmarks\.([a-z0-9_]+)", text):
             if not (ROOT / "benchmarks" / f"{module}.py").exists():
                 missing.append(f"{where}: benchmarks.{module}")
     assert not missing, "\n".join(missing)
+
+
+def _anchors(doc: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    headings = re.findall(r"^#+ (.+)$", _prose(doc), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
 
 
 def _complete(fragment: dict[str, Any]) -> dict[str, Any]:
