@@ -1,19 +1,35 @@
-"""Fixtures of the deployment tests."""
+"""Fixtures of the deployment tests: helm and the image, installed or built on first use."""
 
 from __future__ import annotations
 
-import subprocess
+import os
+import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.first_use import install_once
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
 def helm() -> str:
-    """helm from .tools/bin (scripts/install_helm.sh, as .ci/run installs it), installed on first use."""
+    """helm from .tools/bin (scripts/install_helm.sh), installed on first use."""
     local = ROOT / ".tools" / "bin" / "helm"
-    if not local.exists():
-        subprocess.run(["bash", str(ROOT / "scripts" / "install_helm.sh")], check=True, capture_output=True)
+    install_once(ROOT / "scripts" / "install_helm.sh", local.exists)
     return str(local)
+
+
+@pytest.fixture(scope="session")
+def windjoin_image() -> str:
+    """localhost/windjoin built by scripts/build_image.sh, which also installs podman (root, apt-get) when missing.
+
+    Always run (idempotent: podman's layer cache makes an unchanged tree seconds, a code change rebuilds the last
+    layers), so the stack test runs the current code. Skipped only where podman is absent and cannot be installed.
+    """
+    installable = os.geteuid() == 0 and shutil.which("apt-get") is not None
+    if shutil.which("podman") is None and not installable:
+        pytest.skip("podman is missing and scripts/build_image.sh can install it only as root with apt-get")
+    install_once(ROOT / "scripts" / "build_image.sh", lambda: False)
+    return "localhost/windjoin"
