@@ -1,7 +1,7 @@
 """The STATS file of `windjoin plan`: validated once, into a `Query` and `PlannerOptions`.
 
 Errors name the key, the bad value and what is accepted, one problem per line. The format is documented in
-README.md ("Planning multi-way joins (PMJoin)"); in short:
+docs/pmjoin.md; in short:
 
     nodes: [n1, n2, n3]                      # optional: defaults to the nodes the streams name
     streams:
