@@ -10,6 +10,7 @@ from typing import ClassVar
 import numpy as np
 
 Width = float | int | None
+Buffer = np.ndarray | None  # an output or scratch array a hot loop reuses, or None to allocate
 NUMERIC_TYPES = ("int", "float")
 _EPS = float(np.finfo(np.float64).eps)
 
@@ -43,14 +44,7 @@ class PredicateOp(ABC):
         return self
 
     @abstractmethod
-    def evaluate(
-        self,
-        stored: np.ndarray,
-        probe: np.ndarray,
-        width: Width,
-        out: np.ndarray | None = None,
-        scratch: np.ndarray | None = None,
-    ) -> np.ndarray:
+    def evaluate(self, stored: np.ndarray, probe: np.ndarray, width: Width, out: Buffer, scratch: Buffer) -> np.ndarray:
         """Elementwise, exact truth of `stored OP probe` (broadcasting like numpy), into `out` if given."""
 
     def bounds(self, probe: np.ndarray, width: Width) -> tuple[np.ndarray, np.ndarray]:
@@ -79,6 +73,15 @@ class PredicateOp(ABC):
             accepted = ", ".join(n for n, op in REGISTRY.items() if not (op.orders or op.numeric_only))
             return "", f"op {self.name!r} does not order bools (accepted ops for bool: {accepted})"
         return None
+
+
+class ComparisonOp(PredicateOp):
+    """An op that is one numpy comparison of the two values."""
+
+    compare: ClassVar[np.ufunc]
+
+    def evaluate(self, stored: np.ndarray, probe: np.ndarray, width: Width, out: Buffer, scratch: Buffer) -> np.ndarray:
+        return self.compare(stored, probe, out=out)
 
 
 def value_range(op: PredicateOp, probe: np.ndarray, width: Width) -> tuple[np.ndarray, np.ndarray]:

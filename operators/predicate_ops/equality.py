@@ -5,26 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from windjoin.operators.predicate_ops.base import IndexKind, PredicateOp, Width, register
+from windjoin.operators.predicate_ops.base import ComparisonOp, IndexKind, Width, register
 
 SAMPLE_ROWS = 4096  # values sampled to count distinct keys
 
 
 @register
-class Eq(PredicateOp):
-    name = "eq"
+class Eq(ComparisonOp):
+    name, compare = "eq", np.equal
     index = IndexKind.HASH
     equates = True
-
-    def evaluate(
-        self,
-        stored: np.ndarray,
-        probe: np.ndarray,
-        width: Width,
-        out: np.ndarray | None = None,
-        scratch: np.ndarray | None = None,
-    ) -> np.ndarray:
-        return np.equal(stored, probe, out=out)
 
     def bounds(self, probe: np.ndarray, width: Width) -> tuple[np.ndarray, np.ndarray]:
         return probe, probe
@@ -38,15 +28,5 @@ class Eq(PredicateOp):
 
 
 @register
-class Ne(PredicateOp):
-    name = "ne"
-
-    def evaluate(
-        self,
-        stored: np.ndarray,
-        probe: np.ndarray,
-        width: Width,
-        out: np.ndarray | None = None,
-        scratch: np.ndarray | None = None,
-    ) -> np.ndarray:
-        return np.not_equal(stored, probe, out=out)
+class Ne(ComparisonOp):
+    name, compare = "ne", np.not_equal

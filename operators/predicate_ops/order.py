@@ -4,30 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from windjoin.operators.predicate_ops.base import IndexKind, PredicateOp, Width, op_named, register
+from windjoin.operators.predicate_ops.base import ComparisonOp, IndexKind, PredicateOp, Width, op_named, register
 
 
-class _Ordering(PredicateOp):
+class _Ordering(ComparisonOp):
     """`stored OP probe`: matches are the stored values below (`below`) or above the probe's."""
 
     index = IndexKind.ORDERED
     orders = True
     below: bool
     mirror: str  # the op with the operands swapped
-    compare: np.ufunc
 
     def mirrored(self) -> PredicateOp:
         return op_named(self.mirror)
-
-    def evaluate(
-        self,
-        stored: np.ndarray,
-        probe: np.ndarray,
-        width: Width,
-        out: np.ndarray | None = None,
-        scratch: np.ndarray | None = None,
-    ) -> np.ndarray:
-        return self.compare(stored, probe, out=out)
 
     def bounds(self, probe: np.ndarray, width: Width) -> tuple[np.ndarray, np.ndarray]:
         inf = np.full_like(probe, np.inf)

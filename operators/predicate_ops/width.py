@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from windjoin.operators.predicate_ops.base import IndexKind, PredicateOp, Width, register
+from windjoin.operators.predicate_ops.base import Buffer, IndexKind, PredicateOp, Width, register
 
 
 class _Distance(PredicateOp):
@@ -15,14 +15,7 @@ class _Distance(PredicateOp):
     uses_scratch = True
     within: np.ufunc  # how the distance compares with the width
 
-    def evaluate(
-        self,
-        stored: np.ndarray,
-        probe: np.ndarray,
-        width: Width,
-        out: np.ndarray | None = None,
-        scratch: np.ndarray | None = None,
-    ) -> np.ndarray:
+    def evaluate(self, stored: np.ndarray, probe: np.ndarray, width: Width, out: Buffer, scratch: Buffer) -> np.ndarray:
         diff = np.subtract(stored, probe, out=scratch)
         np.abs(diff, out=diff)
         return self.within(diff, width, out=out)

@@ -14,7 +14,7 @@ from tests.operators.run import run_join
 from tests.operators.test_join_oracle import STREAMS, check_against_oracle, events
 from tests.oracle import OPS
 from windjoin.operators.predicate_ops import REGISTRY, IndexKind, PredicateOp
-from windjoin.operators.predicate_ops.base import Width
+from windjoin.operators.predicate_ops.base import Buffer, Width
 from windjoin.operators.spec import SpecError, parse_spec
 
 
@@ -30,14 +30,7 @@ class Lead(PredicateOp):
     def mirrored(self) -> PredicateOp:
         return Lag()
 
-    def evaluate(
-        self,
-        stored: np.ndarray,
-        probe: np.ndarray,
-        width: Width,
-        out: np.ndarray | None = None,
-        scratch: np.ndarray | None = None,
-    ) -> np.ndarray:
+    def evaluate(self, stored: np.ndarray, probe: np.ndarray, width: Width, out: Buffer, scratch: Buffer) -> np.ndarray:
         lead = np.subtract(stored, probe) * self.sign
         return np.logical_and(lead >= 0, lead <= width, out=out)
 
@@ -124,7 +117,10 @@ def test_the_ordered_index_serves_a_toy_op():
         ({"op": "lead", "left": "R.x", "right": "S.a"}, ["tasks[0].on[0].width: op 'lead' needs a width"]),
         ({"op": "lead", "left": "R.z", "right": "S.c", "width": 1}, ["tasks[0].on[0]: op 'lead' compares numbers"]),
         ({"op": "eq", "left": "R.x", "right": "S.a", "width": 1}, ["(width is for ops ['band', 'outside', 'lead'])"]),
-        ({"op": "leads", "left": "R.x", "right": "S.a"}, ["tasks[0].on[0].op: unknown op 'leads'", "'outside', 'lead'])"]),
+        (
+            {"op": "leads", "left": "R.x", "right": "S.a"},
+            ["tasks[0].on[0].op: unknown op 'leads'", "'outside', 'lead'])"],
+        ),
     ],
 )
 def test_a_toy_op_is_checked_like_the_others(pred, expected):
