@@ -1,4 +1,4 @@
-"""The join predicate ops, one class each (see base.py); a new op is one more module here, found on import.
+"""The join predicate ops, one class each (base.py says what one is); a new op is one more module here.
 
 Importing this package imports every module in it, so each op's `@register` has run before any spec is read.
 """
@@ -8,15 +8,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from windjoin.operators.predicate_ops.base import (
-    REGISTRY,
-    IndexKind,
-    PredicateOp,
-    op_named,
-    op_names,
-    register,
-    value_range,
-)
+from windjoin.operators.predicate_ops.base import IndexKind, PredicateOp, value_range
+from windjoin.operators.predicate_ops.registry import REGISTRY, op_named, op_names, register
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")

@@ -1,4 +1,4 @@
-"""What a join predicate op is (`left OP right` in the spec), and the registry that finds one by its name."""
+"""What a join predicate op is (`left OP right` in the spec): the interface every op class implements."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from enum import Enum
 from typing import ClassVar
 
 import numpy as np
+
+from windjoin.operators.predicate_ops.registry import REGISTRY
 
 Width = float | int | None
 Buffer = np.ndarray | None  # an output or scratch array a hot loop reuses, or None to allocate
@@ -63,7 +65,8 @@ class PredicateOp(ABC):
         """Why this op cannot compare fields of these types (with this width): (key under the predicate, message)."""
         if self.takes_width != (width is not None):
             need = "needs" if self.takes_width else "does not take"
-            return "width", f"op {self.name!r} {need} a width (width is for ops {op_names(takes_width=True)})"
+            widths = [n for n, op in REGISTRY.items() if op.takes_width]
+            return "width", f"op {self.name!r} {need} a width (width is for ops {widths})"
         numeric = all(t in NUMERIC_TYPES for t in types)
         if self.numeric_only and not numeric:
             return "", f"op {self.name!r} compares numbers; got field types {list(types)} (accepted: int, float)"
@@ -90,24 +93,3 @@ def value_range(op: PredicateOp, probe: np.ndarray, width: Width) -> tuple[np.nd
     lo, hi = op.bounds(p, width)
     slack = 4 * _EPS * (np.abs(p) + float(width or 0)) + 1e-300  # ints stay exact
     return lo - slack, hi + slack
-
-
-REGISTRY: dict[str, PredicateOp] = {}  # by name, in registration order
-
-
-def register(cls: type[PredicateOp]) -> type[PredicateOp]:
-    """Class decorator: make the op available to specs under `cls.name`."""
-    if cls.name in REGISTRY:
-        raise ValueError(f"predicate op {cls.name!r} is registered twice")
-    REGISTRY[cls.name] = cls()
-    return cls
-
-
-def op_named(name: str) -> PredicateOp:
-    """The registered op of this name (the spec has checked it exists)."""
-    return REGISTRY[name]
-
-
-def op_names(takes_width: bool | None = None) -> list[str]:
-    """Registered op names, in order; only those that do (True) or do not (False) take a width, if given."""
-    return [n for n, op in REGISTRY.items() if takes_width is None or op.takes_width == takes_width]

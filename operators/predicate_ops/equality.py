@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from windjoin.operators.predicate_ops.base import ComparisonOp, IndexKind, Width, register
+from windjoin.operators.predicate_ops.base import ComparisonOp, IndexKind, Width
+from windjoin.operators.predicate_ops.registry import register
 
 SAMPLE_ROWS = 4096  # values sampled to count distinct keys
 

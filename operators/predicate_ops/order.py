@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from windjoin.operators.predicate_ops.base import ComparisonOp, IndexKind, PredicateOp, Width, op_named, register
+from windjoin.operators.predicate_ops.base import ComparisonOp, IndexKind, PredicateOp, Width
+from windjoin.operators.predicate_ops.registry import op_named, register
 
 
 class _Ordering(ComparisonOp):

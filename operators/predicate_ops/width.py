@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from windjoin.operators.predicate_ops.base import Buffer, IndexKind, PredicateOp, Width, register
+from windjoin.operators.predicate_ops.base import Buffer, IndexKind, PredicateOp, Width
+from windjoin.operators.predicate_ops.registry import register
 
 
 class _Distance(PredicateOp):
