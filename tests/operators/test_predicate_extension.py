@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.operators import test_mjoin
 from tests.operators.run import run_join
 from tests.operators.test_join_oracle import STREAMS, check_against_oracle, events
 from tests.oracle import OPS
@@ -85,6 +86,29 @@ def lead_specs(draw):
 @given(spec=lead_specs(), evs=events(), chunk_size=st.integers(1, 80))
 def test_a_toy_op_joins_like_the_oracle(spec, evs, chunk_size):
     check_against_oracle(spec, evs, chunk_size)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    evs=test_mjoin.events(),
+    widths=st.tuples(st.sampled_from([0, 1, 2]), st.sampled_from([0.5, 1, 2.5])),
+    chunk_size=st.integers(1, 50),
+    data=st.data(),
+)
+def test_a_toy_op_joins_three_streams_like_the_oracle(evs, widths, chunk_size, data):
+    """MJoin turns it toward whichever stream probes, in any probe order."""
+    on = [
+        {"op": "eq", "left": "A.k", "right": "B.k"},
+        {"op": "lead", "left": "B.x", "right": "C.y", "width": widths[0]},
+        {"op": "lead", "left": "C.v", "right": "A.v", "width": widths[1]},
+    ]
+    spec = {
+        "window": {"kind": "time", "size_ms": 20},
+        "streams": test_mjoin.STREAMS,
+        "tasks": [{"name": "t", "join": ["A", "B", "C"], "on": on}],
+    }
+    order = data.draw(st.one_of(st.none(), st.permutations(["A", "B", "C"]).map(lambda o: {"t": o})))
+    test_mjoin.check_against_oracle(spec, evs, chunk_size, order)
 
 
 def test_the_ordered_index_serves_a_toy_op():
