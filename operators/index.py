@@ -17,15 +17,13 @@ from itertools import permutations
 import numpy as np
 import pandas as pd
 
+from windjoin.operators.predicate_ops import IndexKind
 from windjoin.operators.predicates import ProbePredicate
-
-SAMPLE_ROWS = 4096
-ORDER_OPS = ("eq", "band", "lt", "le", "gt", "ge")
 
 
 @dataclass(frozen=True)
 class IndexPlan:
-    """Which predicate groups the stored rows (hash or band buckets) and which one orders them."""
+    """Which predicate groups the stored rows (hash, or buckets of bounded ranges) and which one orders them."""
 
     group: ProbePredicate | None
     order: ProbePredicate | None
@@ -33,45 +31,37 @@ class IndexPlan:
     @property
     def key(self) -> tuple[object, ...]:
         """Identity of the index built: tasks whose plans share it share the index on a block."""
-        group = None if self.group is None else (self.group.op == "eq", self.group.stored_field, _bucket(self.group))
+        group = None if self.group is None else (_hashed(self.group), self.group.stored_field, _bucket(self.group))
         order = None if self.order is None else self.order.stored_field
         return group, order
 
 
+def _hashed(pred: ProbePredicate) -> bool:
+    """Groups are the stored values themselves (else buckets of a bounded range)."""
+    return pred.op.index is IndexKind.HASH
+
+
 def _bucket(pred: ProbePredicate) -> float:
-    """Band bucket width: a range p ± w then spans at most two buckets."""
-    return 2.0 * float(pred.width) if pred.op == "band" and pred.width else 1.0
+    """Bucket width of a grouping ordered op: a probe's range then spans at most two buckets."""
+    return pred.op.bucket_width(pred.width) or 1.0
 
 
 def _is_numeric(col: np.ndarray) -> bool:
     return col.dtype.kind in "iuf"
 
 
-def estimate_selectivity(pred: ProbePredicate, stored: np.ndarray) -> float:
-    """Fraction of stored rows one probe is expected to match, from the block's own values."""
-    if len(stored) == 0:
-        return 1.0
-    if pred.op == "eq":
-        sample = stored[:: max(1, len(stored) // SAMPLE_ROWS)]
-        return 1.0 / max(1, len(pd.unique(sample)))
-    if pred.op == "band":
-        lo, hi = float(stored.min()), float(stored.max())
-        unit = 1.0 if stored.dtype.kind in "iu" else 0.0
-        return min(1.0, (2.0 * float(pred.width) + unit) / (hi - lo + unit)) if hi > lo else 1.0
-    return 0.5  # one-sided inequality
+def _indexable(pred: ProbePredicate, col: np.ndarray) -> bool:
+    """Hash ops index any type; ordered ops need numbers (their keys are floats)."""
+    return _hashed(pred) or (pred.op.index is IndexKind.ORDERED and _is_numeric(col))
 
 
 def choose_plan(preds: list[ProbePredicate], columns: dict[str, np.ndarray]) -> IndexPlan | None:
     """The cheapest plan by expected candidates per probe, or None when no predicate can be indexed."""
-    sel = {}
-    for p in preds:
-        col = columns[p.stored_field]
-        if p.op == "eq" or (p.op in ORDER_OPS and _is_numeric(col)):
-            sel[p] = estimate_selectivity(p, col)
+    sel = {p: p.selectivity(columns[p.stored_field]) for p in preds if _indexable(p, columns[p.stored_field])}
     if not sel:
         return None
-    groupable = [p for p in sel if p.op == "eq" or p.op == "band"]
-    orderable = [p for p in sel if p.op in ORDER_OPS and _is_numeric(columns[p.stored_field])]
+    groupable = [p for p in sel if _hashed(p) or p.op.bucket_width(p.width) is not None]
+    orderable = [p for p in sel if _is_numeric(columns[p.stored_field])]
     options: list[tuple[float, int, IndexPlan]] = []
     for g in groupable:
         options.append((_group_cost(g, sel[g]), 1, IndexPlan(g, None)))
@@ -84,7 +74,7 @@ def choose_plan(preds: list[ProbePredicate], columns: dict[str, np.ndarray]) -> 
 
 
 def _group_keys(pred: ProbePredicate, values: np.ndarray) -> np.ndarray:
-    if pred.op == "band":
+    if not _hashed(pred):
         return np.floor(values.astype(np.float64) / _bucket(pred)).astype(np.int64)
     if _is_numeric(values):
         return values.astype(np.float64) + 0.0  # ints and floats compare equal when equal; +0.0 folds -0.0
@@ -92,7 +82,7 @@ def _group_keys(pred: ProbePredicate, values: np.ndarray) -> np.ndarray:
 
 
 def _group_cost(pred: ProbePredicate, selectivity: float) -> float:
-    return selectivity if pred.op == "eq" else min(1.0, 2.0 * selectivity)  # a bucket pair is twice the band
+    return selectivity if _hashed(pred) else min(1.0, 2.0 * selectivity)  # a bucket pair is twice the range
 
 
 class BlockIndex:
@@ -145,7 +135,7 @@ class BlockIndex:
         if pred is None:
             return rows, np.zeros(len(rows), dtype=np.int64)
         values = probe_cols[pred.probe_field][rows]
-        if pred.op == "eq":
+        if _hashed(pred):
             found = self._groups.get_indexer(_group_keys(pred, values))
             keep = found >= 0
             return rows[keep], found[keep]

@@ -110,7 +110,7 @@ def _nested_loop(probe: Probe, block: Block, rows: np.ndarray) -> Matches:
     mask, term = np.empty(shape, dtype=bool), np.empty(shape, dtype=bool)
     scratch = [
         np.empty(shape, dtype=np.result_type(block.column(p.stored_field).dtype, v.dtype))
-        if p.op in ("band", "outside")
+        if p.op.uses_scratch
         else None
         for p, v in zip(probe.preds, probe_vals, strict=True)
     ]

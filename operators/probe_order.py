@@ -12,7 +12,6 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from windjoin.operators.index import estimate_selectivity
 from windjoin.operators.predicates import ProbePredicate
 from windjoin.operators.spec import PredicateSpec, TaskSpec
 from windjoin.operators.window import Block, WindowStore
@@ -83,9 +82,5 @@ class SelectivityOrder:
         per_block = self._cache.setdefault(block, {})
         key = (pred.op, pred.stored_field, pred.width)
         if key not in per_block:
-            column = block.column(pred.stored_field)
-            if pred.op in ("eq", "band") and (pred.op == "eq" or column.dtype.kind in "iuf"):
-                per_block[key] = estimate_selectivity(pred, column)
-            else:
-                per_block[key] = 0.5  # ne, outside and one-sided orders filter little; guess half
+            per_block[key] = pred.selectivity(block.column(pred.stored_field))
         return per_block[key]

@@ -8,16 +8,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from windjoin.operators.predicate_ops import op_named, op_names
 from windjoin.operators.task_graph import components
 
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
 FieldType = Literal["int", "float", "string", "bool"]
-NUMERIC_TYPES = ("int", "float")
 RESERVED_STREAM_NAMES = ("task", "stream")
-ORDER_OPS = ("lt", "le", "gt", "ge")
-WIDTH_OPS = ("band", "outside")
 
 
 class _Yaml12Loader(yaml.SafeLoader):
@@ -72,10 +70,17 @@ class StreamSpec(_Strict):
 
 
 class PredicateSpec(_Strict):
-    op: Literal["eq", "ne", "lt", "le", "gt", "ge", "band", "outside"]
+    op: str  # a registered predicate op (operators/predicate_ops/)
     left: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")]
     right: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")]
     width: Annotated[int | float, Field(ge=0, allow_inf_nan=False)] | None = None
+
+    @field_validator("op")
+    @classmethod
+    def _registered(cls, op: str) -> str:
+        if op not in op_names():
+            raise ValueError(f"unknown op {op!r} (accepted: {op_names()})")
+        return op
 
     @property
     def left_ref(self) -> tuple[str, str]:
@@ -330,7 +335,9 @@ class JoinSpec(_Strict):
             return [f"{where}.join: {who} a key; give {every} a key (joined by eq) or {none}"]
         key_of = {f"{s}.{k}": s for s, k in keys.items()}
         links = [
-            (key_of[p.left], key_of[p.right]) for p in task.on if p.op == "eq" and {p.left, p.right} <= set(key_of)
+            (key_of[p.left], key_of[p.right])
+            for p in task.on
+            if op_named(p.op).equates and {p.left, p.right} <= set(key_of)
         ]
         groups = components(task.join, links)
         if len(groups) == 1:
@@ -356,18 +363,11 @@ class JoinSpec(_Strict):
             return problems
         if pred.left_ref[0] == pred.right_ref[0]:
             return [f"{where}: left and right both name stream {pred.left_ref[0]!r}; compare the two joined streams"]
-        if (pred.op in WIDTH_OPS) != (pred.width is not None):
-            need = "needs" if pred.op in WIDTH_OPS else "does not take"
-            return [f"{where}.width: op {pred.op!r} {need} a width (width is for ops {list(WIDTH_OPS)})"]
-        numeric = all(t in NUMERIC_TYPES for t in types)
-        if pred.op in WIDTH_OPS and not numeric:
-            return [f"{where}: op {pred.op!r} compares numbers; got field types {types} (accepted: int, float)"]
-        comparable = numeric or types[0] == types[1]
-        if not comparable:
-            return [f"{where}: cannot compare field types {types}; both numeric (int, float) or both the same type"]
-        if pred.op in ORDER_OPS and "bool" in types:
-            return [f"{where}: op {pred.op!r} does not order bools (accepted ops for bool: eq, ne)"]
-        return []
+        problem = op_named(pred.op).problem(types, pred.width)
+        if problem is None:
+            return []
+        key, message = problem
+        return [f"{where}.{key}: {message}" if key else f"{where}: {message}"]
 
     def task(self, name: str) -> TaskSpec:
         return next(t for t in self.tasks if t.name == name)

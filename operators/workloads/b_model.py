@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from windjoin.operators.partitioning import partition_of
+from windjoin.operators.predicate_ops import op_named
 from windjoin.operators.spec import JoinSpec, StreamSpec
 
 PAPER_RATE = 1500.0  # tuples/s per stream (Table I)
@@ -177,7 +178,7 @@ def join_attribute(spec: JoinSpec, name: str) -> str | None:
         return None if stream.key == stream.timestamp else stream.key
     for task in spec.tasks:
         for pred in task.on:
-            if pred.op != "eq":
+            if not op_named(pred.op).equates:
                 continue
             for side_stream, field in (pred.left_ref, pred.right_ref):
                 if side_stream == name and field != stream.timestamp:
