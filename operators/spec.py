@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from windjoin.operators.sink_configs import register_sink_config, sink_config_model, sink_kinds
 from windjoin.operators.task_graph import components
 
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -182,9 +183,39 @@ class ParquetSinkSpec(_Strict):
     snapshots: SnapshotsSpec = SnapshotsSpec()
 
 
+register_sink_config("parquet", ParquetSinkSpec)
+register_sink_config("redis", RedisSinkSpec)
+
+
 class SinksSpec(_Strict):
+    """The sinks by kind: parquet and redis as typed fields, any other registered kind (`operators.sink_configs`)
+    as an extra key validated by its model."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
     redis: RedisSinkSpec | None = None
     parquet: ParquetSinkSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registered_kinds(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for kind, value in data.items():
+            if kind in cls.model_fields:
+                continue
+            model = sink_config_model(kind)  # ValueError naming the registered kinds
+            try:
+                out[kind] = model.model_validate(value)
+            except ValidationError as err:
+                raise ValueError(_format_errors(err, where=kind).replace("\n", "; ")) from None
+        return out
+
+    def configured(self) -> dict[str, BaseModel]:
+        """Each configured sink's config by kind, in the kinds' registration order."""
+        given = {name: getattr(self, name) for name in type(self).model_fields} | (self.model_extra or {})
+        return {kind: given[kind] for kind in sink_kinds() if given.get(kind) is not None}
 
 
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
@@ -421,12 +452,13 @@ def load_spec(path: str | Path) -> JoinSpec:
         raise SpecError(f"{path}: invalid join spec:\n{err}") from None
 
 
-def _format_errors(err: ValidationError) -> str:
+def _format_errors(err: ValidationError, where: str = "") -> str:
+    """One line per error, by key; `where`: the key the validated mapping sits under (none: the spec itself)."""
     lines = []
     for e in err.errors(include_url=False):
-        loc = _dotted(e["loc"]) or "<top level>"
+        loc = ".".join(k for k in (where, _dotted(e["loc"])) if k) or "<top level>"
         msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "value_error" and not e["loc"]:
+        if e["type"] == "value_error" and not e["loc"] and not where:
             lines.extend(msg.split("\n"))
             continue
         got = "" if e["type"] in ("missing", "value_error") else f" (got {e['input']!r})"
