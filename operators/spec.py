@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationError, model_validator
+from pydantic_core import InitErrorDetails
 
 from windjoin.operators.sink_configs import register_sink_config, sink_config_model, sink_kinds
 from windjoin.operators.task_graph import components
@@ -196,21 +197,29 @@ class SinksSpec(_Strict):
     redis: RedisSinkSpec | None = None
     parquet: ParquetSinkSpec | None = None
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _registered_kinds(cls, data: Any) -> Any:
+    def _registered_kinds(cls, data: Any, handler: ModelWrapValidatorHandler[SinksSpec]) -> SinksSpec:
+        """Each extra key validated by its kind's model; every error located at `sinks.<kind>...` like the fields'."""
         if not isinstance(data, dict):
-            return data
-        out = dict(data)
+            return handler(data)
+        out, errors = dict(data), []
         for kind, value in data.items():
             if kind in cls.model_fields:
                 continue
-            model = sink_config_model(kind)  # ValueError naming the registered kinds
             try:
-                out[kind] = model.model_validate(value)
+                out[kind] = sink_config_model(kind).model_validate(value)
             except ValidationError as err:
-                raise ValueError(_format_errors(err, where=kind).replace("\n", "; ")) from None
-        return out
+                errors += _error_details(err, kind)
+            except ValueError as err:  # an unknown kind: the message names the registered ones
+                errors.append(InitErrorDetails(type="value_error", loc=(kind,), input=value, ctx={"error": err}))
+        try:
+            sinks = handler(out)
+        except ValidationError as err:
+            errors = _error_details(err) + errors
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return sinks
 
     def configured(self) -> dict[str, BaseModel]:
         """Each configured sink's config by kind, in the kinds' registration order."""
@@ -452,13 +461,20 @@ def load_spec(path: str | Path) -> JoinSpec:
         raise SpecError(f"{path}: invalid join spec:\n{err}") from None
 
 
-def _format_errors(err: ValidationError, where: str = "") -> str:
-    """One line per error, by key; `where`: the key the validated mapping sits under (none: the spec itself)."""
+def _error_details(err: ValidationError, *under: str) -> list[InitErrorDetails]:
+    """`err`'s errors located under the keys `under`, to raise again as part of an enclosing model's error."""
+    return [
+        InitErrorDetails(type=e["type"], loc=(*under, *e["loc"]), input=e["input"], ctx=e.get("ctx", {}))
+        for e in err.errors()
+    ]
+
+
+def _format_errors(err: ValidationError) -> str:
     lines = []
     for e in err.errors(include_url=False):
-        loc = ".".join(k for k in (where, _dotted(e["loc"])) if k) or "<top level>"
+        loc = _dotted(e["loc"]) or "<top level>"
         msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "value_error" and not e["loc"] and not where:
+        if e["type"] == "value_error" and not e["loc"]:
             lines.extend(msg.split("\n"))
             continue
         got = "" if e["type"] in ("missing", "value_error") else f" (got {e['input']!r})"

@@ -29,10 +29,11 @@ def _events(n: int, seed: int) -> list[dict]:
 
 def test_an_unknown_sink_kind_names_the_registered_kinds(tmp_path) -> None:
     spec = keyed_eq_spec(lambda name: name, tmp_path) | {"sinks": {"toy_jsnol": {"path": str(tmp_path)}}}
-    with pytest.raises(SpecError, match=rf"sinks: unknown sink kind 'toy_jsnol' \(registered kinds: .*'{KIND}'"):
+    unknown = rf"sinks.toy_jsnol: unknown sink kind 'toy_jsnol' \(registered kinds: .*'{KIND}'"
+    with pytest.raises(SpecError, match=unknown):
         parse_spec(spec)
     spec["sinks"] = {KIND: {"path": str(tmp_path), "extra": 1}}
-    with pytest.raises(SpecError, match=f"sinks: {KIND}.extra: Extra inputs are not permitted"):
+    with pytest.raises(SpecError, match=f"sinks.{KIND}.extra: Extra inputs are not permitted"):
         parse_spec(spec)
 
 
