@@ -58,8 +58,8 @@ def run_variant(
     from windjoin.operators.batch_size import fit_batch_cost
     from windjoin.operators.spec import load_spec
     from windjoin.pipelines.cli.produce import ensure_topics
-    from windjoin.pipelines.cli.run import build_sinks
     from windjoin.pipelines.job.join_job import start_job
+    from windjoin.pipelines.job.sinks import build_sinks
 
     params = Params()
     topics = new_topics(label)

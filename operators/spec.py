@@ -8,9 +8,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails
 
 from windjoin.operators.predicate_ops import op_named, op_names
+from windjoin.operators.sink_configs import register_sink_config, sink_config_model, sink_kinds
 from windjoin.operators.task_graph import components
 
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -187,9 +197,47 @@ class ParquetSinkSpec(_Strict):
     snapshots: SnapshotsSpec = SnapshotsSpec()
 
 
+register_sink_config("parquet", ParquetSinkSpec)
+register_sink_config("redis", RedisSinkSpec)
+
+
 class SinksSpec(_Strict):
+    """The sinks by kind: parquet and redis as typed fields, any other registered kind (`operators.sink_configs`)
+    as an extra key validated by its model."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
     redis: RedisSinkSpec | None = None
     parquet: ParquetSinkSpec | None = None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _registered_kinds(cls, data: Any, handler: ModelWrapValidatorHandler[SinksSpec]) -> SinksSpec:
+        """Each extra key validated by its kind's model; every error located at `sinks.<kind>...` like the fields'."""
+        if not isinstance(data, dict):
+            return handler(data)
+        out, errors = dict(data), []
+        for kind, value in data.items():
+            if kind in cls.model_fields:
+                continue
+            try:
+                out[kind] = sink_config_model(kind).model_validate(value)
+            except ValidationError as err:
+                errors += _error_details(err, kind)
+            except ValueError as err:  # an unknown kind: the message names the registered ones
+                errors.append(InitErrorDetails(type="value_error", loc=(kind,), input=value, ctx={"error": err}))
+        try:
+            sinks = handler(out)
+        except ValidationError as err:
+            errors = _error_details(err) + errors
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return sinks
+
+    def configured(self) -> dict[str, BaseModel]:
+        """Each configured sink's config by kind, in the kinds' registration order."""
+        given = {name: getattr(self, name) for name in type(self).model_fields} | (self.model_extra or {})
+        return {kind: given[kind] for kind in sink_kinds() if given.get(kind) is not None}
 
 
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
@@ -419,6 +467,14 @@ def load_spec(path: str | Path) -> JoinSpec:
         return parse_spec(data)
     except SpecError as err:
         raise SpecError(f"{path}: invalid join spec:\n{err}") from None
+
+
+def _error_details(err: ValidationError, *under: str) -> list[InitErrorDetails]:
+    """`err`'s errors located under the keys `under`, to raise again as part of an enclosing model's error."""
+    return [
+        InitErrorDetails(type=e["type"], loc=(*under, *e["loc"]), input=e["input"], ctx=e.get("ctx", {}))
+        for e in err.errors()
+    ]
 
 
 def _format_errors(err: ValidationError) -> str:

@@ -21,8 +21,9 @@ import yaml
 from windjoin.connectors import services as svc
 from windjoin.operators.spec import load_spec
 from windjoin.pipelines.cli.produce import ensure_topics
-from windjoin.pipelines.cli.run import Progress, build_sinks
+from windjoin.pipelines.cli.run import Progress
 from windjoin.pipelines.job.join_job import STATE_CONF, BatchOutcome, start_job
+from windjoin.pipelines.job.sinks import build_sinks
 
 STALL_S = 120
 DEMO_TOPIC_PARTITIONS = 4

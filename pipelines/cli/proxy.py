@@ -26,7 +26,7 @@ def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE, redis_share: flo
     redis_url = spec.sinks.redis.url if spec.sinks.redis is not None else None
     parquet_path = spec.sinks.parquet.path if spec.sinks.parquet is not None else None
     if redis_url is None and parquet_path is None:
-        raise click.ClickException("the spec configures no sink (sinks.redis or sinks.parquet): nothing to query")
+        raise click.ClickException("no queryable sink in the spec (sinks.redis or sinks.parquet): nothing to query")
     try:
         return ResultStore(
             spec, redis_url, namespace, parquet_path, auth=spec_auth(spec.sinks.redis), redis_share=redis_share

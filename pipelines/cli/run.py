@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import click
 from redis.exceptions import RedisError
@@ -15,7 +12,7 @@ from windjoin.connectors.redis_client import RedisAuthError, spec_auth
 from windjoin.connectors.sink_owner import OwnerRecordError
 from windjoin.operators.batch_budget import budget_text
 from windjoin.operators.checkpoint_layout import CheckpointLayoutError, check_layout
-from windjoin.operators.spec import JoinSpec, SpecError, load_spec
+from windjoin.operators.spec import SpecError, load_spec
 from windjoin.pipelines.cli.options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
 from windjoin.pipelines.job.checkpoint_identity import checkpoint_identity, predates_run_ids
 from windjoin.pipelines.job.control_feed import RefusalCounts, refusals_path
@@ -30,39 +27,7 @@ from windjoin.pipelines.job.join_job import (
     start_job,
 )
 from windjoin.pipelines.job.sink_fence import SinkOwnerError, fence_sinks
-
-
-def build_sinks(spec: JoinSpec, clock: Callable[[], float] = time.time) -> list[Any]:
-    """The sinks the spec names (Parquet, Redis), each idempotent per batch id, then the snapshot committer.
-
-    With a Parquet sink, snapshots close by the spec's policies; a Redis sink beside it then keeps every result
-    until a snapshot holds it (no trimming at write time; the committer moves old results out, see
-    `pipelines.job.snapshot_committer`).
-    """
-    from windjoin.connectors.parquet_sink import ParquetSink
-    from windjoin.connectors.redis_sink import RedisSink
-    from windjoin.connectors.snapshots import SnapshotStore
-    from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter
-
-    parquet, redis = spec.sinks.parquet, spec.sinks.redis
-    sinks: list[Any] = []
-    if parquet is not None:
-        sinks.append(ParquetSink(parquet.path))
-    redis_sink = None
-    if redis is not None:
-        redis_sink = RedisSink(
-            redis.url,
-            redis.retain_ms,
-            trim=parquet is None,
-            feed_batches=redis.feed_batches,
-            auth=spec_auth(redis),
-        )
-        sinks.append(redis_sink)
-    if parquet is not None:
-        store = SnapshotStore(parquet.path)
-        tasks = [t.name for t in spec.tasks]
-        sinks.append(SnapshotCommitter(store, tasks, parquet.snapshots.every_ms, parquet.retain_ms, redis_sink, clock))
-    return sinks
+from windjoin.pipelines.job.sinks import build_sinks
 
 
 class Progress:

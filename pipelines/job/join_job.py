@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,8 +41,8 @@ from windjoin.pipelines.job.checkpoint_identity import checkpoint_identity, pred
 from windjoin.pipelines.job.control_feed import REFUSALS_OPTION, auth_options
 from windjoin.pipelines.job.join_state import OUTPUT_DDL, JoinProcessor
 from windjoin.pipelines.job.sink_fence import fence_sinks
-from windjoin.pipelines.job.slot_output import DeadLetterTarget, SlotOutputs, StagedSink
-from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter
+from windjoin.pipelines.job.sinks import AfterCommit, Sink, split_sinks
+from windjoin.pipelines.job.slot_output import DeadLetterTarget, SlotOutputs
 
 log = logging.getLogger(__name__)
 
@@ -171,13 +171,13 @@ class BatchSink:
     """foreachBatch: the slots staged their results in the sinks; close the batch from their summaries.
 
     Only the slots' summaries reach the driver (small: counts, a delay histogram, marks). After every slot
-    staged, each sink commits the batch, then a `SnapshotCommitter` among the sinks closes snapshots, then the
-    marks are written, all before Spark commits the batch; a replayed batch is skipped by the sinks that had
-    committed it.
+    staged, each sink commits the batch, then the after-commit steps run (the snapshot committer closes
+    snapshots), then the marks are written, all before Spark commits the batch; a replayed batch is skipped by
+    the sinks that had committed it.
     """
 
     spec: JoinSpec
-    sinks: list[Any]
+    sinks: Sequence[Sink | AfterCommit]  # as `build_sinks` makes them (see `sinks.split_sinks`)
     on_batch: Callable[[BatchOutcome], None] | None = None
     move_root: str | None = None
     pruned_below: int = 0  # handed-over states of routing versions below this are deleted
@@ -214,14 +214,13 @@ class BatchSink:
         outcome.delays_ms = Delays.merge(s["delays"] for s in outcome.stats if "delays" in s)
         schemas = {task: result_schema(self.spec, task) for task in pieces}
         committing = time.perf_counter()
-        for sink in self.sinks:
-            if not isinstance(sink, SnapshotCommitter):
-                committed = sink.commit(batch_id, pieces, schemas=schemas, batch_max=batch_max)
-                note_replay(outcome, sink, pieces, committed)
+        staged, steps = split_sinks(self.sinks)
+        for sink in staged:
+            committed = sink.commit(batch_id, pieces, schemas=schemas, batch_max=batch_max)
+            note_replay(outcome, sink, pieces, committed)
         outcome.commit_seconds = time.perf_counter() - committing
-        for sink in self.sinks:
-            if isinstance(sink, SnapshotCommitter):
-                outcome.snapshots += sink.after_batch(batch_id, outcome.punctuations)
+        for step in steps:
+            outcome.snapshots += step.after_batch(batch_id, outcome.punctuations)
         if self.marks is not None and clock_seq is not None:  # after the sinks, before Spark commits the batch
             self.marks.write(clock_seq, outcome.input_marks)
         outcome.previous_spark = spark_parts(_progress_json(self.query))
@@ -276,19 +275,18 @@ def _progress_json(query: Any) -> dict[str, Any] | None:
     return orjson.loads(progress.json) if hasattr(progress, "json") else dict(progress)
 
 
-def note_replay(outcome: BatchOutcome, sink: Any, tasks: Iterable[str], committed: Iterable[str]) -> None:
+def note_replay(outcome: BatchOutcome, sink: Sink, tasks: Iterable[str], committed: Iterable[str]) -> None:
     """Log and record the tasks a sink skipped because it had committed the batch before (a replay after a
     restart). Sinks raise on an older batch id, so nothing else is ever skipped."""
     skipped = sorted(set(tasks) - set(committed))
     if skipped:
-        name = getattr(sink, "name", type(sink).__name__)
         log.warning(
             "batch %d: a replay, committed before to %s for %s; skipped there",
             outcome.batch_id,
-            name,
+            sink.name,
             ", ".join(skipped),
         )
-        outcome.replayed[name] = skipped
+        outcome.replayed[sink.name] = skipped
 
 
 def move_root(spec: JoinSpec) -> str:
@@ -350,7 +348,7 @@ def start_job(
     spark: SparkSession,
     spec: JoinSpec,
     bootstrap: str,
-    sinks: list[Any],
+    sinks: Sequence[Sink | AfterCommit],
     available_now: bool = False,
     on_batch: Callable[[BatchOutcome], None] | None = None,
     control: ControlSource | None = None,
@@ -359,17 +357,11 @@ def start_job(
     """Start the streaming query; returns it (await termination or stop it).
 
     Sinks written by another checkpoint are refused (`sink_fence.SinkOwnerError`) unless `fresh_sinks`, which
-    clears them for this checkpoint's batches. Every sink but a `SnapshotCommitter` is staged by the executors
-    and committed by the driver (`stage` and `commit`, as ParquetSink and RedisSink); others are refused.
+    clears them for this checkpoint's batches. `sinks` as `build_sinks` makes them: each `Sink` is staged by the
+    executors and committed by the driver, each `AfterCommit` step runs after them; anything else is refused.
     """
     check_runnable(spec)
-    staged = tuple(sink for sink in sinks if not isinstance(sink, SnapshotCommitter))
-    for sink in staged:
-        if not (isinstance(sink, StagedSink) and callable(getattr(sink, "commit", None))):
-            raise TypeError(
-                f"sink {sink!r}: results are written by the executors, so a sink needs stage() and commit() "
-                "(ParquetSink, RedisSink; a SnapshotCommitter runs after them)"
-            )
+    staged, _ = split_sinks(sinks)
     security = KafkaSecurity.from_spec(spec.kafka)
     dead_letters = DeadLetterTarget(bootstrap, spec.dead_letter_topic, security) if spec.dead_letter_topic else None
     checkpoint = Path(spec.checkpoint).resolve()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,17 +23,9 @@ from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
 from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.job.dead_letters import DeadLetterWriter
+from windjoin.pipelines.job.sinks import Sink
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's MicroBatchExecution on every task of a micro-batch
-
-
-@runtime_checkable
-class StagedSink(Protocol):
-    """A sink written in two phases (ParquetSink, RedisSink): slots stage pieces, the driver commits the batch."""
-
-    name: str
-
-    def stage(self, batch_id: int, piece: int, tables: Mapping[str, pa.Table]) -> dict[str, int]: ...
 
 
 @dataclass(frozen=True)
@@ -49,7 +41,7 @@ class DeadLetterTarget:
 class SlotOutputs:
     """What a slot writes its results to: the staged sinks, and the dead-letter topic (None: counted only)."""
 
-    sinks: tuple[Any, ...] = ()
+    sinks: tuple[Sink, ...] = ()
     dead_letters: DeadLetterTarget | None = None
 
 

@@ -150,7 +150,10 @@ def test_running_keys_are_accepted():
         (lambda d: d["tasks"][0].update(on=[]), ["tasks[0].on", "eq R.k = S.k"]),
         (lambda d: d["streams"]["R"].update(topic="bad topic!"), ["streams.R.topic", "pattern"]),
         (lambda d: d["sinks"]["redis"].update(url="http://x"), ["sinks.redis.url", "rediss?"]),
-        (lambda d: d["sinks"].update(kafka={}), ["sinks.kafka", "Extra inputs"]),
+        (
+            lambda d: d["sinks"].update(kafka={}),
+            ["sinks.kafka", "unknown sink kind", "registered kinds: ['parquet', 'redis'"],
+        ),
         (lambda d: d.update(partitions=0), ["partitions", "greater than or equal to 1"]),
     ],
 )

@@ -15,8 +15,8 @@ from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore, parse_condition
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.cli.run import build_sinks
 from windjoin.pipelines.job.join_job import start_job
+from windjoin.pipelines.job.sinks import build_sinks
 
 BASE_TS = 1_700_000_000_000
 N_EVENTS = 900

@@ -27,8 +27,8 @@ from windjoin.connectors.redis_sink import meta_key
 from windjoin.connectors.result_query import MAX_LIMIT, QueryError, ResultStore
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.cli.run import build_sinks
 from windjoin.pipelines.job.join_job import start_job
+from windjoin.pipelines.job.sinks import build_sinks
 from windjoin.pipelines.proxy.app import create_app
 
 BASE_TS = 1_700_000_000_000

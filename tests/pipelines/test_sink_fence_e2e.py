@@ -29,10 +29,11 @@ from windjoin.connectors.redis_sink import RedisSink, results_key
 from windjoin.connectors.result_table import result_schema
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.cli.run import build_sinks, run
+from windjoin.pipelines.cli.run import run
 from windjoin.pipelines.job.checkpoint_identity import checkpoint_identity
 from windjoin.pipelines.job.join_job import BatchOutcome, start_job
 from windjoin.pipelines.job.sink_fence import SinkOwnerError, fence_sinks
+from windjoin.pipelines.job.sinks import build_sinks
 
 BASE_TS = 1_700_000_000_000
 

@@ -23,8 +23,8 @@ from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.cli.run import build_sinks
 from windjoin.pipelines.job.join_job import BatchOutcome, start_job
+from windjoin.pipelines.job.sinks import build_sinks
 
 BASE_TS = 1_700_000_000_000
 

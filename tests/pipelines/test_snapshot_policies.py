@@ -20,9 +20,9 @@ from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, table_from_re
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec, parse_spec
-from windjoin.pipelines.cli.run import build_sinks
 from windjoin.pipelines.job.adapter import PUNCTUATION, Adapter
 from windjoin.pipelines.job.join_job import BatchSink
+from windjoin.pipelines.job.sinks import build_sinks
 from windjoin.pipelines.job.slot_output import SlotOutputs, write_slot
 from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter, snapshot_reason
 

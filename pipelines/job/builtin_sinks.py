@@ -1,0 +1,49 @@
+"""The built-in sink kinds (parquet, redis) and the snapshot committer after them, registered with `sinks`.
+
+With a Parquet sink, snapshots close by the spec's policies; a Redis sink beside it then keeps every result until
+a snapshot holds it (no trimming at write time; the committer moves old results out, see `snapshot_committer`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.redis_client import spec_auth
+from windjoin.connectors.redis_sink import RedisSink
+from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.spec import JoinSpec, ParquetSinkSpec, RedisSinkSpec
+from windjoin.pipelines.job.sinks import Sink, register_after_commit, register_sink
+from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter
+
+
+def parquet_sink(config: ParquetSinkSpec, spec: JoinSpec) -> ParquetSink:
+    return ParquetSink(config.path)
+
+
+def redis_sink(config: RedisSinkSpec, spec: JoinSpec) -> RedisSink:
+    """Trims by itself only without Parquet (else the snapshot committer moves old results out)."""
+    return RedisSink(
+        config.url,
+        config.retain_ms,
+        trim=spec.sinks.parquet is None,
+        feed_batches=config.feed_batches,
+        auth=spec_auth(config),
+    )
+
+
+def snapshot_committer(
+    spec: JoinSpec, sinks: Mapping[str, Sink], clock: Callable[[], float]
+) -> SnapshotCommitter | None:
+    """Snapshots close over the Parquet sink's batches and advance the Redis tier; none without Parquet."""
+    parquet = spec.sinks.parquet
+    if parquet is None:
+        return None
+    tasks = [t.name for t in spec.tasks]
+    store = SnapshotStore(parquet.path)
+    return SnapshotCommitter(store, tasks, parquet.snapshots.every_ms, parquet.retain_ms, sinks.get("redis"), clock)
+
+
+register_sink("parquet", ParquetSinkSpec, parquet_sink)
+register_sink("redis", RedisSinkSpec, redis_sink)
+register_after_commit(snapshot_committer)
