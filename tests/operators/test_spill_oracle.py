@@ -14,6 +14,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.models.spill_cluster import AdaptiveCluster
+from tests.models.spill_group_join import GroupedJoin
 from tests.oracle import as_multiset, oracle_join
 from tests.oracle_mjoin import oracle_mjoin
 from windjoin.connectors.spill_files import SpillFiles
@@ -22,9 +24,7 @@ from windjoin.operators.batch import Arrivals
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.results import pair_records
 from windjoin.operators.spec import parse_spec
-from windjoin.operators.spill.cluster import AdaptiveCluster
 from windjoin.operators.spill.config import MemoryAdaptationConfig
-from windjoin.operators.spill.group_join import GroupedJoin
 from windjoin.operators.spill.planner import Cleanup, Move, Push
 
 FIELDS = {"k": "int", "x": "int", "v": "float", "s": "string", "b": "bool"}

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tests.models.move_protocol import Disposition, MoveAudit, SlotControl
 from windjoin.operators.arrivals import ChunkBuilder
-from windjoin.operators.control.move_protocol import Disposition, MoveAudit, SlotControl
 from windjoin.operators.control.window_rows import take_rows
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.partitioning import Group, RoutingTable, key_hash, mini_bits, partition_of_hash
