@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from tests.benchmark_runs import run_benchmark
-from tests.oracle import oracle_join
+from windjoin.operators.testing.oracle import oracle_join
 
 ROOT = Path(__file__).resolve().parent.parent
 FLINK_PYTHON = ROOT / ".venv-flink" / "bin" / "python"

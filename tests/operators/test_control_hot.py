@@ -9,7 +9,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.models.control_sim import SimSlot, equi_spec
-from tests.oracle import as_multiset, oracle_join
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.control.hot import Spread, plan_spread, spread_width, store_turns
 from windjoin.operators.control.shedding import record_hash
@@ -17,6 +16,7 @@ from windjoin.operators.control.window_rows import take_rows
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
 
 def run_spread(events: list[dict], spread: Spread, batch: int, window_ms: int) -> tuple[list, dict[int, int]]:
