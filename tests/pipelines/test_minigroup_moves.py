@@ -83,7 +83,6 @@ def test_stored_rows_find_the_mini_group_the_adapter_routed_them_by(ktype):
             "key": [None] * len(records),
             "value": [r[1] for r in records],
             "timestamp": [r[2] for r in records],
-            "epoch": [0] * len(records),
         },
         schema=ARROW_SCHEMA,
     )
