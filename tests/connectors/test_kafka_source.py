@@ -327,7 +327,7 @@ def test_a_replayed_batch_keeps_its_rows(
     with pytest.raises(Exception, match="simulated crash in batch 0"):
         run_available_now(spark, options, checkpoint, crashing)
     planned = json.loads((checkpoint / "offsets" / "0").read_text().splitlines()[-1])
-    assert parse_offset(planned) == {f"{left}:0": 25, f"{right}:1": 35}
+    assert {k: n for k, n in parse_offset(planned).items() if n} == {f"{left}:0": 25, f"{right}:1": 35}
 
     # More records arrive while the job is down; the replayed batch must not take them.
     later = produce(kafka_bootstrap, left, 2, 0, 15)
