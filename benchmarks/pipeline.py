@@ -807,7 +807,6 @@ def adapter_rate(params: Params, n: int = 100_000) -> dict[str, float]:
             pa.array([str(k).encode() for k in keys], pa.binary()),
             pa.array(values, pa.binary()),
             pa.array(np.full(n, 1_700_000_000_000 + n)),  # Kafka record times: none of them refused as future
-            pa.array(np.zeros(n, np.int64)),
         ],
         schema=ARROW_SCHEMA,
     )

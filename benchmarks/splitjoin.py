@@ -168,7 +168,7 @@ def read_back(bootstrap: str, topic: str) -> list[dict[str, Any]]:
         consumer.close()
     records = []
     for key, (low, high) in bounds.items():
-        for batch in read_range(options, KafkaRange(*split_key(key), low, high, 0)):
+        for batch in read_range(options, KafkaRange(*split_key(key), low, high)):
             records += [orjson.loads(v) for v in batch.column("value").to_pylist()]
     return records
 

@@ -7,10 +7,9 @@ Spark's JVM Kafka connector cannot be used here, so this reader does its job in 
   tasks: less per-batch scheduling); a range ``[start, end)`` is read with an assigned consumer (no group,
   pooled per Python worker across batches), never asking ``consume()`` for more messages than remain in the
   range, and stopping exactly at `end`;
-* offsets are JSON ``{"partitions": {"topic:partition": next_offset, ...}, "epoch": N}``; `epoch` is the
-  control epoch read from the file named by option ``windjoin.control.path`` when the end offset is decided
-  (``latestOffset``), stored in that offset and put on every row of the batch, so a batch replayed after a
-  crash carries exactly the epoch it had the first time;
+* offsets are JSON ``{"partitions": {"topic:partition": next_offset, ...}}``, plus whatever a subclass plans
+  with each batch through the reader's hooks (`next_control`, `next_event_time`: the join job's
+  pipelines/job/adapted_source), so a batch replayed after a crash carries exactly what it had the first time;
 * ``maxOffsetsPerTrigger`` is honoured through Spark's admission control (``getDefaultReadLimit`` and
   ``latestOffset(start, limit)``, pyspark >= 4.2) and split max-min fairly over partitions;
 * ``Trigger.AvailableNow`` works on every pyspark 4.x (``prepareForTriggerAvailableNow`` where Spark offers
@@ -24,7 +23,7 @@ Usage::
           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "10000").load())
 
 Rows: ``topic string, partition int, offset long, key binary, value binary, timestamp long`` (the record
-timestamp in ms) ``, epoch long``. Other options: ``kafka.<librdkafka setting>`` is passed to every consumer;
+timestamp in ms). Other options: ``kafka.<librdkafka setting>`` is passed to every consumer;
 ``read.timeout.ms`` (default 60000) bounds how long a range read may make no progress before failing;
 ``consume.batch.size`` (default 10000) is the largest ``consume()`` call and Arrow batch.
 
@@ -39,14 +38,11 @@ checks the metadata before it assigns.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -69,7 +65,7 @@ except ImportError:  # pyspark 4.0 / 4.1: Spark calls latestOffset() without arg
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "windjoin_kafka"
-SCHEMA_DDL = "topic string, partition int, offset long, key binary, value binary, timestamp long, epoch long"
+SCHEMA_DDL = "topic string, partition int, offset long, key binary, value binary, timestamp long"
 ARROW_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -78,10 +74,8 @@ ARROW_SCHEMA = pa.schema(
         ("key", pa.binary()),
         ("value", pa.binary()),
         ("timestamp", pa.int64()),
-        ("epoch", pa.int64()),
     ]
 )
-HAS_ADMISSION_CONTROL = ReadMaxRows is not None
 # How long a partition's log may be seen ending before a range's end until the read fails: the planned
 # end was a high watermark seen earlier, so a shorter log means lost records, but a new leader's high
 # watermark can lag for a moment.
@@ -115,7 +109,6 @@ class KafkaSourceOptions:
     topics: tuple[str, ...]
     starting_offsets: str = "latest"
     max_offsets_per_trigger: int | None = None
-    control_path: str | None = None
     read_timeout_s: float = 60.0
     consume_batch_size: int = 10_000
     read_tasks: int | None = None  # Spark tasks per batch (ranges grouped); None: one task per partition
@@ -157,7 +150,6 @@ class KafkaSourceOptions:
             topics=topics,
             starting_offsets=starting,
             max_offsets_per_trigger=max_offsets,
-            control_path=opts.get("windjoin.control.path") or None,
             read_timeout_s=read_timeout_ms / 1000.0,
             consume_batch_size=batch_size,
             read_tasks=read_tasks,
@@ -210,13 +202,12 @@ def split_key(key: str) -> tuple[str, int]:
 
 def make_offset(
     positions: Mapping[str, int],
-    epoch: int,
     control: dict[str, Any] | None = None,
     event_time: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The offset dict Spark stores: positions in a canonical (sorted) key order, plus the control epoch (and,
-    for a reader that plans with them, its control state and event time, connectors.event_time)."""
-    offset = {"partitions": {k: int(positions[k]) for k in sorted(positions)}, "epoch": int(epoch)}
+    """The offset dict Spark stores: positions in a canonical (sorted) key order (and, for a reader that plans
+    with them, its control state and event time, connectors.event_time)."""
+    offset: dict[str, Any] = {"partitions": {k: int(positions[k]) for k in sorted(positions)}}
     if control is not None:
         offset["control"] = control
     if event_time is not None:
@@ -224,16 +215,15 @@ def make_offset(
     return offset
 
 
-def parse_offset(offset: Mapping[str, Any]) -> tuple[dict[str, int], int]:
-    """(positions, epoch) of an offset dict as made by `make_offset` (or read back from a checkpoint)."""
+def parse_offset(offset: Mapping[str, Any]) -> dict[str, int]:
+    """The positions of an offset dict as made by `make_offset` (or read back from a checkpoint; one written
+    before this version may carry an "epoch", which nothing reads)."""
     try:
-        positions = {str(k): int(v) for k, v in offset["partitions"].items()}
-        epoch = int(offset.get("epoch", 0))
+        return {str(k): int(v) for k, v in offset["partitions"].items()}
     except (KeyError, AttributeError, TypeError, ValueError) as exc:
         raise ValueError(
-            f"not a windjoin Kafka offset (want {{'partitions': {{'topic:partition': n}}, 'epoch': n}}): {offset!r}"
+            f"not a windjoin Kafka offset (want {{'partitions': {{'topic:partition': n}}}}): {offset!r}"
         ) from exc
-    return positions, epoch
 
 
 def fair_split(available: Mapping[str, int], limit: int) -> dict[str, int]:
@@ -300,20 +290,19 @@ def plan_end(
 
 @dataclass(frozen=True)
 class KafkaRange:
-    """One Kafka partition's records ``[start, end)`` for one batch, with the batch's control epoch."""
+    """One Kafka partition's records ``[start, end)`` for one batch."""
 
     topic: str
     partition: int
     start: int
     end: int
-    epoch: int
 
     @property
     def count(self) -> int:
         return self.end - self.start
 
 
-def plan_ranges(start: Mapping[str, int], end: Mapping[str, int], epoch: int) -> list[KafkaRange]:
+def plan_ranges(start: Mapping[str, int], end: Mapping[str, int]) -> list[KafkaRange]:
     """The non-empty ranges between two position maps, sorted by (topic, partition)."""
     ranges = []
     for key, hi in end.items():
@@ -322,7 +311,7 @@ def plan_ranges(start: Mapping[str, int], end: Mapping[str, int], epoch: int) ->
             raise ValueError(f"end offset {hi} is before start offset {lo} for {key}")
         if hi > lo:
             topic, partition = split_key(key)
-            ranges.append(KafkaRange(topic, partition, int(lo), int(hi), int(epoch)))
+            ranges.append(KafkaRange(topic, partition, int(lo), int(hi)))
     ranges.sort(key=lambda r: (r.topic, r.partition))
     return ranges
 
@@ -343,31 +332,6 @@ def group_ranges(ranges: Sequence[KafkaRange], tasks: int | None) -> list[tuple[
         groups[lightest].append(rng)
         loads[lightest] += rng.count
     return [tuple(sorted(g, key=lambda r: (r.topic, r.partition))) for g in groups if g]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Control epoch
-# ---------------------------------------------------------------------------------------------------------
-
-
-def read_control_epoch(path: str | os.PathLike[str] | None) -> int:
-    """The control epoch in the JSON file at `path` (``{"epoch": N, ...}``); 0 when no path or no file."""
-    if not path:
-        return 0
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        return 0
-    try:
-        epoch = json.loads(text)["epoch"]
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(epoch)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(
-            f"control file {str(path)!r} (option 'windjoin.control.path') must be JSON with a non-negative "
-            f"integer 'epoch', got {text[:200]!r}"
-        ) from exc
-    return epoch
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -604,7 +568,6 @@ def _to_batch(
             pa.array(keys, pa.binary()),
             pa.array(values, pa.binary()),
             pa.array(timestamps, pa.int64()),
-            pa.repeat(pa.scalar(rng.epoch, pa.int64()), n),
         ],
         schema=ARROW_SCHEMA,
     )
@@ -629,7 +592,7 @@ if SupportsTriggerAvailableNow is not None:
 
 
 class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
-    """Plans batches on the driver (offsets, epoch, ranges) and reads ranges on the executors."""
+    """Plans batches on the driver (offsets, ranges) and reads ranges on the executors."""
 
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
@@ -662,12 +625,7 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
         pick = 0 if self.options.starting_offsets == "earliest" else 1
         bounds = self._bounds()
         positions = {key: bound[pick] for key, bound in bounds.items()}
-        offset = make_offset(
-            positions,
-            read_control_epoch(self.options.control_path),
-            self.next_control(None),
-            self.next_event_time(None, positions, bounds),
-        )
+        offset = make_offset(positions, self.next_control(None), self.next_event_time(None, positions, bounds))
         self._last_end = offset
         return offset
 
@@ -701,23 +659,18 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
                 )
             if self._last_end is None:
                 end = {key: high for key, (_, high) in bounds.items()}
-                offset = make_offset(
-                    end,
-                    read_control_epoch(self.options.control_path),
-                    self.next_control(None),
-                    self.next_event_time(None, end, bounds),
-                )
+                offset = make_offset(end, self.next_control(None), self.next_event_time(None, end, bounds))
                 self._last_end = offset
                 return offset
             start, limit = self._last_end, None
-        positions, _ = parse_offset(start)
+        positions = parse_offset(start)
         event_time = self.next_event_time(start.get("event_time"), positions, bounds)
         max_rows = self.batch_limit(getattr(limit, "max_rows", None), positions, bounds)
         end = plan_end(positions, bounds, max_rows, self.read_caps(event_time, positions))
         control = self.next_control(start.get("control"))
         if end == positions and not self.control_needs_batch(start.get("control"), control):
             return start
-        offset = make_offset(end, read_control_epoch(self.options.control_path), control, event_time)
+        offset = make_offset(end, control, event_time)
         if max_rows is not None:
             offset["limit"] = max_rows  # the batch's record limit, as planned (shown by the job)
         self._last_end = offset
@@ -750,9 +703,7 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
         return new != previous
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        start_positions, _ = parse_offset(start)
-        end_positions, epoch = parse_offset(end)
-        ranges = plan_ranges(start_positions, end_positions, epoch)
+        ranges = plan_ranges(parse_offset(start), parse_offset(end))
         return [KafkaInputPartition(g) for g in group_ranges(ranges, self.options.read_tasks)]
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from tests.benchmark_runs import run_benchmark
 from tests.first_use import install_once
-from tests.oracle import oracle_join
+from windjoin.operators.testing.oracle import oracle_join
 
 ROOT = Path(__file__).resolve().parent.parent
 FLINK_PYTHON = ROOT / ".venv-flink" / "bin" / "python"

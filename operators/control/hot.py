@@ -1,11 +1,10 @@
 """SplitJoin's remedy for a hot partition: spread it over k slots, storing each new tuple at exactly one of
-them (round-robin) and probing it at all k.
+them (chosen by the record's hash) and probing it at all k.
 
 Every pair (r, s) of the group is then found exactly once: at the one slot storing the earlier of the two,
-when the later one probes there. Store turns are a pure function of the tuple's arrival number within its
-group and stream (`cursor` counts the arrivals before a batch, so a replayed batch that starts from the same
-cursor stores every tuple where it did the first time). Only time windows: a count window over a spread group
-would need the stream's global arrival numbers at every slot.
+when the later one probes there. The store slot is a pure function of the record's `record_hash` (topic,
+Kafka partition, offset), so a replayed batch stores every tuple where it did the first time. Only time
+windows: a count window over a spread group would need the stream's global arrival numbers at every slot.
 """
 
 from __future__ import annotations
@@ -22,22 +21,17 @@ from windjoin.operators.partitioning import Group
 @dataclass(frozen=True)
 class Spread:
     group: Group
-    slots: tuple[int, ...]  # probe at all of them; store at slots[n mod k] for the n-th arrival of a stream
+    slots: tuple[int, ...]  # probe at all of them; store each tuple at slots[store_turns(hash, k)]
 
     def __post_init__(self) -> None:
         if not self.slots or len(set(self.slots)) != len(self.slots):
             raise ValueError(f"a spread needs distinct slots, got {self.slots}")
 
-    @property
-    def k(self) -> int:
-        return len(self.slots)
 
-    def store_slots(self, cursor: int, n: int) -> np.ndarray:
-        """Where each of the next n arrivals of one stream (the cursor-th onwards) is stored."""
-        return np.asarray(self.slots, dtype=np.int32)[(cursor + np.arange(n)) % self.k]
-
-    def probe_slots(self) -> tuple[int, ...]:
-        return self.slots
+def store_turns(hashes: np.ndarray, k: int) -> np.ndarray:
+    """Which of a spread's k slots (by position) stores each record, from its `record_hash`: the low 32 bits
+    decide, the top ones being the shedding's (control.shedding.shed_mask_of_hashes)."""
+    return ((np.asarray(hashes, dtype=np.uint64) & np.uint64(0xFFFFFFFF)) % np.uint64(k)).astype(np.int64)
 
 
 def spread_width(group_load: float, slot_capacity: float, target_occupancy: float, slots: int) -> int:

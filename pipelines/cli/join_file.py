@@ -16,13 +16,10 @@ from tqdm import tqdm
 from windjoin.connectors.codec_errors import DecodeError
 from windjoin.connectors.json_columns import decode_stream_columns
 from windjoin.connectors.jsonl_file import CODEC, decode_line, read_lines, write_record
-from windjoin.operators.arrivals import ChunkBuilder
 from windjoin.operators.batch import Arrivals
-from windjoin.operators.join import ChunkResult
-from windjoin.operators.mjoin import join_operator
-from windjoin.operators.results import pair_records
 from windjoin.operators.schema import LATE, RecordError
 from windjoin.operators.spec import JoinSpec
+from windjoin.operators.testing.feed import EventFeed, Fed
 
 DEFAULT_CHUNK = 4096
 CODEC_LIMIT = CODEC.max_message_bytes
@@ -48,16 +45,13 @@ class JoinFileReport:
 
 
 class _Run:
-    """One pass over an events file: chunks in, results and refusals out."""
+    """One pass over an events file: chunks in (operators.testing.EventFeed), results and refusals out."""
 
     def __init__(self, spec: JoinSpec, out: IO[bytes], on_refusal: Any, chunk_size: int) -> None:
-        self.join = join_operator(spec)
-        self.builder = ChunkBuilder(spec)
-        self.schemas = self.builder.schemas
+        self.feed = EventFeed(spec, chunk_size)
+        self.schemas = self.feed.builder.schemas
         self.out = out
         self.on_refusal = on_refusal
-        self.chunk_size = chunk_size
-        self.lines: dict[str, list[tuple[int, bytes]]] = {s: [] for s in spec.streams}
         self.report = JoinFileReport()
 
     def add(self, line_no: int, raw: bytes, decoded: dict[str, Any] | DecodeError) -> None:
@@ -65,14 +59,11 @@ class _Run:
         try:
             if isinstance(decoded, DecodeError):
                 raise RecordError(decoded.reason, decoded.detail)
-            stream = decoded.get("stream")
-            self.builder.add(stream, decoded, time.time_ns())
+            fed = self.feed.add(decoded, (line_no, raw), time.time_ns())
         except RecordError as err:
             self.refuse(line_no, raw, err.reason, str(err))
             return
-        self.lines[stream].append((line_no, raw))
-        if len(self.builder) >= self.chunk_size:
-            self.flush()
+        self._take(fed)
 
     def refuse(self, line_no: int, raw: bytes, reason: str, detail: str) -> None:
         self.report.refused[reason] += 1
@@ -85,47 +76,27 @@ class _Run:
         if decoded is None:
             for line_no, raw in block:
                 self.add(line_no, raw, decode_line(raw))
-            self.flush()
+            self._take(self.feed.flush())
             return
         self.report.events += len(block)
         arrival = time.time_ns()
-        chunk = {}
+        chunk, lines = {}, {}
         for stream, (positions, columns) in decoded.items():
             numpy_columns = {name: column.to_numpy(zero_copy_only=False) for name, column in columns.items()}
             chunk[stream] = Arrivals(numpy_columns, positions, np.full(len(positions), arrival, np.int64))
-            self.lines[stream] = [block[i] for i in positions.tolist()]
-        self._process(chunk)
+            lines[stream] = [block[i] for i in positions.tolist()]
+        self._take(self.feed.process(chunk, lines))
 
-    def flush(self) -> None:
-        if len(self.builder):
-            self._process(self.builder.take())
-
-    def _process(self, chunk: dict[str, Arrivals]) -> None:
-        result = self.join.process(chunk)
-        for stream, rows in result.late.items():
-            for row in rows:
-                line_no, raw = self.lines[stream][row]
-                self.refuse(line_no, raw, LATE, "event time is over allowed_lateness_ms behind the latest event time")
-        for lines in self.lines.values():
-            lines.clear()
-        self.report.results += self._write(result)
-
-    def _write(self, result: ChunkResult) -> int:
-        """Write the chunk's results across tasks in emission order: last arrival, task, then the task's own order.
-
-        A task's own order puts a pair's earlier arrival next (a combination's arrivals in join order).
-        """
-        records, later, task_no, rank = [], [], [], []
-        for i, pairs in enumerate(result.pairs):
-            records.extend(pair_records(pairs))
-            later.append(pairs.later_seq)
-            rank.append(np.arange(len(pairs)))
-            task_no.append(np.full(len(pairs), i))
-        if not records:
-            return 0
-        for i in np.lexsort((np.concatenate(rank), np.concatenate(task_no), np.concatenate(later))):
-            write_record(self.out, records[i])
-        return len(records)
+    def _take(self, fed: Fed | None) -> None:
+        """Refuse the chunk's late lines; write its results across tasks in emission order (`Fed.records`)."""
+        if fed is None:
+            return
+        for line_no, raw in fed.late:
+            self.refuse(line_no, raw, LATE, "event time is over allowed_lateness_ms behind the latest event time")
+        records = fed.records()
+        for record in records:
+            write_record(self.out, record)
+        self.report.results += len(records)
 
 
 def join_file(
@@ -137,8 +108,6 @@ def join_file(
     show_progress: bool | None = None,
 ) -> JoinFileReport:
     """Join every event of `events`, writing results to `out` and passing each refused line to `on_refusal`."""
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be at least 1 (got {chunk_size})")
     run = _Run(spec, out, on_refusal, chunk_size)
     started = time.perf_counter()
     size = events.stat().st_size
@@ -153,5 +122,5 @@ def join_file(
         if block:
             run.add_block(block)
     run.report.seconds = time.perf_counter() - started
-    run.report.tasks = {name: c.summary() for name, c in run.join.counters.items()}
+    run.report.tasks = {name: c.summary() for name, c in run.feed.join.counters.items()}
     return run.report

@@ -27,6 +27,7 @@ from windjoin.connectors.json_codec import JsonCodec
 from windjoin.connectors.json_columns import decode_columns
 from windjoin.connectors.result_table import ARROW_TYPES
 from windjoin.connectors.stream_codecs import stream_codecs
+from windjoin.operators.control.hot import store_turns
 from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.control.shedding import record_hash, shed_mask_of_hashes
 from windjoin.operators.partitioning import RoutingTable, key_hash, partition_of_hash
@@ -259,13 +260,13 @@ class Adapter:
             rows = np.flatnonzero(parts == part)
             if not len(rows):
                 continue
-            chosen = (hashes[rows] & np.uint64(0xFFFFFFFF)) % np.uint64(len(slots))
+            chosen = store_turns(hashes[rows], len(slots))
             copy = adapted.take(pa.array(rows))
             slot_at, stored_at = copy.schema.get_field_index("slot"), copy.schema.get_field_index("stored")
             for j, slot in enumerate(slots):
                 labels = pa.array(np.full(len(rows), self.slot_labels[slot]), pa.int32())
                 copy_j = copy.set_column(slot_at, "slot", labels)
-                pieces.append(copy_j.set_column(stored_at, "stored", pa.array(chosen == np.uint64(j))))
+                pieces.append(copy_j.set_column(stored_at, "stored", pa.array(chosen == j)))
         return pa.concat_tables(pieces)
 
     def _shed(self, accepted: dict[str, list[int]], hashes: np.ndarray | None, ratio: float) -> dict[str, list[int]]:

@@ -60,7 +60,7 @@ def fetch_originals(
     options = KafkaSourceOptions(bootstrap_servers=bootstrap, topics=tuple({t for t, _ in wanted}), security=security)
     found = {}
     for (topic, partition), offsets in wanted.items():
-        span = KafkaRange(topic, partition, min(offsets), max(offsets) + 1, 0)
+        span = KafkaRange(topic, partition, min(offsets), max(offsets) + 1)
         for batch in read_range(options, span):
             cols = batch.to_pydict()
             for offset, key, value in zip(cols["offset"], cols["key"], cols["value"], strict=True):

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from windjoin.connectors.kafka_admin import create_topics, delete_topics
 from windjoin.connectors.kafka_producer import BatchProducer
 from windjoin.connectors.kafka_source import (
-    HAS_ADMISSION_CONTROL,
     SOURCE_NAME,
     KafkaRange,
     KafkaRangeError,
@@ -33,7 +32,6 @@ from windjoin.connectors.kafka_source import (
     plan_end,
     plan_ranges,
     probe_partition_bounds,
-    read_control_epoch,
     read_range,
     register_kafka_source,
 )
@@ -43,6 +41,13 @@ from windjoin.connectors.kafka_source import (
 pytest_plugins = ["tests.services_fixtures", "tests.spark_fixtures"]
 
 BASE_TS = 1_700_000_000_000
+
+try:  # pyspark >= 4.2 offers Python sources admission control (read limits); 4.0 / 4.1 do not
+    from pyspark.sql.streaming.datasource import ReadMaxRows  # noqa: F401
+
+    HAS_ADMISSION_CONTROL = True
+except ImportError:
+    HAS_ADMISSION_CONTROL = False
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -100,16 +105,16 @@ def test_plan_end_respects_the_limit_and_enters_new_partitions_at_their_low_wate
     assert plan_end({"a:0": 5, "gone:0": 9}, {"a:0": (0, 5)}, 10) == {"a:0": 5, "gone:0": 9}
 
 
-def test_plan_ranges_skips_empty_partitions_and_carries_the_epoch() -> None:
-    ranges = plan_ranges({"b:0": 3, "a:1": 5, "a:0": 0}, {"b:0": 9, "a:1": 5, "a:0": 2, "c:0": 4}, epoch=7)
-    assert ranges == [KafkaRange("a", 0, 0, 2, 7), KafkaRange("b", 0, 3, 9, 7)]
+def test_plan_ranges_skips_empty_partitions() -> None:
+    ranges = plan_ranges({"b:0": 3, "a:1": 5, "a:0": 0}, {"b:0": 9, "a:1": 5, "a:0": 2, "c:0": 4})
+    assert ranges == [KafkaRange("a", 0, 0, 2), KafkaRange("b", 0, 3, 9)]
     with pytest.raises(ValueError, match="before start"):
-        plan_ranges({"a:0": 5}, {"a:0": 4}, 0)
+        plan_ranges({"a:0": 5}, {"a:0": 4})
 
 
 @given(st.lists(st.integers(1, 10_000), max_size=20), st.one_of(st.none(), st.integers(1, 8)))
 def test_group_ranges_deals_every_range_once_to_at_most_the_tasks_asked(counts: list[int], tasks: int | None) -> None:
-    ranges = [KafkaRange(f"t{i % 3}", i, 0, n, 1) for i, n in enumerate(counts)]
+    ranges = [KafkaRange(f"t{i % 3}", i, 0, n) for i, n in enumerate(counts)]
     groups = group_ranges(ranges, tasks)
     assert sorted(r.partition for g in groups for r in g) == list(range(len(ranges)))
     assert all(groups) and len(groups) <= (len(ranges) if tasks is None else min(tasks, len(ranges)))
@@ -122,24 +127,13 @@ def test_group_ranges_deals_every_range_once_to_at_most_the_tasks_asked(counts: 
 
 
 def test_offsets_round_trip_through_json_in_canonical_order() -> None:
-    offset = make_offset({"b:1": 4, "a:10": 2, "a:2": 9}, 3)
+    offset = make_offset({"b:1": 4, "a:10": 2, "a:2": 9})
     text = json.dumps(offset)
-    assert text == '{"partitions": {"a:10": 2, "a:2": 9, "b:1": 4}, "epoch": 3}'
-    assert parse_offset(json.loads(text)) == ({"a:10": 2, "a:2": 9, "b:1": 4}, 3)
-    assert parse_offset({"partitions": {"my.topic-x:0": 1}}) == ({"my.topic-x:0": 1}, 0)
+    assert text == '{"partitions": {"a:10": 2, "a:2": 9, "b:1": 4}}'
+    assert parse_offset(json.loads(text)) == {"a:10": 2, "a:2": 9, "b:1": 4}
+    assert parse_offset({"partitions": {"my.topic-x:0": 1}, "epoch": 3}) == {"my.topic-x:0": 1}  # an older offset
     with pytest.raises(ValueError, match="not a windjoin Kafka offset"):
         parse_offset({"topic:0": 1})
-
-
-def test_control_epoch_file(tmp_path: Path) -> None:
-    path = tmp_path / "control.json"
-    assert read_control_epoch(None) == 0
-    assert read_control_epoch(path) == 0
-    path.write_text(json.dumps({"epoch": 12, "routes": [1, 0]}))
-    assert read_control_epoch(path) == 12
-    path.write_text('{"epoch": "12"}')
-    with pytest.raises(ValueError, match="windjoin.control.path"):
-        read_control_epoch(path)
 
 
 def test_options_are_validated_with_the_key_and_the_bad_value() -> None:
@@ -205,24 +199,23 @@ def test_read_range_stops_exactly_at_the_end_and_fails_clearly_when_the_range_is
     options = KafkaSourceOptions.from_options(
         {"bootstrap.servers": kafka_bootstrap, "topics": topic, "consume.batch.size": "64", "read.timeout.ms": "2000"}
     )
-    batches = list(read_range(options, KafkaRange(topic, 0, 10, 277, epoch=4)))
+    batches = list(read_range(options, KafkaRange(topic, 0, 10, 277)))
     assert [b.num_rows for b in batches] == [64, 64, 64, 64, 11]
     rows = [r for b in batches for r in b.to_pylist()]
     assert [(r["topic"], r["partition"], r["offset"], r["key"], r["value"], r["timestamp"]) for r in rows] == (
         expected[10:277]
     )
-    assert {r["epoch"] for r in rows} == {4}
 
     with pytest.raises(KafkaRangeError, match=r"range \[250, 400\).*ends at offset 300"):
-        list(read_range(options, KafkaRange(topic, 0, 250, 400, epoch=0)))
+        list(read_range(options, KafkaRange(topic, 0, 250, 400)))
     delete_topics(kafka_bootstrap, topic)
     with pytest.raises(KafkaRangeError, match="does not exist"):
-        list(read_range(options, KafkaRange(topic, 0, 0, 10, epoch=0)))
+        list(read_range(options, KafkaRange(topic, 0, 0, 10)))
     # Re-created with fewer records: the planned range lies past the new log's end.
     create_topics(kafka_bootstrap, topic, 1)
     produce(kafka_bootstrap, topic, 0, 0, 50)
     with pytest.raises(KafkaRangeError, match=r"range \[250, 300\).*ends at offset 50"):
-        list(read_range(options, KafkaRange(topic, 0, 250, 300, epoch=0)))
+        list(read_range(options, KafkaRange(topic, 0, 250, 300)))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -241,17 +234,12 @@ class Collector:
     def __call__(self, df: Any, batch_id: int) -> None:
         if batch_id == self.fail_batch:
             raise RuntimeError(f"simulated crash in batch {batch_id}")
-        rows = [
-            (r.topic, r.partition, r.offset, bytes(r.key), bytes(r.value), r.timestamp, r.epoch) for r in df.collect()
-        ]
+        rows = [(r.topic, r.partition, r.offset, bytes(r.key), bytes(r.value), r.timestamp) for r in df.collect()]
         with self._lock:
             self.batches.append((batch_id, rows))
 
     def records(self) -> list[Record]:
-        return [row[:6] for _, rows in self.batches for row in rows]
-
-    def epochs(self) -> dict[int, set[int]]:
-        return {batch_id: {row[6] for row in rows} for batch_id, rows in self.batches}
+        return [row for _, rows in self.batches for row in rows]
 
 
 def run_available_now(spark: Any, options: dict[str, str], checkpoint: Path, sink: Collector) -> None:
@@ -289,28 +277,18 @@ def test_every_message_arrives_exactly_once_and_a_restart_reads_only_new_ones(
     for topic, counts in ((left, (40, 0, 75)), (right, (1, 60))):
         for partition, count in enumerate(counts):
             expected += produce(kafka_bootstrap, topic, partition, 0, count)
-    control = tmp_path / "control.json"
-    control.write_text(json.dumps({"epoch": 3}))
-    options = {
-        "bootstrap.servers": kafka_bootstrap,
-        "topics": f"{left},{right}",
-        "startingOffsets": "earliest",
-        "windjoin.control.path": str(control),
-    }
+    options = {"bootstrap.servers": kafka_bootstrap, "topics": f"{left},{right}", "startingOffsets": "earliest"}
     first = Collector()
     run_available_now(spark, options, tmp_path / "checkpoint", first)
     assert sorted(first.records()) == sorted(expected)
     assert len(first.records()) == len(expected) == 176
-    assert set().union(*first.epochs().values()) == {3}
 
     # More data, then a restart from the checkpoint: only the new records, each once.
     new = produce(kafka_bootstrap, left, 1, 0, 30) + produce(kafka_bootstrap, right, 1, 60, 25)
-    control.write_text(json.dumps({"epoch": 4}))
     second = Collector()
     run_available_now(spark, options, tmp_path / "checkpoint", second)
     assert sorted(second.records()) == sorted(new)
-    assert set().union(*second.epochs().values()) == {4}
-    assert min(second.epochs()) > max(first.epochs())
+    assert min(b for b, _ in second.batches) > max(b for b, _ in first.batches)
 
 
 def test_max_offsets_per_trigger_splits_the_backlog_into_bounded_batches(
@@ -338,28 +316,20 @@ def test_max_offsets_per_trigger_splits_the_backlog_into_bounded_batches(
         assert sizes == [160]
 
 
-def test_a_replayed_batch_keeps_its_epoch_and_its_rows(
+def test_a_replayed_batch_keeps_its_rows(
     spark: Any, kafka_bootstrap: str, two_topics: tuple[str, str], tmp_path: Path
 ) -> None:
     left, right = two_topics
     expected = produce(kafka_bootstrap, left, 0, 0, 25) + produce(kafka_bootstrap, right, 1, 0, 35)
-    control = tmp_path / "control.json"
-    control.write_text(json.dumps({"epoch": 5}))
-    options = {
-        "bootstrap.servers": kafka_bootstrap,
-        "topics": f"{left},{right}",
-        "startingOffsets": "earliest",
-        "windjoin.control.path": str(control),
-    }
+    options = {"bootstrap.servers": kafka_bootstrap, "topics": f"{left},{right}", "startingOffsets": "earliest"}
     checkpoint = tmp_path / "checkpoint"
     crashing = Collector(fail_batch=0)
     with pytest.raises(Exception, match="simulated crash in batch 0"):
         run_available_now(spark, options, checkpoint, crashing)
     planned = json.loads((checkpoint / "offsets" / "0").read_text().splitlines()[-1])
-    assert planned["epoch"] == 5
+    assert {k: n for k, n in parse_offset(planned).items() if n} == {f"{left}:0": 25, f"{right}:1": 35}
 
-    # The controller moves on while the job is down; the replayed batch must not notice.
-    control.write_text(json.dumps({"epoch": 6}))
+    # More records arrive while the job is down; the replayed batch must not take them.
     later = produce(kafka_bootstrap, left, 2, 0, 15)
     replay = Collector()
     run_available_now(spark, options, checkpoint, replay)
@@ -369,11 +339,9 @@ def test_a_replayed_batch_keeps_its_epoch_and_its_rows(
     batch_ids = [batch_id for batch_id, _ in replay.batches]
     assert batch_ids[0] == 0
     replayed = replay.batches[0][1]
-    assert sorted(r[:6] for r in replayed) == sorted(expected)
-    assert {r[6] for r in replayed} == {5}
+    assert sorted(replayed) == sorted(expected)
     rest = [row for batch_id, rows in replay.batches[1:] for row in rows]
-    assert sorted(r[:6] for r in rest) == sorted(later)
-    assert {r[6] for r in rest} == {6}
+    assert sorted(rest) == sorted(later)
 
 
 def test_a_running_query_reads_records_produced_while_it_runs(

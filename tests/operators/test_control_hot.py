@@ -1,5 +1,5 @@
-"""SplitJoin's spread of a hot group over k slots: store at one (round-robin), probe at all; real WindowJoins
-per slot together give exactly the global join."""
+"""SplitJoin's spread of a hot group over k slots: store at one (by the record's hash, as the job's adapter
+does), probe at all; real WindowJoins per slot together give exactly the global join."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.operators.control_sim import SimSlot, equi_spec
-from tests.oracle import as_multiset, oracle_join
+from tests.models.control_sim import SimSlot, equi_spec
 from windjoin.operators.batch import Arrivals
-from windjoin.operators.control.hot import Spread, plan_spread, spread_width
+from windjoin.operators.control.hot import Spread, plan_spread, spread_width, store_turns
+from windjoin.operators.control.shedding import record_hash
 from windjoin.operators.control.window_rows import take_rows
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
 
 def run_spread(events: list[dict], spread: Spread, batch: int, window_ms: int) -> tuple[list, dict[int, int]]:
@@ -23,16 +24,10 @@ def run_spread(events: list[dict], spread: Spread, batch: int, window_ms: int) -
     forgets the tuples it only probed with."""
     spec = parse_spec(equi_spec(window_ms, 1, 1))
     slots = {s: SimSlot(s, RoutingTable.round_robin(1, 1), spec) for s in spread.slots}
-    cursor = {"R": 0, "S": 0}
-    stored_at: dict[int, int] = {}
+    stored_at = store_slots(spread, [e["id"] for e in events])
     results = []
     for start in range(0, len(events), batch):
         chunk = events[start : start + batch]
-        for stream in "RS":
-            mine = [e for e in chunk if e["stream"] == stream]
-            for e, s in zip(mine, spread.store_slots(cursor[stream], len(mine)).tolist(), strict=True):
-                stored_at[e["id"]] = s
-            cursor[stream] += len(mine)
         for s, slot in slots.items():
             for task, r, s_tuple in slot.run(chunk):
                 earlier = min(r["id"], s_tuple["id"])  # ids are arrival positions
@@ -44,6 +39,12 @@ def run_spread(events: list[dict], spread: Spread, batch: int, window_ms: int) -
                 )
     held = {s: sum(len(store) for store in slot.join.stores.values()) for s, slot in slots.items()}
     return results, held
+
+
+def store_slots(spread: Spread, offsets: list[int]) -> dict[int, int]:
+    """Where the job stores each record of a spread partition: by the hash of its (topic, partition, offset)."""
+    turns = store_turns(record_hash("hot", 0, np.asarray(offsets, dtype=np.int64)), len(spread.slots))
+    return {o: spread.slots[t] for o, t in zip(offsets, turns.tolist(), strict=True)}
 
 
 @st.composite
@@ -68,8 +69,11 @@ def test_store_at_one_probe_at_all_is_the_global_join(events, k, batch, window_m
 
 def test_each_slot_stores_a_kth_of_the_window():
     events = [{"stream": "RS"[i % 2], "ts": i, "k": 7, "id": i} for i in range(600)]
-    _, held = run_spread(events, Spread(Group(0), (0, 1, 2)), batch=50, window_ms=10**6)
-    assert held == {0: 200, 1: 200, 2: 200}
+    spread = Spread(Group(0), (0, 1, 2))
+    _, held = run_spread(events, spread, batch=50, window_ms=10**6)
+    chosen = list(store_slots(spread, list(range(600))).values())
+    assert held == {s: chosen.count(s) for s in spread.slots}
+    assert all(160 <= n <= 240 for n in held.values())  # a third each, within hashing's spread
 
 
 def test_storing_everywhere_would_duplicate():
@@ -82,11 +86,13 @@ def test_storing_everywhere_would_duplicate():
     assert len(everything) == 3 * len(expected)
 
 
-def test_round_robin_store_turns_continue_across_batches():
-    spread = Spread(Group(5), (4, 1, 2))
-    assert spread.store_slots(0, 4).tolist() == [4, 1, 2, 4]
-    assert spread.store_slots(4, 3).tolist() == [1, 2, 4]
-    assert spread.probe_slots() == (4, 1, 2)
+def test_store_turns_are_a_function_of_the_record_alone():
+    """A replayed or differently cut batch stores every record where it did the first time."""
+    hashes = record_hash("orders", 3, np.arange(1000))
+    whole = store_turns(hashes, 3)
+    assert np.array_equal(np.concatenate([store_turns(hashes[:7], 3), store_turns(hashes[7:], 3)]), whole)
+    assert set(whole.tolist()) == {0, 1, 2}
+    assert np.array_equal(store_turns(record_hash("orders", 3, np.arange(1000)), 3), whole)
     with pytest.raises(ValueError, match="distinct"):
         Spread(Group(0), (1, 1))
 

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.operators.control_sim import Cluster, equi_spec
-from tests.oracle import as_multiset, oracle_join
-from windjoin.operators.control.move_protocol import EndOfMovedGroup, ProtocolError, SlotControl
+from tests.models.control_sim import Cluster, equi_spec
+from tests.models.move_protocol import EndOfMovedGroup, ProtocolError, SlotControl
 from windjoin.operators.control.reorganise import plan_reorganisation
 from windjoin.operators.partitioning import Group, RoutingTable
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
 PARTITIONS, SLOTS = 4, 3
 

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.operators.run import run_join
-from tests.oracle import as_multiset, oracle_join
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
 STREAMS = {
     "R": {"timestamp": "ts", "fields": {"k": "int", "x": "int", "y": "float", "z": "string", "f": "bool"}},

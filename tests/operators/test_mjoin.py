@@ -8,12 +8,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.operators.run import run_join
-from tests.operators.run_mjoin import build_spec, run_mjoin
-from tests.oracle import as_multiset, oracle_join
-from tests.oracle_mjoin import oracle_mjoin
+from tests.operators.run import run_join, run_mjoin
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.mjoin import MJoin
+from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join, oracle_mjoin
 
 FIELDS = {"k": "int", "x": "int", "y": "int", "v": "float", "s": "string"}
 STREAMS = {
@@ -283,9 +282,9 @@ def test_windows_stay_bounded_on_a_long_run():
 )
 def test_bad_probe_orders_are_refused(orders, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        MJoin(build_spec(CHAIN), orders)
+        MJoin(parse_spec(CHAIN), orders)
 
 
 def test_window_join_refuses_tasks_of_more_than_two_streams():
     with pytest.raises(ValueError, match=r"\['chain'\] join more than two streams.*use MJoin"):
-        WindowJoin(build_spec(CHAIN))
+        WindowJoin(parse_spec(CHAIN))

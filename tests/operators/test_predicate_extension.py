@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from tests.operators import test_mjoin
 from tests.operators.run import run_join
 from tests.operators.test_join_oracle import STREAMS, check_against_oracle, events
-from tests.oracle import OPS
 from windjoin.operators.predicate_ops import REGISTRY, IndexKind, PredicateOp
 from windjoin.operators.predicate_ops.base import Buffer, Width
 from windjoin.operators.spec import SpecError, parse_spec
+from windjoin.operators.testing.oracle import OPS
 
 
 class Lead(PredicateOp):

@@ -1,7 +1,7 @@
 """Memory adaptation against the brute-force oracles: the normal run's results plus the clean-up's equal, as a
 multiset, the oracle's join of every partition's tuples, whatever was pushed to disk, reinstated or relocated.
 
-The reference is the 2-way (tests/oracle.py) or n-way (tests/oracle_mjoin.py) oracle run on each hash partition's
+The reference is the 2-way or n-way oracle (operators/testing/oracle.py) run on each hash partition's
 events apart (groups judge lateness per partition, as the Spark job does), results united.
 """
 
@@ -14,18 +14,17 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.oracle import as_multiset, oracle_join
-from tests.oracle_mjoin import oracle_mjoin
+from tests.models.spill_cluster import AdaptiveCluster
+from tests.models.spill_group_join import GroupedJoin
 from windjoin.connectors.spill_files import SpillFiles
 from windjoin.operators.arrivals import ChunkBuilder
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.results import pair_records
 from windjoin.operators.spec import parse_spec
-from windjoin.operators.spill.cluster import AdaptiveCluster
 from windjoin.operators.spill.config import MemoryAdaptationConfig
-from windjoin.operators.spill.group_join import GroupedJoin
 from windjoin.operators.spill.planner import Cleanup, Move, Push
+from windjoin.operators.testing.oracle import as_multiset, oracle_join, oracle_mjoin
 
 FIELDS = {"k": "int", "x": "int", "v": "float", "s": "string", "b": "bool"}
 PARTITIONS = 4

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from tests.operators.run import run_join
-from tests.oracle import as_multiset, oracle_join
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
 
 def _spec(window: dict, on: list[dict], tasks: int = 1) -> dict:

@@ -39,7 +39,6 @@ def _batch(records: list[tuple[str, bytes | None, int]]) -> pa.RecordBatch:
             "key": [None] * n,
             "value": [r[1] for r in records],
             "timestamp": [r[2] for r in records],
-            "epoch": [0] * n,
         },
         schema=ARROW_SCHEMA,
     )

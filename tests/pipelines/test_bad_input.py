@@ -23,7 +23,6 @@ import uuid
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.dead_letter_helpers import describes, record_batch_bytes
 from tests.pipelines.pipeline_helpers import parquet_pairs, read_topic, redis_pairs
 from windjoin.connectors.dead_letter import DeadLetter, decode_dead_letter
@@ -33,6 +32,7 @@ from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.stream_encoder import stream_encoder
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import start_job
 
 BASE_TS = 1_700_000_000_000

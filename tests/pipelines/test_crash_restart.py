@@ -48,13 +48,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.job_processes import freeze_job, kill_job, session_members, start_run, thaw_job
 from tests.pipelines.pipeline_helpers import parquet_pairs, read_dead_letters, redis_pairs
 from windjoin.connectors.kafka_admin import create_topics
 from windjoin.connectors.kafka_producer import BatchProducer
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, results_key, stage_pattern
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
 KILLS = ("parquet_stage", "redis_stage", "commit", "after_sinks", "random")
 BASE_TS = 1_700_000_000_000

@@ -12,12 +12,12 @@ import uuid
 
 import pytest
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events
 from tests.pipelines.test_pipeline_e2e import _events, _spec
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import start_job
 
 EVENTS = 1600  # two keys, all within the window: ~2 * 400 * 400 pairs

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
 from windjoin.connectors import processes
 from windjoin.connectors.control_decisions import DecisionStore, decision_key
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.spark_cluster import ClusterConfig, ClusterStartError, StandaloneCluster, start_cluster
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
 BASE_TS = 1_700_000_000_000
 

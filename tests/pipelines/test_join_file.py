@@ -9,7 +9,7 @@ import sys
 
 import yaml
 
-from tests.oracle import as_multiset, oracle_join
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
 SPEC = {
     "window": {"kind": "time", "size_ms": 30},

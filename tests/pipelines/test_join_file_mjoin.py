@@ -11,12 +11,10 @@ from pathlib import Path
 
 import yaml
 
-from tests.operators.run_mjoin import build_spec
-from tests.oracle import as_multiset, oracle_join
-from tests.oracle_mjoin import oracle_mjoin
-from windjoin.operators.spec import load_spec
+from windjoin.operators.spec import load_spec, parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join, oracle_mjoin
+from windjoin.pipelines.cli import join_file as join_file_module
 from windjoin.pipelines.cli.join_file import join_file
-from windjoin.pipelines.cli.main import join_file as join_file_module
 
 FIELDS = {"k": "int", "x": "int", "y": "float"}
 SPEC = {
@@ -65,7 +63,7 @@ def _join(tmp_path, spec: dict, events: list[dict], chunk_size: int) -> tuple[li
     path = tmp_path / "events.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
     out, refused = io.BytesIO(), []
-    join_file(build_spec(spec), path, out, refused.append, chunk_size, show_progress=False)
+    join_file(parse_spec(spec), path, out, refused.append, chunk_size, show_progress=False)
     lines = [json.loads(line) for line in out.getvalue().decode().splitlines()]
     return lines, sorted(r.line - 1 for r in refused if r.reason == "late")
 
@@ -133,7 +131,7 @@ def test_lines_decoded_at_once_join_as_lines_decoded_one_by_one(tmp_path, monkey
 
     def run() -> tuple[bytes, list]:
         out, refused = io.BytesIO(), []
-        join_file(build_spec(SPEC), path, out, refused.append, 100, show_progress=False)
+        join_file(parse_spec(SPEC), path, out, refused.append, 100, show_progress=False)
         return out.getvalue(), [(r.line, r.reason) for r in refused]
 
     blocks = []

@@ -6,7 +6,6 @@ import random
 
 import pytest
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
 from windjoin.connectors.batch_costs import BatchCosts
 from windjoin.connectors.kafka_source import KafkaSourceOptions
@@ -14,6 +13,7 @@ from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.operators.batch_size import FIT_SAMPLES
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.adapted_source import AdaptedStreamReader
 from windjoin.pipelines.job.adapter import Adapter
 from windjoin.pipelines.job.join_job import BatchOutcome, start_job

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import redis
 
-from tests.oracle import oracle_join
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
 from windjoin.connectors.load_reports import LoadReports, slot_batches
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import oracle_join
 from windjoin.pipelines.job.join_job import BatchOutcome, start_job
 from windjoin.pipelines.job.load_publisher import LoadPublisher
 

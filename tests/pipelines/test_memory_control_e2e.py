@@ -17,7 +17,6 @@ import uuid
 import orjson
 import pytest
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.control_helpers import run_with_one_replay
 from tests.pipelines.pipeline_helpers import parquet_pairs
 from tests.pipelines.test_spill_e2e import spill_workload
@@ -26,6 +25,7 @@ from windjoin.connectors.load_reports import LoadReports
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.controller.control_loop import Controller, recorded_moves
 from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
 from windjoin.pipelines.job.load_publisher import LoadPublisher

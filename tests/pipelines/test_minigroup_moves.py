@@ -18,7 +18,6 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.control_helpers import recording, run_with_one_replay
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
 from tests.pipelines.test_partition_moves import TASKS
@@ -30,6 +29,7 @@ from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.adapter import Adapter
 from windjoin.pipelines.job.join_job import ControlSource
 from windjoin.pipelines.job.join_state import JoinProcessor
@@ -83,7 +83,6 @@ def test_stored_rows_find_the_mini_group_the_adapter_routed_them_by(ktype):
             "key": [None] * len(records),
             "value": [r[1] for r in records],
             "timestamp": [r[2] for r in records],
-            "epoch": [0] * len(records),
         },
         schema=ARROW_SCHEMA,
     )

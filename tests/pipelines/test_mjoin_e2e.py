@@ -1,7 +1,7 @@
 """n-way tasks in the streaming job end to end: Kafka (embedded broker) → Spark (MJoin per hash partition) →
 Parquet with snapshots and Redis, read back through the sinks and the one-time and continuous queries.
 
-Every result set must equal the independent n-way brute-force oracle (tests/oracle_mjoin.py), as multisets.
+Every result set must equal the independent n-way brute-force oracle (operators/testing/oracle.py), as multisets.
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ import uuid
 
 import pytest
 
-from tests.oracle import as_multiset
-from tests.oracle_mjoin import oracle_mjoin
 from tests.pipelines.pipeline_helpers import produce_events
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, results_key
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore, parse_condition
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_mjoin
 from windjoin.pipelines.job.join_job import start_job
 from windjoin.pipelines.job.sinks import build_sinks
 

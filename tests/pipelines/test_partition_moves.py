@@ -16,7 +16,6 @@ import uuid
 import pyarrow.parquet as pq
 import pytest
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.control_helpers import recording, run_with_one_replay
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
 from tests.pipelines.test_pipeline_e2e import _events, _spec
@@ -25,6 +24,7 @@ from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import ControlSource
 
 TASKS = [

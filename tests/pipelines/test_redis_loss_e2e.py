@@ -18,7 +18,6 @@ import orjson
 import pytest
 import redis
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
 from tests.pipelines.proxy_helpers import TOKEN, Server, access
 from windjoin.connectors import services
@@ -27,6 +26,7 @@ from windjoin.connectors.redis_sink import meta_key
 from windjoin.connectors.result_query import MAX_LIMIT, QueryError, ResultStore
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import start_job
 from windjoin.pipelines.job.sinks import build_sinks
 from windjoin.pipelines.proxy.app import create_app

@@ -136,7 +136,7 @@ def read_back(bootstrap: str, ends: dict[str, int]) -> list[tuple[str, int, int,
     out = []
     for key, end in ends.items():
         topic, partition = split_key(key)
-        for batch in read_range(options, KafkaRange(topic, partition, 0, end, 0)):
+        for batch in read_range(options, KafkaRange(topic, partition, 0, end)):
             for offset, value in zip(
                 batch.column("offset").to_pylist(), batch.column("value").to_pylist(), strict=True
             ):

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.pipeline_helpers import (
     parquet_pairs,
     produce_events,
@@ -29,6 +28,7 @@ from windjoin.connectors.redis_sink import RedisSink, results_key
 from windjoin.connectors.result_table import result_schema
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.cli.run import run
 from windjoin.pipelines.job.checkpoint_identity import checkpoint_identity
 from windjoin.pipelines.job.join_job import BatchOutcome, start_job

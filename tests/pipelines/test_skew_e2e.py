@@ -32,7 +32,6 @@ import uuid
 import numpy as np
 import pytest
 
-from tests.oracle import oracle_join
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadReports
@@ -40,6 +39,7 @@ from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import oracle_join
 from windjoin.operators.workloads.b_model import PartitionSkewedKeys
 from windjoin.pipelines.controller.control_loop import Controller, recorded_moves
 from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job

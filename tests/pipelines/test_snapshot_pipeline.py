@@ -11,7 +11,6 @@ import uuid
 
 import pytest
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.pipeline_helpers import (
     parquet_pairs,
     produce_events,
@@ -23,6 +22,7 @@ from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import BatchOutcome, start_job
 from windjoin.pipelines.job.sinks import build_sinks
 

@@ -194,7 +194,6 @@ def _kafka_batch(records: list[tuple[str, dict]]) -> pa.RecordBatch:
             "key": [None] * n,
             "value": [orjson.dumps(v) for _, v in records],
             "timestamp": [1000] * n,
-            "epoch": [0] * n,
         },
         schema=ARROW_SCHEMA,
     )

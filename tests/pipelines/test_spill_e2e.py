@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.control_helpers import record_routing, run_with_one_replay
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events
 from tests.pipelines.test_partition_moves import TASKS
@@ -27,6 +26,7 @@ from windjoin.connectors.spill_files import SpillFiles
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.job_metrics import JobMetrics
 from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, spill_root
 

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from tests.oracle import as_multiset, oracle_join
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
 from tests.pipelines.toy_sink import KIND, ToySink
 from windjoin.operators.spec import SpecError, parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import start_job
 from windjoin.pipelines.job.sinks import build_sinks
 

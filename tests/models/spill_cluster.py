@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tests.models.spill_group_join import ID, GenerationFiles, GroupedJoin, GroupedResult, Results
 from windjoin.operators.batch import Arrivals, check_arrival_order
 from windjoin.operators.spec import JoinSpec
 from windjoin.operators.spill.chunks import split_by
 from windjoin.operators.spill.config import MemoryAdaptationConfig
-from windjoin.operators.spill.group_join import ID, GenerationFiles, GroupedJoin, GroupedResult, Results
 from windjoin.operators.spill.planner import Cleanup, Decision, Move, SlotMeasure, plan
 
 

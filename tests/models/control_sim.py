@@ -9,13 +9,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from windjoin.operators.arrivals import ChunkBuilder
-from windjoin.operators.control.move_protocol import Disposition, MoveAudit, SlotControl
+from tests.models.move_protocol import Disposition, MoveAudit, SlotControl
 from windjoin.operators.control.window_rows import take_rows
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.partitioning import Group, RoutingTable, key_hash, mini_bits, partition_of_hash
-from windjoin.operators.results import pair_records
 from windjoin.operators.spec import JoinSpec, parse_spec
+from windjoin.operators.testing import join_events
 
 NO_LATENESS = 10**12  # slots see their groups' tuples at different times; lateness is not what is tested here
 
@@ -64,13 +63,7 @@ class SimSlot:
     def run(self, events: list[dict]) -> list[tuple]:
         if not events:
             return []
-        builder = ChunkBuilder(self.spec)
-        for e in events:
-            builder.add(e["stream"], e, 0)
-        out = []
-        for pairs in self.join.process(builder.take()).pairs:
-            out.extend((r["task"], r["R"], r["S"]) for r in pair_records(pairs))
-        return out
+        return join_events(self.spec, events, len(events), self.join)[0]  # one chunk
 
 
 @dataclass

@@ -1,0 +1,95 @@
+"""A spec's join fed events in arrival order, chunk by chunk, its late events handed back as the caller's tags.
+
+Each event carries a tag of the caller's (its position in a list, its line in a file), so the events the join
+refuses as late come back as tags, whatever chunk they were in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from windjoin.operators.arrivals import ChunkBuilder
+from windjoin.operators.batch import Arrivals
+from windjoin.operators.join import ChunkResult, WindowJoin
+from windjoin.operators.mjoin import join_operator
+from windjoin.operators.results import pair_records
+from windjoin.operators.spec import JoinSpec
+
+
+@dataclass(frozen=True)
+class Fed:
+    """What one chunk gave: the join's result and the tags of the events it refused as late."""
+
+    result: ChunkResult
+    late: list[Any]
+
+    def records(self) -> list[dict[str, Any]]:
+        """One record per result (`results.pair_records`), across tasks in emission order: by last arrival,
+        then task, then the task's own order (a pair's earlier arrival next)."""
+        records, later, task_no, rank = [], [], [], []
+        for i, pairs in enumerate(self.result.pairs):
+            records.extend(pair_records(pairs))
+            later.append(pairs.later_seq)
+            rank.append(np.arange(len(pairs)))
+            task_no.append(np.full(len(pairs), i))
+        if not records:
+            return []
+        order = np.lexsort((np.concatenate(rank), np.concatenate(task_no), np.concatenate(later)))
+        return [records[i] for i in order]
+
+
+class EventFeed:
+    """Events into `join` (by default the spec's `join_operator`), a chunk each `chunk_size` events."""
+
+    def __init__(self, spec: JoinSpec, chunk_size: int, join: WindowJoin | None = None) -> None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1 (got {chunk_size})")
+        self.join = join_operator(spec) if join is None else join
+        self.builder = ChunkBuilder(spec)
+        self.chunk_size = chunk_size
+        self._tags: dict[str, list[Any]] = {s: [] for s in spec.streams}
+
+    def add(self, event: Mapping[str, Any], tag: Hashable, arrival_ns: int = 0) -> Fed | None:
+        """Add one event (its stream under "stream"); the chunk's outcome when it completes one. Raises
+        `schema.RecordError` for an event the spec refuses (nothing is added then)."""
+        stream = event.get("stream")
+        self.builder.add(stream, event, arrival_ns)
+        self._tags[stream].append(tag)
+        return self.flush() if len(self.builder) >= self.chunk_size else None
+
+    def flush(self) -> Fed | None:
+        """The chunk of the events added since the last one, if any."""
+        if not len(self.builder):
+            return None
+        tags, self._tags = self._tags, {s: [] for s in self._tags}
+        return self.process(self.builder.take(), tags)
+
+    def process(self, chunk: Mapping[str, Arrivals], tags: Mapping[str, list[Any]]) -> Fed:
+        """A chunk built elsewhere (columns decoded at once, say), `tags[stream]` giving each row's tag."""
+        result = self.join.process(chunk)
+        return Fed(result, [tags[s][row] for s, rows in result.late.items() for row in rows])
+
+
+def join_events(
+    spec: JoinSpec, events: Iterable[Mapping[str, Any]], chunk_size: int = 4096, join: WindowJoin | None = None
+) -> tuple[list[tuple], list[int]]:
+    """`events` (dicts naming their "stream") through the spec's join: the results as (task, tuple per joined
+    stream...) in emission order, and the positions of the events refused as late, ascending."""
+    feed = EventFeed(spec, chunk_size, join)
+    results: list[tuple] = []
+    late: list[int] = []
+
+    def take(fed: Fed | None) -> None:
+        if fed is not None:
+            late.extend(fed.late)
+            for record in fed.records():
+                results.append((record["task"], *(record[s] for s in spec.task(record["task"]).join)))
+
+    for position, event in enumerate(events):
+        take(feed.add(event, position))
+    take(feed.flush())
+    return results, sorted(late)
