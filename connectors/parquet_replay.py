@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_tier import FEED_END as _END
-from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, PIECE_ROW_BITS, result_times, stream_timestamps
+from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, PIECE_ROW_BITS, result_times, stream_timestamps
 from windjoin.connectors.snapshots import SnapshotStore
 
 ROW, RESULT_TIME = "row", "result_time"

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT
+from windjoin.operators.result_table import BATCH_ID, EMITTED_AT
 
 RESULT_TIME = "result_time"
 ROW = "row"

@@ -41,7 +41,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from windjoin.connectors.result_table import (
+from windjoin.operators.result_table import (
     BATCH_ID,
     check_batch_id,
     check_identifier,

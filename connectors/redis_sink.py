@@ -55,7 +55,7 @@ import pyarrow.compute as pc
 import redis
 
 from windjoin.connectors.redis_client import RedisAuth, redis_client
-from windjoin.connectors.result_table import (
+from windjoin.operators.result_table import (
     BATCH_ID,
     EMITTED_AT,
     check_batch_id,

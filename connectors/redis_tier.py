@@ -35,7 +35,7 @@ import orjson
 import redis
 
 from windjoin.connectors.redis_sink import feed_key, meta_key, result_time_of, results_key
-from windjoin.connectors.result_table import PIECE_ROW_BITS, check_batch_id
+from windjoin.operators.result_table import PIECE_ROW_BITS, check_batch_id
 
 __all__ = [
     "FEED_END",

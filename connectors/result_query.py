@@ -55,7 +55,7 @@ from windjoin.connectors.parquet_scan import RESULT_TIME, ROW
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_client import RedisAuth, redis_client
 from windjoin.connectors.redis_sink import NAMESPACE, meta_key
-from windjoin.connectors.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, PIECE_ROW_BITS, result_schema
+from windjoin.operators.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, PIECE_ROW_BITS, result_schema
 from windjoin.connectors.snapshots import Snapshot, SnapshotStore
 from windjoin.operators.spec import JoinSpec
 

@@ -22,7 +22,7 @@ from windjoin.connectors.kafka_security import KafkaSecurity
 from windjoin.connectors.mark_reports import MarkReports
 from windjoin.connectors.move_store import MoveStore
 from windjoin.connectors.redis_client import RedisAuth
-from windjoin.connectors.result_table import result_schema
+from windjoin.operators.result_table import result_schema
 from windjoin.connectors.snapshots import Snapshot
 from windjoin.operators.batch_budget import batch_budget, spark_parts
 from windjoin.operators.batch_delays import Delays

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tests.connectors.sink_cases import SPEC, large_table
 from windjoin.connectors import parquet_sink
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.result_table import (
+from windjoin.operators.result_table import (
     result_schema,
     result_times,
     table_from_records,

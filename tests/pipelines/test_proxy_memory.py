@@ -24,7 +24,7 @@ from tests.pipelines.proxy_helpers import AUTH, TOKENS_FILE, make_spec
 from windjoin.connectors import processes
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.processes import free_port
-from windjoin.connectors.result_table import table_from_columns
+from windjoin.operators.result_table import table_from_columns
 from windjoin.connectors.snapshots import SnapshotStore
 
 BATCHES, ROWS = 150, 10_000
