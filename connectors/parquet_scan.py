@@ -16,24 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from windjoin.operators.result_table import BATCH_ID, EMITTED_AT
-
-RESULT_TIME = "result_time"
-ROW = "row"
-_ARROW_OPS = {
-    "=": pc.equal,
-    "!=": pc.not_equal,
-    "<": pc.less,
-    "<=": pc.less_equal,
-    ">": pc.greater,
-    ">=": pc.greater_equal,
-}
-Key = tuple[int, int, int]
+from windjoin.operators.query.conditions import Condition
+from windjoin.operators.query.fields import RESULT_TIME, ROW, Key
+from windjoin.operators.query.selection import arrow_mask
+from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, stream_timestamps
 
 
 def first_rows(
@@ -42,20 +32,18 @@ def first_rows(
     lower: int,
     upper: int,
     after: Key | None,
-    conditions: Sequence[Any],
+    conditions: Sequence[Condition],
     n: int,
     names: Sequence[str] | None,
     row_starts: Sequence[int] | None = None,
 ) -> list[tuple[Key, dict[str, Any]]]:
     """The first `n` rows (by key) of `files` with result time in [lower, upper], after `after`, meeting every
-    condition (objects with `field`, `op`, `value`), with their keys. `names`: the fields the caller will keep
+    condition, with their keys. `names`: the fields the caller will keep
     (None: whole rows); the rows hold at least those. `row_starts`: each file's first row number (a batch's
     pieces number their rows from `piece << PIECE_ROW_BITS`); none: 0."""
     if not files or n < 1:
         return []
-    stamps = [
-        (stream, f"{stream}.{ts}") for stream, ts in orjson.loads(schema.metadata[b"windjoin.timestamps"]).items()
-    ]
+    stamps = [(stream, f"{stream}.{ts}") for stream, ts in stream_timestamps(schema).items()]
     span = _span(stamps, lower, upper)
     wanted = [leaf for _, leaf in stamps] + [BATCH_ID]
     wanted += [c.field for c in conditions if c.field != RESULT_TIME]
@@ -85,7 +73,8 @@ def first_rows(
                 mask &= _before(times, batches, rows, worst)  # only a smaller key can take a place
             for condition in conditions:
                 if mask.any():
-                    mask &= _mask(table, times, condition)
+                    column = pa.array(times) if condition.field == RESULT_TIME else table.column(condition.field)
+                    mask &= arrow_mask(column, condition)
             chosen = np.flatnonzero(mask)
             if len(chosen):
                 best.offer(times[chosen], batches[chosen], rows[chosen], f, group.id, chosen)
@@ -129,20 +118,6 @@ def _later(times: np.ndarray, batches: np.ndarray, rows: np.ndarray, key: Key) -
 def _before(times: np.ndarray, batches: np.ndarray, rows: np.ndarray, key: Key) -> np.ndarray:
     t, b, r = key
     return (times < t) | ((times == t) & ((batches < b) | ((batches == b) & (rows < r))))
-
-
-def _mask(table: pa.Table, times: np.ndarray, condition: Any) -> np.ndarray:
-    """The rows meeting a condition, with Arrow compute (nulls never meet one)."""
-    column = pa.array(times) if condition.field == RESULT_TIME else table.column(condition.field)
-    kind = column.type
-    if condition.op == "in":
-        result = pc.is_in(column, value_set=pa.array(condition.value, type=kind))
-    else:
-        result = _ARROW_OPS[condition.op](column, pa.scalar(condition.value, type=kind))
-    result = pc.fill_null(result, False)
-    if isinstance(result, pa.ChunkedArray):
-        result = result.combine_chunks()
-    return np.asarray(result.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 class _Best:

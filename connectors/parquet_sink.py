@@ -41,6 +41,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 from windjoin.operators.result_table import (
     BATCH_ID,
     check_batch_id,
@@ -48,7 +49,6 @@ from windjoin.operators.result_table import (
     check_piece,
     check_result_table,
 )
-from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 
 OWNER_FILE = "_owner.json"
 _BATCH_DIR = re.compile(r"^batch=(\d+)$")

@@ -35,6 +35,8 @@ import orjson
 import redis
 
 from windjoin.connectors.redis_sink import feed_key, meta_key, result_time_of, results_key
+from windjoin.operators.query.cursors import FEED_END
+from windjoin.operators.query.fields import row_key
 from windjoin.operators.result_table import PIECE_ROW_BITS, check_batch_id
 
 __all__ = [
@@ -54,7 +56,6 @@ __all__ = [
     "read_span",
 ]
 
-FEED_END = 2**53  # a row past any batch's last row: (b, FEED_END) is "after batch b"
 # Feed entries read per XREAD: a batch can be megabytes, so a large `count` must not pull thousands of batches.
 _ENTRIES_PER_READ = 8
 _ZREM_CHUNK = 5000
@@ -307,10 +308,10 @@ def read_span(
             if (not boundary or below is None or row["batch_id"] > below)
             and first.committed is not None  # members of a batch not committed are staged, not results yet
             and row["batch_id"] <= first.committed
-            and (after is None or _row_key(row) > after)
+            and (after is None or row_key(row) > after)
         ]
         for row in select(rows) if select is not None else rows:
-            best.push(_row_key(row), row)
+            best.push(row_key(row), row)
         if step.done:
             break
         worst = best.worst_time()
@@ -319,10 +320,6 @@ def read_span(
             break
         resume = step.members[-1]
     return RedisView(first.snapshot_id, first.snapshot_batch, first.committed, best.rows(), best.dropped or stopped)
-
-
-def _row_key(row: dict[str, Any]) -> tuple[int, int, int]:
-    return (row["result_time"], row["batch_id"], row["row"])
 
 
 def decode_rows(members: list[bytes]) -> list[dict[str, Any]]:

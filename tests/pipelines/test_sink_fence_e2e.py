@@ -26,8 +26,8 @@ from tests.pipelines.pipeline_helpers import (
 )
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink, results_key
-from windjoin.operators.result_table import result_schema
 from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.result_table import result_schema
 from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.cli.run import build_sinks, run
 from windjoin.pipelines.job.checkpoint_identity import checkpoint_identity
