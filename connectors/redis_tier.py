@@ -24,7 +24,6 @@ the batch", `FEED_END` is "after the whole batch"; `None` is the start of the fe
 from __future__ import annotations
 
 import functools
-import heapq
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ import redis
 from windjoin.connectors.redis_sink import feed_key, meta_key, result_time_of, results_key
 from windjoin.operators.query.cursors import FEED_END
 from windjoin.operators.query.fields import row_key
+from windjoin.operators.query.order import FirstRows
 from windjoin.operators.result_table import PIECE_ROW_BITS, check_batch_id
 
 __all__ = [
@@ -231,31 +231,6 @@ class Pace:
         return step
 
 
-class _Smallest:
-    """The `n` rows with the smallest (result_time, batch_id, row) keys pushed so far (a bounded heap)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self._heap: list[tuple[tuple[int, int, int], int, dict[str, Any]]] = []  # negated keys: the worst on top
-        self.dropped = False
-
-    def push(self, key: tuple[int, int, int], row: dict[str, Any]) -> None:
-        item = ((-key[0], -key[1], -key[2]), id(row), row)
-        if len(self._heap) < self.n:
-            heapq.heappush(self._heap, item)
-            return
-        self.dropped = True
-        if item[0] > self._heap[0][0]:
-            heapq.heapreplace(self._heap, item)
-
-    def worst_time(self) -> int | None:
-        """The result time of the largest key held, once `n` rows are held (None before)."""
-        return -self._heap[0][0][0] if len(self._heap) >= self.n else None
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [row for _, _, row in sorted(self._heap, key=lambda item: item[0], reverse=True)]
-
-
 def read_span(
     client: redis.Redis,
     task: str,
@@ -286,7 +261,7 @@ def read_span(
     """
     keys = [results_key(task, namespace), meta_key(task, namespace)]
     lower = int(t_from) if after is None else max(int(t_from), int(after[0]))
-    best = _Smallest(2**62 if limit is None else int(limit))
+    best = FirstRows(2**62 if limit is None else int(limit))
     first: _Step | None = None
     resume: bytes | None = None
     stopped = False
@@ -387,14 +362,6 @@ def feed_coverage(client: redis.Redis, task: str, namespace: str) -> FeedCoverag
         held = info.first_batch if info.first_batch is not None else (info.last_batch or 0) + 1
         serves_from = max(serves_from, held)
     return FeedCoverage(int(committed), serves_from)
-
-
-def needed_batch(after: tuple[int, int] | None) -> int:
-    """The first batch a (batch_id, row) cursor still needs rows of."""
-    if after is None:
-        return 0
-    batch, row = after
-    return max(batch + 1 if row >= FEED_END else batch, 0)
 
 
 def feed_first_batch(client: redis.Redis, task: str, namespace: str) -> int | None:

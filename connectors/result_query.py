@@ -54,6 +54,7 @@ from windjoin.operators.query.cursors import (
     MAX_TIME,
     feed_cursor,
     follow_position,
+    needed_batch,
     page_cursor,
     page_position,
     resume_cursor,
@@ -352,7 +353,7 @@ class ResultStore:
             position = self._start_at(task, from_ms)
         else:
             position = self._now(task)
-        needed = redis_tier.needed_batch(position)
+        needed = needed_batch(position)
         rows = redis_tier.read_feed(self.feed_client, task, self.namespace, position, count, block_ms or None)
         if rows and rows[0][BATCH_ID] > needed:  # skipped batches: empty ones, or lost while the read waited
             self._check_feed(task, position)
@@ -381,7 +382,7 @@ class ResultStore:
         """Gone when the feed does not hold every row after the cursor's position."""
         assert self.feed_client is not None
         coverage = redis_tier.feed_coverage(self.feed_client, task, self.namespace)
-        needed = redis_tier.needed_batch(position)
+        needed = needed_batch(position)
         lost_upto = self._lost_upto(task, coverage)
         if coverage.committed is None and self._parquet is None:
             lost_upto = needed if position is not None and position[0] >= 0 else None  # it saw batches Redis lost
@@ -396,7 +397,7 @@ class ResultStore:
         position, trimmed = redis_tier.feed_start_at(self.feed_client, task, self.namespace, from_ms)
         coverage = redis_tier.feed_coverage(self.feed_client, task, self.namespace)
         lost_upto = self._lost_upto(task, coverage)
-        needed = redis_tier.needed_batch(position)
+        needed = needed_batch(position)
         first_held = redis_tier.feed_first_batch(self.feed_client, task, self.namespace)
         # batches before the feed's coverage matter only if no batch it holds was emitted before from_ms
         doubt = lost_upto is not None and lost_upto >= 0 and (first_held is None or first_held >= needed)

@@ -89,6 +89,14 @@ def follow_position(token: Any, task: str) -> tuple[tuple[int, int], int | None]
     return (batch, row), upto
 
 
+def needed_batch(after: tuple[int, int] | None) -> int:
+    """The first batch a (batch_id, row) feed position still needs rows of."""
+    if after is None:
+        return 0
+    batch, row = after
+    return max(batch + 1 if row >= FEED_END else batch, 0)
+
+
 def cursor_like(cursor: str, task: str, position: tuple[int, int]) -> str:
     """A cursor at `position` of the same kind as `cursor` (a resume cursor keeps its Parquet bound)."""
     _, upto = follow_position(cursor, task)
