@@ -25,9 +25,10 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
+from windjoin.operators.query import errors
 from windjoin.operators.query.conditions import parse_condition
 from windjoin.operators.query.cursors import MAX_TIME
-from windjoin.operators.query.errors import BadQuery, Gone, NotFound, QueryError, QueryTooLarge, TryAgain
+from windjoin.operators.query.errors import QueryError
 from windjoin.operators.spec import IDENTIFIER
 from windjoin.pipelines.proxy.access import Gate
 from windjoin.pipelines.proxy.config import Access, Bounds
@@ -41,7 +42,13 @@ MAX_TEXT = 1000  # characters of one condition, of the field list, of a cursor
 
 T = TypeVar("T")
 # The one place query errors become HTTP statuses; a subtype takes its nearest listed type's (QueryTooLarge: 400).
-STATUSES: dict[type[QueryError], int] = {BadQuery: 400, NotFound: 404, Gone: 410, TryAgain: 503, QueryError: 400}
+STATUSES: dict[type[QueryError], int] = {
+    errors.BadQuery: 400,
+    errors.NotFound: 404,
+    errors.Gone: 410,
+    errors.TryAgain: 503,
+    QueryError: 400,
+}
 
 
 class Problem(BaseModel):
@@ -191,7 +198,7 @@ def create_app(
     async def query_error(request: Request, err: QueryError) -> JSONResponse:
         status = status_of(err)
         metrics.answered(request.scope.get("windjoin.kind", "other"), status)
-        body = {"detail": str(err), "cursor": err.cursor} if isinstance(err, Gone) else {"detail": str(err)}
+        body = {"detail": str(err), "cursor": err.cursor} if isinstance(err, errors.Gone) else {"detail": str(err)}
         return JSONResponse(body, status_code=status)
 
     async def store_down(request: Request, err: Exception) -> JSONResponse:
@@ -385,12 +392,12 @@ def status_of(err: QueryError) -> int:
 def check_bounds(bounds: Bounds, t_from: int, t_to: int, limit: int) -> None:
     """QueryTooLarge naming the parameter and its bound when a one-time query is larger than the proxy serves."""
     if t_to - t_from > bounds.max_span_ms:
-        raise QueryTooLarge(
+        raise errors.QueryTooLarge(
             f"to: the span from..to is {t_to - t_from} ms; this proxy answers spans of at most "
             f"{bounds.max_span_ms} ms (query a longer span in several parts)",
         )
     if limit > bounds.max_limit:
-        raise QueryTooLarge(f"limit: {limit} is above this proxy's bound of {bounds.max_limit} rows a page")
+        raise errors.QueryTooLarge(f"limit: {limit} is above this proxy's bound of {bounds.max_limit} rows a page")
 
 
 def parse_query(
@@ -404,5 +411,5 @@ def parse_query(
     names = [name.strip() for name in fields.split(",")]
     bad = [name for name in names if name not in known]
     if bad or not names:
-        raise BadQuery(f"fields: {bad} not among the task's fields {sorted(known)}")
+        raise errors.BadQuery(f"fields: {bad} not among the task's fields {sorted(known)}")
     return conditions, names
