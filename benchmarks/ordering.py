@@ -33,9 +33,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.machine import machine_facts, pin_to_one_core
-from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import WindowJoin
+from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
 from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.operators.workloads.band import BAND_SPEC, band_columns
 from windjoin.pipelines.job.join_state import pairs_table

@@ -90,7 +90,7 @@ def _init_slot(params: Params, piece: int) -> None:
 def _stage(phase: str, outputs: Any, batch: int) -> dict[str, float]:
     """Stage this slot's piece of `batch` (in a slot process); returns its seconds."""
     from windjoin.connectors.redis_sink import _packed_zadds, encode_members, results_key
-    from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, result_schema
+    from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, result_schema
     from windjoin.pipelines.job.slot_output import write_slot
 
     piece, spec, table = _SLOT["piece"], _SLOT["spec"], _SLOT["tables"][batch]
@@ -129,7 +129,7 @@ def _sinks(phase: str, root: Path, redis_url: str) -> tuple[Any, ...]:
 
 def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, redis_url: str) -> dict[str, Any]:
     """Every batch: the slots stage in parallel, then the driver commits; pairs/s over the phase."""
-    from windjoin.connectors.result_table import result_schema
+    from windjoin.operators.result_table import result_schema
     from windjoin.operators.spec import parse_spec
     from windjoin.pipelines.job.slot_output import SlotOutputs
 

@@ -115,7 +115,7 @@ class ResultWriter:
     def write(self, rows: int, t0_ms: int, span_ms: int = 1000) -> np.ndarray:
         """Commit one batch of `rows` results spanning `span_ms` of result time; returns its join keys."""
         from windjoin.connectors import redis_tier
-        from windjoin.connectors.result_table import table_from_columns
+        from windjoin.operators.result_table import table_from_columns
 
         ts_r = np.sort(self.rng.integers(t0_ms, t0_ms + span_ms, rows))
         ts_s = ts_r - self.rng.integers(0, 10_000, rows)

@@ -59,7 +59,7 @@ def spec_dict(redis_url: str) -> dict[str, Any]:
 
 
 def batch(spec: Any, batch_id: int, rows: int, rng: np.random.Generator, tied: bool) -> Any:
-    from windjoin.connectors.result_table import table_from_columns
+    from windjoin.operators.result_table import table_from_columns
 
     ts = np.full(rows, TIE) if tied else rng.integers(0, SPAN, rows)
     k = rng.integers(0, 100, rows)

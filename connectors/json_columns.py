@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from windjoin.connectors.result_table import ARROW_TYPES
+from windjoin.operators.result_table import ARROW_TYPES
 from windjoin.operators.schema import MAX_SAFE_INT, StreamSchema
 
 _LENIENT = ("\n", "\r", "NaN", "Infinity")

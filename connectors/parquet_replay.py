@@ -14,11 +14,10 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_tier import FEED_END as _END
-from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, PIECE_ROW_BITS, result_times, stream_timestamps
 from windjoin.connectors.snapshots import SnapshotStore
-
-ROW, RESULT_TIME = "row", "result_time"
+from windjoin.operators.query.cursors import FEED_END as _END
+from windjoin.operators.query.fields import RESULT_TIME, ROW
+from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, PIECE_ROW_BITS, result_times, stream_timestamps
 
 
 class ParquetReplay:

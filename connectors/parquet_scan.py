@@ -16,24 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT
-
-RESULT_TIME = "result_time"
-ROW = "row"
-_ARROW_OPS = {
-    "=": pc.equal,
-    "!=": pc.not_equal,
-    "<": pc.less,
-    "<=": pc.less_equal,
-    ">": pc.greater,
-    ">=": pc.greater_equal,
-}
-Key = tuple[int, int, int]
+from windjoin.operators.query.conditions import Condition
+from windjoin.operators.query.fields import RESULT_TIME, ROW, Key
+from windjoin.operators.query.order import FirstKeys, after_mask, before_mask
+from windjoin.operators.query.selection import arrow_mask
+from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, stream_timestamps
 
 
 def first_rows(
@@ -42,24 +33,22 @@ def first_rows(
     lower: int,
     upper: int,
     after: Key | None,
-    conditions: Sequence[Any],
+    conditions: Sequence[Condition],
     n: int,
     names: Sequence[str] | None,
     row_starts: Sequence[int] | None = None,
 ) -> list[tuple[Key, dict[str, Any]]]:
     """The first `n` rows (by key) of `files` with result time in [lower, upper], after `after`, meeting every
-    condition (objects with `field`, `op`, `value`), with their keys. `names`: the fields the caller will keep
+    condition, with their keys. `names`: the fields the caller will keep
     (None: whole rows); the rows hold at least those. `row_starts`: each file's first row number (a batch's
     pieces number their rows from `piece << PIECE_ROW_BITS`); none: 0."""
     if not files or n < 1:
         return []
-    stamps = [
-        (stream, f"{stream}.{ts}") for stream, ts in orjson.loads(schema.metadata[b"windjoin.timestamps"]).items()
-    ]
+    stamps = [(stream, f"{stream}.{ts}") for stream, ts in stream_timestamps(schema).items()]
     span = _span(stamps, lower, upper)
     wanted = [leaf for _, leaf in stamps] + [BATCH_ID]
     wanted += [c.field for c in conditions if c.field != RESULT_TIME]
-    best = _Best(n)
+    best = FirstKeys(n)
     pieces: dict[tuple[int, int], ds.Fragment] = {}
     dataset = ds.dataset(list(files), schema=schema, format="parquet")
     for f, fragment in enumerate(dataset.get_fragments()):
@@ -80,17 +69,18 @@ def first_rows(
             batches = table.column(BATCH_ID).to_numpy()
             mask = (times >= lower) & (times <= upper)
             if after is not None:
-                mask &= _later(times, batches, rows, after)
+                mask &= after_mask(times, batches, rows, after)
             if worst is not None:
-                mask &= _before(times, batches, rows, worst)  # only a smaller key can take a place
+                mask &= before_mask(times, batches, rows, worst)  # only a smaller key can take a place
             for condition in conditions:
                 if mask.any():
-                    mask &= _mask(table, times, condition)
+                    column = pa.array(times) if condition.field == RESULT_TIME else table.column(condition.field)
+                    mask &= arrow_mask(column, condition)
             chosen = np.flatnonzero(mask)
             if len(chosen):
                 best.offer(times[chosen], batches[chosen], rows[chosen], f, group.id, chosen)
                 pieces[(f, group.id)] = piece
-    return best.read(pieces, schema, [s for s, _ in stamps], names)
+    return _read(best, pieces, schema, [s for s, _ in stamps], names)
 
 
 def _span(stamps: list[tuple[str, str]], lower: int, upper: int) -> ds.Expression:
@@ -121,76 +111,28 @@ def _earliest(group: Any, stamps: list[tuple[str, str]]) -> float:
     return bound
 
 
-def _later(times: np.ndarray, batches: np.ndarray, rows: np.ndarray, key: Key) -> np.ndarray:
-    t, b, r = key
-    return (times > t) | ((times == t) & ((batches > b) | ((batches == b) & (rows > r))))
-
-
-def _before(times: np.ndarray, batches: np.ndarray, rows: np.ndarray, key: Key) -> np.ndarray:
-    t, b, r = key
-    return (times < t) | ((times == t) & ((batches < b) | ((batches == b) & (rows < r))))
-
-
-def _mask(table: pa.Table, times: np.ndarray, condition: Any) -> np.ndarray:
-    """The rows meeting a condition, with Arrow compute (nulls never meet one)."""
-    column = pa.array(times) if condition.field == RESULT_TIME else table.column(condition.field)
-    kind = column.type
-    if condition.op == "in":
-        result = pc.is_in(column, value_set=pa.array(condition.value, type=kind))
-    else:
-        result = _ARROW_OPS[condition.op](column, pa.scalar(condition.value, type=kind))
-    result = pc.fill_null(result, False)
-    if isinstance(result, pa.ChunkedArray):
-        result = result.combine_chunks()
-    return np.asarray(result.to_numpy(zero_copy_only=False), dtype=bool)
-
-
-class _Best:
-    """The `n` smallest keys offered so far and where their rows are: (file, row group, position in the group)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.keys = np.zeros((0, 3), dtype=np.int64)
-        self.where = np.zeros((0, 3), dtype=np.int64)
-
-    def worst(self) -> Key | None:
-        """The largest key held once `n` are held (None before)."""
-        if len(self.keys) < self.n:
-            return None
-        t, b, r = self.keys[-1].tolist()
-        return (t, b, r)
-
-    def offer(
-        self, times: np.ndarray, batches: np.ndarray, rows: np.ndarray, file: int, group: int, positions: np.ndarray
-    ) -> None:
-        keys = np.concatenate([self.keys, np.column_stack([times, batches, rows]).astype(np.int64)])
-        where = np.column_stack([np.full(len(rows), file), np.full(len(rows), group), positions]).astype(np.int64)
-        where = np.concatenate([self.where, where])
-        order = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0]))[: self.n]
-        self.keys, self.where = keys[order], where[order]
-
-    def read(
-        self,
-        pieces: dict[tuple[int, int], ds.Fragment],
-        schema: pa.Schema,
-        streams: list[str],
-        names: Sequence[str] | None,
-    ) -> list[tuple[Key, dict[str, Any]]]:
-        """The rows held, in key order: each row group's output leaves read once, only its winning rows kept."""
-        leaves = [f"{s}.{child.name}" for s in streams for child in schema.field(s).type]
-        if names is not None:
-            leaves = [leaf for leaf in leaves if leaf in set(names)]
-        out: list[tuple[Key, dict[str, Any]] | None] = [None] * len(self.keys)
-        for file, group in {tuple(w) for w in self.where[:, :2].tolist()}:
-            held = np.flatnonzero((self.where[:, 0] == file) & (self.where[:, 1] == group))
-            table = pieces[(file, group)].to_table(columns=_refs([*leaves, EMITTED_AT]))
-            picked = table.take(pa.array(self.where[held, 2])).to_pylist()
-            for i, record in zip(held.tolist(), picked, strict=True):
-                t, b, r = self.keys[i].tolist()
-                row: dict[str, Any] = {}
-                for leaf in leaves:
-                    stream, _, name = leaf.partition(".")
-                    row.setdefault(stream, {})[name] = record[leaf]
-                row.update({BATCH_ID: b, ROW: r, EMITTED_AT: record[EMITTED_AT], RESULT_TIME: t})
-                out[i] = ((t, b, r), row)
-        return [item for item in out if item is not None]
+def _read(
+    best: FirstKeys,
+    pieces: dict[tuple[int, int], ds.Fragment],
+    schema: pa.Schema,
+    streams: list[str],
+    names: Sequence[str] | None,
+) -> list[tuple[Key, dict[str, Any]]]:
+    """The rows `best` holds, in key order: each row group's output leaves read once, only its winning rows kept."""
+    leaves = [f"{s}.{child.name}" for s in streams for child in schema.field(s).type]
+    if names is not None:
+        leaves = [leaf for leaf in leaves if leaf in set(names)]
+    out: list[tuple[Key, dict[str, Any]] | None] = [None] * len(best.keys)
+    for file, group in {tuple(w) for w in best.where[:, :2].tolist()}:
+        held = np.flatnonzero((best.where[:, 0] == file) & (best.where[:, 1] == group))
+        table = pieces[(file, group)].to_table(columns=_refs([*leaves, EMITTED_AT]))
+        picked = table.take(pa.array(best.where[held, 2])).to_pylist()
+        for i, record in zip(held.tolist(), picked, strict=True):
+            t, b, r = best.keys[i].tolist()
+            row: dict[str, Any] = {}
+            for leaf in leaves:
+                stream, _, name = leaf.partition(".")
+                row.setdefault(stream, {})[name] = record[leaf]
+            row.update({BATCH_ID: b, ROW: r, EMITTED_AT: record[EMITTED_AT], RESULT_TIME: t})
+            out[i] = ((t, b, r), row)
+    return [item for item in out if item is not None]

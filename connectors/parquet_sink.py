@@ -41,14 +41,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from windjoin.connectors.result_table import (
+from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
+from windjoin.operators.result_table import (
     BATCH_ID,
     check_batch_id,
     check_identifier,
     check_piece,
     check_result_table,
 )
-from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 
 OWNER_FILE = "_owner.json"
 _BATCH_DIR = re.compile(r"^batch=(\d+)$")

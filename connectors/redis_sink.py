@@ -55,7 +55,8 @@ import pyarrow.compute as pc
 import redis
 
 from windjoin.connectors.redis_client import RedisAuth, redis_client
-from windjoin.connectors.result_table import (
+from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
+from windjoin.operators.result_table import (
     BATCH_ID,
     EMITTED_AT,
     check_batch_id,
@@ -66,7 +67,6 @@ from windjoin.connectors.result_table import (
     result_times,
     stream_timestamps,
 )
-from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 
 NAMESPACE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 # Members per ZADD command: bounds one command's size (Redis refuses a query buffer over 1 GB).

@@ -24,7 +24,6 @@ the batch", `FEED_END` is "after the whole batch"; `None` is the start of the fe
 from __future__ import annotations
 
 import functools
-import heapq
 import threading
 import time
 from collections.abc import Callable
@@ -35,7 +34,10 @@ import orjson
 import redis
 
 from windjoin.connectors.redis_sink import feed_key, meta_key, result_time_of, results_key
-from windjoin.connectors.result_table import PIECE_ROW_BITS, check_batch_id
+from windjoin.operators.query.cursors import FEED_END
+from windjoin.operators.query.fields import row_key
+from windjoin.operators.query.order import FirstRows
+from windjoin.operators.result_table import PIECE_ROW_BITS, check_batch_id
 
 __all__ = [
     "FEED_END",
@@ -54,7 +56,6 @@ __all__ = [
     "read_span",
 ]
 
-FEED_END = 2**53  # a row past any batch's last row: (b, FEED_END) is "after batch b"
 # Feed entries read per XREAD: a batch can be megabytes, so a large `count` must not pull thousands of batches.
 _ENTRIES_PER_READ = 8
 _ZREM_CHUNK = 5000
@@ -230,31 +231,6 @@ class Pace:
         return step
 
 
-class _Smallest:
-    """The `n` rows with the smallest (result_time, batch_id, row) keys pushed so far (a bounded heap)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self._heap: list[tuple[tuple[int, int, int], int, dict[str, Any]]] = []  # negated keys: the worst on top
-        self.dropped = False
-
-    def push(self, key: tuple[int, int, int], row: dict[str, Any]) -> None:
-        item = ((-key[0], -key[1], -key[2]), id(row), row)
-        if len(self._heap) < self.n:
-            heapq.heappush(self._heap, item)
-            return
-        self.dropped = True
-        if item[0] > self._heap[0][0]:
-            heapq.heapreplace(self._heap, item)
-
-    def worst_time(self) -> int | None:
-        """The result time of the largest key held, once `n` rows are held (None before)."""
-        return -self._heap[0][0][0] if len(self._heap) >= self.n else None
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [row for _, _, row in sorted(self._heap, key=lambda item: item[0], reverse=True)]
-
-
 def read_span(
     client: redis.Redis,
     task: str,
@@ -285,7 +261,7 @@ def read_span(
     """
     keys = [results_key(task, namespace), meta_key(task, namespace)]
     lower = int(t_from) if after is None else max(int(t_from), int(after[0]))
-    best = _Smallest(2**62 if limit is None else int(limit))
+    best = FirstRows(2**62 if limit is None else int(limit))
     first: _Step | None = None
     resume: bytes | None = None
     stopped = False
@@ -307,10 +283,10 @@ def read_span(
             if (not boundary or below is None or row["batch_id"] > below)
             and first.committed is not None  # members of a batch not committed are staged, not results yet
             and row["batch_id"] <= first.committed
-            and (after is None or _row_key(row) > after)
+            and (after is None or row_key(row) > after)
         ]
         for row in select(rows) if select is not None else rows:
-            best.push(_row_key(row), row)
+            best.push(row_key(row), row)
         if step.done:
             break
         worst = best.worst_time()
@@ -319,10 +295,6 @@ def read_span(
             break
         resume = step.members[-1]
     return RedisView(first.snapshot_id, first.snapshot_batch, first.committed, best.rows(), best.dropped or stopped)
-
-
-def _row_key(row: dict[str, Any]) -> tuple[int, int, int]:
-    return (row["result_time"], row["batch_id"], row["row"])
 
 
 def decode_rows(members: list[bytes]) -> list[dict[str, Any]]:
@@ -390,14 +362,6 @@ def feed_coverage(client: redis.Redis, task: str, namespace: str) -> FeedCoverag
         held = info.first_batch if info.first_batch is not None else (info.last_batch or 0) + 1
         serves_from = max(serves_from, held)
     return FeedCoverage(int(committed), serves_from)
-
-
-def needed_batch(after: tuple[int, int] | None) -> int:
-    """The first batch a (batch_id, row) cursor still needs rows of."""
-    if after is None:
-        return 0
-    batch, row = after
-    return max(batch + 1 if row >= FEED_END else batch, 0)
 
 
 def feed_first_batch(client: redis.Redis, task: str, namespace: str) -> int | None:

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from windjoin.connectors.parquet_sink import ParquetSink, fsync_path
-from windjoin.connectors.result_table import stream_timestamps
+from windjoin.operators.result_table import stream_timestamps
 
 SNAPSHOTS_DIR = "_snapshots"
 REASONS = ("periodic", "punctuation", "recovery")  # recovery: Redis lost its boundary marker

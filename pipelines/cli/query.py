@@ -202,7 +202,9 @@ def _store_pages(
 ) -> Iterator[list[dict[str, Any]]]:
     import redis
 
-    from windjoin.connectors.result_query import QueryError, ResultStore, parse_condition
+    from windjoin.connectors.result_query import ResultStore
+    from windjoin.operators.query.conditions import parse_condition
+    from windjoin.operators.query.errors import QueryError
     from windjoin.pipelines.cli.options import load_spec_or_fail
     from windjoin.pipelines.cli.proxy import store_from_spec
 

@@ -25,12 +25,12 @@ from windjoin.connectors.codec import Codec
 from windjoin.connectors.codec_errors import DecodeError
 from windjoin.connectors.json_codec import JsonCodec
 from windjoin.connectors.json_columns import decode_columns
-from windjoin.connectors.result_table import ARROW_TYPES
 from windjoin.connectors.stream_codecs import stream_codecs
 from windjoin.operators.control.hot import store_turns
 from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.control.shedding import record_hash, shed_mask_of_hashes
 from windjoin.operators.partitioning import RoutingTable, key_hash, partition_of_hash
+from windjoin.operators.result_table import ARROW_TYPES
 from windjoin.operators.schema import FUTURE_TIMESTAMP, RecordError, StreamSchema
 from windjoin.operators.spec import CountWindow, JoinSpec
 

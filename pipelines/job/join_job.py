@@ -22,12 +22,12 @@ from windjoin.connectors.kafka_security import KafkaSecurity
 from windjoin.connectors.mark_reports import MarkReports
 from windjoin.connectors.move_store import MoveStore
 from windjoin.connectors.redis_client import RedisAuth
-from windjoin.connectors.result_table import result_schema
 from windjoin.connectors.snapshots import Snapshot
 from windjoin.operators.batch_budget import batch_budget, spark_parts
 from windjoin.operators.batch_delays import Delays
 from windjoin.operators.checkpoint_layout import check_layout
 from windjoin.operators.partitioning import RoutingTable
+from windjoin.operators.result_table import result_schema
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.job.adapted_source import (
     CONTROL_NAMESPACE_OPTION,

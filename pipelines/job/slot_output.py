@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark import TaskContext
 
 from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
-from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
+from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.job.dead_letters import DeadLetterWriter
 from windjoin.pipelines.job.sinks import Sink

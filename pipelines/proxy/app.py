@@ -3,8 +3,9 @@
 Endpoints (OpenAPI at /openapi.json, docs at /docs): task listing, field listing, one-time queries with cursor
 paging, continuous queries as server-sent events (`proxy_feed` fans each task's feed out), snapshot listing,
 /healthz, /readyz and /metrics. Every data endpoint needs a bearer token allowed to read the task (`proxy_access`:
-401, 403, 429); /healthz and /readyz need none (probes). Every `QueryError` becomes its status with
-`{"detail": message}`; a store that cannot be reached becomes 503; FastAPI's own parameter validation answers 422.
+401, 403, 429); /healthz and /readyz need none (probes). Every `QueryError` becomes the status of its type
+(`STATUSES`, the one place they are mapped) with `{"detail": message}`; a store that cannot be reached becomes 503;
+FastAPI's own parameter validation answers 422.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
-from windjoin.connectors.result_query import MAX_LIMIT, QueryError, ResultStore, parse_condition
+from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
+from windjoin.operators.query import errors
+from windjoin.operators.query.conditions import parse_condition
+from windjoin.operators.query.cursors import MAX_TIME
+from windjoin.operators.query.errors import QueryError
 from windjoin.operators.spec import IDENTIFIER
 from windjoin.pipelines.proxy.access import Gate
 from windjoin.pipelines.proxy.config import Access, Bounds
@@ -34,9 +39,16 @@ from windjoin.pipelines.proxy.tokens import Client
 DEFAULT_LIMIT = 1000
 MAX_CONDITIONS = 32
 MAX_TEXT = 1000  # characters of one condition, of the field list, of a cursor
-MAX_TIME = 2**53 - 1  # times must survive Redis scores (doubles) exactly
 
 T = TypeVar("T")
+# The one place query errors become HTTP statuses; a subtype takes its nearest listed type's (QueryTooLarge: 400).
+STATUSES: dict[type[QueryError], int] = {
+    errors.BadQuery: 400,
+    errors.NotFound: 404,
+    errors.Gone: 410,
+    errors.TryAgain: 503,
+    QueryError: 400,
+}
 
 
 class Problem(BaseModel):
@@ -184,9 +196,9 @@ def create_app(
 
     @app.exception_handler(QueryError)
     async def query_error(request: Request, err: QueryError) -> JSONResponse:
-        status = err.status
+        status = status_of(err)
         metrics.answered(request.scope.get("windjoin.kind", "other"), status)
-        body = {"detail": str(err)} if status != 410 else {"detail": str(err), "cursor": err.cursor}
+        body = {"detail": str(err), "cursor": err.cursor} if isinstance(err, errors.Gone) else {"detail": str(err)}
         return JSONResponse(body, status_code=status)
 
     async def store_down(request: Request, err: Exception) -> JSONResponse:
@@ -372,16 +384,20 @@ def create_app(
     return app
 
 
+def status_of(err: QueryError) -> int:
+    """The HTTP status of a query error: that of the nearest of its types in `STATUSES`."""
+    return next(STATUSES[kind] for kind in type(err).__mro__ if kind in STATUSES)
+
+
 def check_bounds(bounds: Bounds, t_from: int, t_to: int, limit: int) -> None:
-    """QueryError(400) naming the parameter and its bound when a one-time query is larger than the proxy serves."""
+    """QueryTooLarge naming the parameter and its bound when a one-time query is larger than the proxy serves."""
     if t_to - t_from > bounds.max_span_ms:
-        raise QueryError(
-            400,
+        raise errors.QueryTooLarge(
             f"to: the span from..to is {t_to - t_from} ms; this proxy answers spans of at most "
             f"{bounds.max_span_ms} ms (query a longer span in several parts)",
         )
     if limit > bounds.max_limit:
-        raise QueryError(400, f"limit: {limit} is above this proxy's bound of {bounds.max_limit} rows a page")
+        raise errors.QueryTooLarge(f"limit: {limit} is above this proxy's bound of {bounds.max_limit} rows a page")
 
 
 def parse_query(
@@ -395,5 +411,5 @@ def parse_query(
     names = [name.strip() for name in fields.split(",")]
     bad = [name for name in names if name not in known]
     if bad or not names:
-        raise QueryError(400, f"fields: {bad} not among the task's fields {sorted(known)}")
+        raise errors.BadQuery(f"fields: {bad} not among the task's fields {sorted(known)}")
     return conditions, names

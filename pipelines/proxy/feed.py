@@ -22,16 +22,12 @@ from anyio import CapacityLimiter, to_thread
 
 # The store's own selection, projection and cursors, so that rows selected here are exactly the rows
 # `ResultStore.follow` would select.
-from windjoin.connectors.result_query import (
-    MAX_LIMIT,
-    Condition,
-    QueryError,
-    ResultStore,
-    cursor_like,
-    follow_position,
-    project,
-    select,
-)
+from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
+from windjoin.operators.query.conditions import Condition
+from windjoin.operators.query.cursors import cursor_like, follow_position
+from windjoin.operators.query.errors import QueryError
+from windjoin.operators.query.fields import project
+from windjoin.operators.query.selection import select
 
 log = logging.getLogger(__name__)
 

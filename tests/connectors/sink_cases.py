@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from windjoin.connectors.result_table import table_from_columns
+from windjoin.operators.result_table import table_from_columns
 from windjoin.operators.spec import parse_spec
 
 SPEC = parse_spec(

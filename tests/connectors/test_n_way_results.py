@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from tests.connectors.tiers import TiersLayout
 from windjoin.connectors.redis_sink import decode_member, results_key
-from windjoin.connectors.result_query import MAX_LIMIT, parse_condition
-from windjoin.connectors.result_table import result_schema, result_times, table_from_records
+from windjoin.connectors.result_query import MAX_LIMIT
+from windjoin.operators.query.conditions import parse_condition
+from windjoin.operators.result_table import result_schema, result_times, table_from_records
 from windjoin.operators.spec import parse_spec
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -15,8 +15,9 @@ import redis
 from tests.pipelines.proxy_helpers import make_spec
 from windjoin.connectors import services
 from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.result_query import ResultStore, parse_condition
-from windjoin.connectors.result_table import table_from_columns
+from windjoin.connectors.result_query import ResultStore
+from windjoin.operators.query.conditions import parse_condition
+from windjoin.operators.result_table import table_from_columns
 
 BATCHES, ROWS = 20, 10_000  # 200k members; the first half all at one score (TIE)
 TIE = 50_000

@@ -18,7 +18,9 @@ from tests.connectors.test_result_query import all_pages, expected, got, record
 from tests.connectors.tiers import Tiers, TiersLayout
 from windjoin.connectors import redis_tier
 from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
-from windjoin.connectors.result_query import MAX_LIMIT, QueryError, ResultStore, feed_cursor
+from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
+from windjoin.operators.query.cursors import feed_cursor
+from windjoin.operators.query.errors import Gone
 from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -63,8 +65,8 @@ def follow_all(store: ResultStore, cursor: str, count: int = 3) -> tuple[list[tu
     while True:
         try:
             rows, cursor = store.follow("a", after=cursor, count=count)
-        except QueryError as err:
-            assert err.status == 410 and err.cursor is not None, err
+        except Gone as err:
+            assert err.cursor is not None, err
             gone += 1
             assert gone < 5, "410 again and again"
             cursor = err.cursor
@@ -136,9 +138,8 @@ def test_the_marker_is_recovered_and_a_subscriber_gets_410_then_everything(tiers
         assert redis_only.one_time("a", 0, 1000, [], None, 100, None).rows == []
         page = store.one_time("a", 0, 1000, [], None, 100, None)
         assert [(r["result_time"], r["batch_id"]) for r in page.rows] == [(0, 0), (10, 0), (20, 2), (500, 1), (600, 2)]
-        with pytest.raises(QueryError, match="from Parquet") as err:
+        with pytest.raises(Gone, match="from Parquet") as err:
             store.follow("a", after=cursor)
-        assert err.value.status == 410
         job.batch(pairs(700))  # batch 3: Redis holds it alone; the committer closes a recovery snapshot 2 (0..3)
         [snapshot_1, snapshot_2] = tiers.snapshots.list("a")
         assert (snapshot_2.reason, snapshot_2.first_batch, snapshot_2.last_batch) == ("recovery", 2, 3)
@@ -153,16 +154,16 @@ def test_the_marker_is_recovered_and_a_subscriber_gets_410_then_everything(tiers
             (600, 2),
             (700, 3),
         ]
-        with pytest.raises(QueryError, match=r"batches 0\.\.2 from Parquet") as err:
+        with pytest.raises(Gone, match=r"batches 0\.\.2 from Parquet") as err:
             store.follow("a", after=cursor)  # Redis serves from batch 3 (`since`); the rest of 0..2 from Parquet
         rows, resumed = store.follow("a", after=err.value.cursor, count=100)
         assert [(r["batch_id"], r["row"]) for r in rows] == [(1, 0), (2, 0), (2, 1)]
         rows, _ = store.follow("a", after=resumed, count=100)
         assert [(r["batch_id"], r["row"]) for r in rows] == [(3, 0)]
         # a subscriber starting from a time: 410 too, resuming at the first batch emitted since
-        with pytest.raises(QueryError) as err:
+        with pytest.raises(Gone) as err:
             store.follow("a", from_ms=0)
-        assert err.value.status == 410 and err.value.cursor is not None
+        assert err.value.cursor is not None
         assert follow_all(store, err.value.cursor)[0] == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (3, 0)]
         # from now: after batch 3, nothing more
         assert store.follow("a")[0] == []
@@ -186,9 +187,8 @@ def test_a_read_waiting_in_the_feed_when_redis_is_lost_does_not_skip_batches(tie
             return real(*args, **kw)
 
         monkeypatch.setattr(redis_tier, "read_feed", read_feed)
-        with pytest.raises(QueryError) as err:
+        with pytest.raises(Gone) as err:
             store.follow("a", after=cursor, count=10)
         monkeypatch.setattr(redis_tier, "read_feed", real)
-        assert err.value.status == 410
         rows, _ = store.follow("a", after=err.value.cursor, count=10)
         assert [(r["batch_id"], r["row"]) for r in rows] == [(1, 0)]

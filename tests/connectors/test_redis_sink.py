@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from tests.connectors.sink_cases import SPEC, large_table
 from windjoin.connectors.redis_sink import RedisSink, decode_member, encode_members, meta_key, results_key
-from windjoin.connectors.result_table import result_times, table_from_records
 from windjoin.connectors.sink_owner import StaleBatchError
+from windjoin.operators.result_table import result_times, table_from_records
 
 MAX_TIME = 2**53 - 1
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

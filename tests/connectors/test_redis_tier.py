@@ -20,11 +20,11 @@ from windjoin.connectors.redis_tier import (
     feed_first_batch,
     feed_info,
     feed_start_at,
-    needed_batch,
     read_feed,
     read_span,
 )
 from windjoin.connectors.sink_owner import StaleBatchError
+from windjoin.operators.query.cursors import needed_batch
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 MAX_TIME = 2**53 - 1

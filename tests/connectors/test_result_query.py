@@ -12,13 +12,9 @@ from hypothesis import strategies as st
 from tests.connectors.sink_cases import SPEC
 from tests.connectors.test_redis_sink import canonical, make_table, result_time
 from tests.connectors.tiers import Tiers, TiersLayout
-from windjoin.connectors.result_query import (
-    MAX_LIMIT,
-    Condition,
-    QueryError,
-    ResultStore,
-    parse_condition,
-)
+from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
+from windjoin.operators.query.conditions import Condition, parse_condition
+from windjoin.operators.query.errors import BadQuery, Gone, NotFound, QueryError
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FIELDS = {
@@ -265,9 +261,8 @@ def test_parse_condition() -> None:
         ('R.z in "a" "b"', "malformed list"),
         ("R.k=5\n1", "type int"),
     ]:
-        with pytest.raises(QueryError, match=words) as err:
+        with pytest.raises(BadQuery, match=words):
             parse_condition(bad, FIELDS)
-        assert err.value.status == 400
 
 
 def test_a_namespace_with_a_trailing_newline_is_refused() -> None:
@@ -295,43 +290,42 @@ def test_bad_queries_are_refused_before_any_io(tiers_factory) -> None:
         good = store.one_time("a", 0, 10, [], None, 1, None)
         assert good.next_cursor is not None
         follow_cursor = store.follow("a")[1]
-        cases: list[tuple[Any, int, str]] = [
-            (lambda: store.one_time("nope", 0, 1), 404, "unknown task 'nope'"),
-            (lambda: store.one_time("a}:x", 0, 1), 404, "unknown task"),
-            (lambda: store.one_time("a", 5, 1), 400, "from"),
-            (lambda: store.one_time("a", "0", 1), 400, "from"),
-            (lambda: store.one_time("a", 0, 2**60), 400, "to"),
-            (lambda: store.one_time("a", True, 1), 400, "from"),
-            (lambda: store.one_time("a", 0, 1, limit=0), 400, "limit"),
-            (lambda: store.one_time("a", 0, 1, limit=MAX_LIMIT + 1), 400, "limit"),
-            (lambda: store.one_time("a", 0, 1, fields=["R.nope"]), 400, "fields: unknown field"),
-            (lambda: store.one_time("a", 0, 1, fields=[]), 400, "fields"),
-            (lambda: store.one_time("a", 0, 1, fields="R.k"), 400, "fields"),
-            (lambda: store.one_time("a", 0, 1, where=[Condition("R.k", "like", 1)]), 400, "operator"),
-            (lambda: store.one_time("a", 0, 1, where=[Condition("R.k", "=", "x")]), 400, "type int"),
-            (lambda: store.one_time("a", 0, 1, where=[Condition("R.zz", "=", 1)]), 400, "unknown field"),
-            (lambda: store.one_time("a", 0, 1, where=[Condition("R.k", "in", [])]), 400, "in"),
-            (lambda: store.one_time("a", 0, 1, cursor="garbage!"), 400, "cursor"),
-            (lambda: store.one_time("a", 0, 1, cursor="e30"), 400, "cursor"),
-            (lambda: store.one_time("b", 0, 10, cursor=good.next_cursor), 400, "cursor"),
-            (lambda: store.one_time("a", 0, 10, cursor=follow_cursor), 400, "cursor"),
-            (lambda: store.follow("a", after=good.next_cursor), 400, "cursor"),
-            (lambda: store.follow("a", after=_token(["f", "a", 2**62, 0])), 400, "cursor"),
-            (lambda: store.follow("a", after=_token(["f", "a", 1, "0"])), 400, "cursor"),
-            (lambda: store.one_time("a", 0, 1, cursor=_token(["t", "a", 0, -1, 0])), 400, "cursor"),
-            (lambda: store.one_time("a", 0, 1, cursor=_token(["t", "a", 0, 0, 1.5])), 400, "cursor"),
-            (lambda: store.follow("nope"), 404, "unknown task"),
-            (lambda: store.follow("a", count=0), 400, "count"),
-            (lambda: store.follow("a", block_ms=-1), 400, "block_ms"),
-            (lambda: store.follow("a", from_ms="x"), 400, "from"),
+        cases: list[tuple[Any, type[QueryError], str]] = [
+            (lambda: store.one_time("nope", 0, 1), NotFound, "unknown task 'nope'"),
+            (lambda: store.one_time("a}:x", 0, 1), NotFound, "unknown task"),
+            (lambda: store.one_time("a", 5, 1), BadQuery, "from"),
+            (lambda: store.one_time("a", "0", 1), BadQuery, "from"),
+            (lambda: store.one_time("a", 0, 2**60), BadQuery, "to"),
+            (lambda: store.one_time("a", True, 1), BadQuery, "from"),
+            (lambda: store.one_time("a", 0, 1, limit=0), BadQuery, "limit"),
+            (lambda: store.one_time("a", 0, 1, limit=MAX_LIMIT + 1), BadQuery, "limit"),
+            (lambda: store.one_time("a", 0, 1, fields=["R.nope"]), BadQuery, "fields: unknown field"),
+            (lambda: store.one_time("a", 0, 1, fields=[]), BadQuery, "fields"),
+            (lambda: store.one_time("a", 0, 1, fields="R.k"), BadQuery, "fields"),
+            (lambda: store.one_time("a", 0, 1, where=[Condition("R.k", "like", 1)]), BadQuery, "operator"),
+            (lambda: store.one_time("a", 0, 1, where=[Condition("R.k", "=", "x")]), BadQuery, "type int"),
+            (lambda: store.one_time("a", 0, 1, where=[Condition("R.zz", "=", 1)]), BadQuery, "unknown field"),
+            (lambda: store.one_time("a", 0, 1, where=[Condition("R.k", "in", [])]), BadQuery, "in"),
+            (lambda: store.one_time("a", 0, 1, cursor="garbage!"), BadQuery, "cursor"),
+            (lambda: store.one_time("a", 0, 1, cursor="e30"), BadQuery, "cursor"),
+            (lambda: store.one_time("b", 0, 10, cursor=good.next_cursor), BadQuery, "cursor"),
+            (lambda: store.one_time("a", 0, 10, cursor=follow_cursor), BadQuery, "cursor"),
+            (lambda: store.follow("a", after=good.next_cursor), BadQuery, "cursor"),
+            (lambda: store.follow("a", after=_token(["f", "a", 2**62, 0])), BadQuery, "cursor"),
+            (lambda: store.follow("a", after=_token(["f", "a", 1, "0"])), BadQuery, "cursor"),
+            (lambda: store.one_time("a", 0, 1, cursor=_token(["t", "a", 0, -1, 0])), BadQuery, "cursor"),
+            (lambda: store.one_time("a", 0, 1, cursor=_token(["t", "a", 0, 0, 1.5])), BadQuery, "cursor"),
+            (lambda: store.follow("nope"), NotFound, "unknown task"),
+            (lambda: store.follow("a", count=0), BadQuery, "count"),
+            (lambda: store.follow("a", block_ms=-1), BadQuery, "block_ms"),
+            (lambda: store.follow("a", from_ms="x"), BadQuery, "from"),
         ]
-        for call, status, words in cases:
+        for call, kind, words in cases:
             with pytest.raises(QueryError, match=words) as err:
                 call()
-            assert err.value.status == status, words
-    with tiers.store(redis=False) as parquet_only, pytest.raises(QueryError, match="Redis tier") as err:
+            assert isinstance(err.value, kind), words
+    with tiers.store(redis=False) as parquet_only, pytest.raises(NotFound, match="Redis tier"):
         parquet_only.follow("a")
-    assert err.value.status == 404
 
 
 def test_follow_from_now_after_cursor_and_from_time(tiers_factory) -> None:
@@ -387,12 +381,12 @@ def test_follow_cursor_older_than_the_feed_is_gone(redis_url: str, tiers_factory
         for _ in range(250):
             tiers.write({"a": pairs}, emitted_at=5)
         for kw in ({"after": start}, {"from_ms": 0}):
-            with pytest.raises(QueryError, match="one-time query") as err:
+            with pytest.raises(Gone, match="one-time query") as err:
                 redis_only.follow("a", **kw)
-            assert err.value.status == 410 and err.value.cursor is None
-            with pytest.raises(QueryError, match="from Parquet") as err:
+            assert err.value.cursor is None
+            with pytest.raises(Gone, match="from Parquet") as err:
                 store.follow("a", **kw)
-            assert err.value.status == 410 and err.value.cursor is not None
+            assert err.value.cursor is not None
             seen, cursor = [], err.value.cursor
             while True:
                 rows, cursor = store.follow("a", after=cursor, count=7)

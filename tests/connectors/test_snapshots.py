@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from tests.connectors.sink_cases import SPEC
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.result_table import table_from_records
 from windjoin.connectors.snapshots import SNAPSHOTS_DIR, Snapshot, SnapshotStore
+from windjoin.operators.result_table import table_from_records
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

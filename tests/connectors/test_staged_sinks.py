@@ -18,8 +18,8 @@ from windjoin.connectors.parquet_replay import ParquetReplay
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink, stage_key
 from windjoin.connectors.redis_tier import FEED_END, read_feed, read_span
-from windjoin.connectors.result_table import result_schema, result_times, table_from_records, table_records
 from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.result_table import result_schema, result_times, table_from_records, table_records
 
 SCHEMAS = {"a": result_schema(SPEC, "a")}
 

@@ -19,8 +19,8 @@ from windjoin.connectors.processes import free_port
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.redis_tier import advance_snapshot
 from windjoin.connectors.result_query import ResultStore
-from windjoin.connectors.result_table import table_from_records
 from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.result_table import table_from_records
 from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.pipelines.proxy.config import Access, Limits
 from windjoin.pipelines.proxy.tokens import TokenTable, token_hash

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from windjoin.connectors.result_query import decode_cursor, feed_cursor
+from windjoin.operators.query.cursors import decode_cursor, feed_cursor
 from windjoin.pipelines.proxy.feed import FeedConfig, pages
 
 

@@ -24,8 +24,8 @@ from tests.pipelines.proxy_helpers import AUTH, TOKENS_FILE, make_spec
 from windjoin.connectors import processes
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.processes import free_port
-from windjoin.connectors.result_table import table_from_columns
 from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.result_table import table_from_columns
 
 BATCHES, ROWS = 150, 10_000
 SPAN_MS = 10**9

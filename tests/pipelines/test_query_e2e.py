@@ -11,8 +11,9 @@ import pytest
 
 from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
 from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
-from windjoin.connectors.result_query import MAX_LIMIT, ResultStore, parse_condition
+from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.query.conditions import parse_condition
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import start_job

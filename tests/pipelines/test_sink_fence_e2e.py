@@ -25,8 +25,8 @@ from tests.pipelines.pipeline_helpers import (
 )
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink, results_key
-from windjoin.connectors.result_table import result_schema
 from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.result_table import result_schema
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.cli.run import run

@@ -16,9 +16,9 @@ from windjoin.connectors import redis_tier
 from windjoin.connectors.kafka_source import ARROW_SCHEMA
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink, meta_key, results_key
-from windjoin.connectors.result_table import BATCH_ID, EMITTED_AT, table_from_records
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.partitioning import RoutingTable
+from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, table_from_records
 from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.pipelines.job.adapter import PUNCTUATION, Adapter
 from windjoin.pipelines.job.join_job import BatchSink

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from windjoin.connectors.result_table import order_results, table_from_records
+from windjoin.operators.result_table import order_results, table_from_records
 from windjoin.operators.spec import parse_spec
 
 SPEC = parse_spec(

@@ -10,7 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from windjoin.connectors.result_query import Condition, select
+from windjoin.operators.query.conditions import Condition
+from windjoin.operators.query.selection import select
 
 PY_OPS = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt}
 PY_OPS[">="] = operator.ge
