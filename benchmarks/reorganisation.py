@@ -9,7 +9,7 @@ as they come (`partitions`: round robin mixes hot and cold halves, 1.3-2.1x), or
 (`hotkeys`: 256 keys, so the hottest partition alone outweighs a slot and only a SplitJoin spread relieves it).
 Over 10^7 key values the b-model hashes evenly onto partitions, so skew over keys alone loads slots alike.
 The job: local[2], PARTITIONS hash partitions on SLOTS slots (round robin at first), a batch per TRIGGER.
-With the controller: every batch's load is published to Redis, `pipelines.controller.control_loop.Controller` steps every
+With the controller: every batch's load is published to Redis, `control_loop.Controller` steps every
 EPOCH seconds (occupancy = each slot's share of the batch's CPU seconds; suppliers above 1.2 fair shares,
 consumers below 0.8; the yielded partition is the one that best evens the pair, `--pick balance`, or the
 paper's random one, `--pick random`; a hot slot holding one partition spreads it), and the job follows its

@@ -17,7 +17,7 @@ per topic) and Redis, the join job in a local[2] Spark session (2 slots, trigger
 3. Paced load from a producer process (a non-homogeneous Poisson process: the workload at 3R thinned to R outside
    the burst; event time = scheduled time): R for `--pre` s, 3R for `--burst` s, R for `--post` s.
 4. Two runs on fresh topics: with shedding (the job follows the controller's decisions, `ControlSource`; the
-   controller, `pipelines.controller.control_loop.Controller`, is stepped in this process every `--epoch` seconds over the
+   controller, `control_loop.Controller`, is stepped in this process every `--epoch` seconds over the
    job's load reports), and the baseline without (the controller steps and records its tau on the same reports,
    but the job follows nothing: ratio 0).
 
