@@ -45,7 +45,7 @@ import redis
 from windjoin.connectors import parquet_scan, redis_tier
 from windjoin.connectors.parquet_replay import ParquetReplay
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_client import RedisAuth, redis_client
+from windjoin.connectors.redis_client import RedisAuth, redis_client, spec_auth
 from windjoin.connectors.redis_sink import NAMESPACE, meta_key
 from windjoin.connectors.snapshots import Snapshot, SnapshotStore
 from windjoin.operators.query.conditions import Condition, check_conditions
@@ -140,6 +140,21 @@ class ResultStore:
         self._replay = None if self._parquet is None else ParquetReplay(self._parquet, self.snapshot_store)
         self.parquet_tail = parquet_tail
         self._pace = redis_tier.Pace(redis_share)
+
+    @classmethod
+    def from_spec(cls, spec: JoinSpec, namespace: str = "windjoin", redis_share: float = 1.0) -> ResultStore:
+        """The store over the sinks the spec configures (Redis, Parquet, or both); ValueError when it has neither."""
+        redis, parquet = spec.sinks.redis, spec.sinks.parquet
+        if redis is None and parquet is None:
+            raise ValueError("no queryable sink in the spec (sinks.redis or sinks.parquet): nothing to query")
+        return cls(
+            spec,
+            None if redis is None else redis.url,
+            namespace,
+            None if parquet is None else parquet.path,
+            auth=spec_auth(redis),
+            redis_share=redis_share,
+        )
 
     def close(self) -> None:
         for client in (self.client, self.feed_client):

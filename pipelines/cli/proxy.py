@@ -18,19 +18,12 @@ NAMESPACE_OPTION = click.option(
 
 
 def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE, redis_share: float = 1.0):  # -> ResultStore (lazily)
-    """The result store over the sinks the spec configures (Redis, Parquet, or both); `redis_share`: the most of
-    Redis' time its one-time queries take together."""
-    from windjoin.connectors.redis_client import spec_auth
+    """`ResultStore.from_spec`, its refusal as a command-line error; `redis_share`: the most of Redis' time its
+    one-time queries take together."""
     from windjoin.connectors.result_query import ResultStore
 
-    redis_url = spec.sinks.redis.url if spec.sinks.redis is not None else None
-    parquet_path = spec.sinks.parquet.path if spec.sinks.parquet is not None else None
-    if redis_url is None and parquet_path is None:
-        raise click.ClickException("no queryable sink in the spec (sinks.redis or sinks.parquet): nothing to query")
     try:
-        return ResultStore(
-            spec, redis_url, namespace, parquet_path, auth=spec_auth(spec.sinks.redis), redis_share=redis_share
-        )
+        return ResultStore.from_spec(spec, namespace, redis_share)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 

@@ -1,0 +1,81 @@
+"""The README's Python API examples, run as written: in process against the oracle, and (slow) on the real broker,
+Spark and Redis, the rows `query_results` gives equal to the oracle's for the same events."""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+import windjoin
+from tests.pipelines.pipeline_helpers import produce_events
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_examples() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Python API") :].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+
+
+def run_example(code: str, namespace: dict) -> list[tuple]:
+    """Run `code` in `namespace` (its globals, kept for the caller), with `print` collecting its arguments."""
+    printed: list[tuple] = []
+    namespace["print"] = lambda *args: printed.append(args)
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102
+    return printed
+
+
+def test_the_in_process_example_prints_the_oracles_results(monkeypatch):
+    monkeypatch.chdir(ROOT)  # the example names examples/band.yaml relative to the checkout
+    namespace: dict = {}
+    [(results,)] = run_example(readme_examples()[0], namespace)
+    spec = yaml.safe_load((ROOT / "examples" / "band.yaml").read_text())
+    expected, late = oracle_join(spec, namespace["events"])
+    assert not late and len(expected) == 2
+    assert as_multiset([(r["task"], r["R"], r["S"]) for r in results]) == as_multiset(expected)
+
+
+@pytest.mark.slow
+def test_the_streaming_example_queries_the_oracles_results(spark, kafka_bootstrap, redis_url, unique_topic, tmp_path):
+    spec = yaml.safe_load((ROOT / "examples" / "band.yaml").read_text())
+    spec["streams"]["R"]["topic"] = unique_topic("r")
+    spec["streams"]["S"]["topic"] = unique_topic("s")
+    spec |= {"partitions": 4, "slots": 2, "checkpoint": str(tmp_path / "checkpoint")}
+    task = f"band{uuid.uuid4().hex[:8]}"  # Redis keys (and the sink's owner record) of this test only
+    spec["tasks"][0]["name"] = task
+    spec["sinks"] = {"parquet": {"path": str(tmp_path / "parquet")}, "redis": {"url": redis_url}}
+    spec_file = tmp_path / "my.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    rng = random.Random(7)
+    base = 1_700_000_000_000
+    events = []
+    for i in range(300):
+        stream = rng.choice("RS")
+        event = {"stream": stream, "ts": base + 40 * i, "k": rng.randrange(3)}
+        if stream == "R":
+            event |= {"x": rng.randrange(40), "y": rng.uniform(0, 20), "z": f"r{i}"}
+        else:
+            event |= {"a": rng.randrange(40), "b": rng.uniform(0, 20)}
+        events.append(event)
+    produce_events(kafka_bootstrap, spec, events)
+
+    second = readme_examples()[1]
+    assert '"my.yaml"' in second and '"localhost:9092"' in second
+    assert '"band"' in second
+    code = (
+        second.replace('"my.yaml"', repr(str(spec_file)))
+        .replace('"localhost:9092"', repr(kafka_bootstrap))
+        .replace('"band"', repr(task))
+    )
+    printed = run_example(code, {"windjoin": windjoin})
+    expected, late = oracle_join(spec, events)
+    want = [(r, s) for name, r, s in expected if name == task and r["k"] == 1]
+    assert not late and len(want) > 20
+    assert as_multiset(printed) == as_multiset(want)

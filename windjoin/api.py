@@ -1,0 +1,113 @@
+"""The public Python API: the four things users do, each one call, over the modules the command line uses.
+
+Imports are deferred to the calls, so `import windjoin` stays cheap and needs neither Spark nor services.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from windjoin.operators.spec import JoinSpec, SpecError, load_spec, parse_spec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+__all__ = ["JoinSpec", "Joined", "SpecError", "join_events", "load_spec", "parse_spec", "query_results", "start_job"]
+
+
+@dataclass(frozen=True)
+class Joined:
+    """What an in-process join gave: one record per result (`{"task": name, <stream>: {field: value}, ...}`) in
+    emission order, and the positions of the events refused as late (over `allowed_lateness_ms` behind)."""
+
+    results: list[dict[str, Any]]
+    late: list[int]
+
+
+def join_events(spec: JoinSpec, events: Iterable[Mapping[str, Any]], chunk_size: int = 4096) -> Joined:
+    """Join `events` (dicts naming their "stream", in arrival order) in this process, as `windjoin join-file` does.
+
+    No Spark and no services. An event the spec refuses (unknown stream, missing or mistyped field) raises
+    `ValueError` naming its position and the reason; nothing is skipped silently.
+    """
+    from windjoin.operators.schema import RecordError
+    from windjoin.operators.testing.feed import EventFeed
+
+    feed = EventFeed(spec, chunk_size)
+    results: list[dict[str, Any]] = []
+    late: list[int] = []
+    for position, event in enumerate([*events, None]):
+        try:
+            fed = feed.flush() if event is None else feed.add(event, position)
+        except RecordError as err:
+            raise ValueError(f"event {position}: refused ({err.reason}): {err}") from None
+        if fed is not None:
+            results.extend(fed.records())
+            late.extend(fed.late)
+    return Joined(results, sorted(late))
+
+
+def start_job(
+    spec: JoinSpec,
+    bootstrap: str,
+    *,
+    spark: SparkSession | None = None,
+    available_now: bool = False,
+    on_batch: Callable[[Any], None] | None = None,
+    fresh_sinks: bool = False,
+) -> StreamingQuery:
+    """Start the streaming join job: the spec's Kafka topics at `bootstrap`, its sinks (`sinks:`), exactly once.
+
+    Returns Spark's query (`awaitTermination()`, `stop()`). `spark` defaults to a local session with the job's
+    state settings; `available_now` stops once the topics' current records are joined; `on_batch` gets each
+    committed batch's outcome; `fresh_sinks` lets a new checkpoint take over sinks another one wrote.
+    """
+    from windjoin.connectors.spark_session import build_local_spark
+    from windjoin.pipelines.job.join_job import STATE_CONF
+    from windjoin.pipelines.job.join_job import start_job as start_streaming_query
+    from windjoin.pipelines.job.sinks import build_sinks
+
+    if spark is None:
+        spark = build_local_spark(app_name="windjoin-join", master="local[2]", conf=STATE_CONF)
+    sinks = build_sinks(spec)
+    return start_streaming_query(
+        spark, spec, bootstrap, sinks, available_now, on_batch=on_batch, fresh_sinks=fresh_sinks
+    )
+
+
+def query_results(
+    spec: JoinSpec,
+    task: str,
+    t_from: int,
+    t_to: int,
+    where: Sequence[str] = (),
+    fields: Sequence[str] | None = None,
+    page_size: int = 1000,
+    namespace: str = "windjoin",
+) -> Iterator[dict[str, Any]]:
+    """The results of `task` with result time in [t_from, t_to] (epoch ms), read from the spec's sinks (Redis for
+    recent batches, Parquet snapshots for older ones) in (result_time, batch_id, row) order, page by page.
+
+    `where`: conditions in the query proxy's language (`"R.k=3"`, `"S.b>=1.5"`, `"R.k in 1,2"`); `fields`: the fields to
+    keep. A bad condition or field raises `windjoin.operators.query.errors.BadQuery`. Over HTTP, with tokens and
+    limits, the query proxy (`windjoin proxy`) serves the same queries.
+    """
+    from windjoin.connectors.result_query import ResultStore
+    from windjoin.operators.query.conditions import parse_condition
+
+    store = ResultStore.from_spec(spec, namespace)
+    try:
+        conditions = [parse_condition(text, store.fields(task)) for text in where]
+        names = None if fields is None else list(fields)
+        cursor = None
+        while True:
+            page = store.one_time(task, t_from, t_to, conditions, names, page_size, cursor)
+            yield from page.rows
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+    finally:
+        store.close()
