@@ -20,7 +20,8 @@ import orjson
 from windjoin.connectors.load_reports import check_namespace
 from windjoin.connectors.redis_client import RedisAuth, redis_client
 from windjoin.operators.control.declustering import UtilisationState
-from windjoin.operators.control.epoch import ControlState, Decision
+from windjoin.operators.control.epoch import Decision
+from windjoin.operators.control.epoch_state import ControlState
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.control.reorganise import Classes
 from windjoin.operators.partitioning import Group, RoutingTable

@@ -20,7 +20,8 @@ from windjoin.connectors.control_decisions import recorded_moves as recorded_mov
 from windjoin.connectors.load_reports import LoadReports, fine_histograms, shed_records, slot_batches
 from windjoin.connectors.memory_reports import MemoryHistory
 from windjoin.operators.control.config import ControlConfig
-from windjoin.operators.control.epoch import ControlState, Decision, control_step
+from windjoin.operators.control.epoch import Decision, control_step
+from windjoin.operators.control.epoch_state import ControlState
 from windjoin.operators.control.load import aggregate_epoch
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.control.reorganise import Classes, classify
