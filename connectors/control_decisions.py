@@ -6,15 +6,25 @@ Layout (`ns` as for the load reports, `{control}` the shared hash tag):
   restarted controller resumes from and what the join job will read to apply a decision;
 - `ns:{control}:decisions` - stream, one entry per decided epoch with the same fields, `MAXLEN ~ maxlen`.
 
-Both are written in one MULTI/EXEC, so the hash and the stream never disagree on the latest epoch.
+Both are written in one MULTI/EXEC, so the hash and the stream never disagree on the latest epoch. The fields
+are encoded and decoded here (`encode_decision`, `state_from_fields`, `recorded_moves`); groups in them take
+their one JSON form (`Group.to_json`). The join job reads them strictly through `connectors.decision_check`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+import orjson
+
 from windjoin.connectors.load_reports import check_namespace
 from windjoin.connectors.redis_client import RedisAuth, redis_client
+from windjoin.operators.control.declustering import UtilisationState
+from windjoin.operators.control.epoch import Decision
+from windjoin.operators.control.epoch_state import ControlState
+from windjoin.operators.control.memory import SpillRequest
+from windjoin.operators.control.reorganise import Classes
+from windjoin.operators.partitioning import Group, RoutingTable
 
 DEFAULT_MAXLEN = 10_000
 
@@ -66,3 +76,67 @@ class DecisionStore:
             (entry_id.decode(), {k.decode(): v.decode() for k, v in fields.items()})
             for entry_id, fields in self.client.xrange(self.stream_key, min=low, max="+", count=count)
         ]
+
+
+def encode_decision(
+    decision: Decision,
+    occupancy: Mapping[int, float],
+    classes: Classes,
+    batches: int,
+    shed: int,
+    cursor: str,
+    decided_at: float,
+) -> dict[str, str | int | float]:
+    """The recorded fields of a decision with the epoch's load it came from and the load cursor after it
+    (`state_from_fields` reads the state and cursor back)."""
+    state = decision.state
+    # the latest disk request, in every decision until a newer one: the job takes each version once
+    spill = {} if state.spill is None else {"spill": orjson.dumps(state.spill.to_json()).decode()}
+    return {
+        **spill,
+        "forced_bytes": state.forced_bytes,
+        "epoch": state.epoch,
+        "routing_version": state.routing.version,
+        "routing": routing_json(state.routing),
+        "slots": state.slots,
+        "shed_ratio": repr(state.shed_ratio),
+        "tau": repr(decision.tau),
+        "sustained_above": state.sustained.above,
+        "sustained_below": state.sustained.below,
+        "moves": orjson.dumps([[*m.group.to_json(), m.source, m.target] for m in decision.moves]).decode(),
+        "hot": orjson.dumps(list(decision.hot)).decode(),
+        "occupancy": orjson.dumps({str(s): f for s, f in occupancy.items()}).decode(),
+        "suppliers": orjson.dumps(list(classes.suppliers)).decode(),
+        "consumers": orjson.dumps(list(classes.consumers)).decode(),
+        "batches": batches,
+        "shed": shed,
+        "load_cursor": cursor,
+        "decided_at": repr(decided_at),
+    }
+
+
+def routing_json(routing: RoutingTable) -> str:
+    """A routing table as recorded in a decision (`state_from_fields` reads it back)."""
+    return orjson.dumps(routing.to_json()).decode()
+
+
+def state_from_fields(fields: Mapping[str, str]) -> tuple[ControlState, str]:
+    """The control state and load cursor of a recorded decision."""
+    table = RoutingTable.from_json({**orjson.loads(fields["routing"]), "version": fields["routing_version"]})
+    sustained = UtilisationState(int(fields["sustained_above"]), int(fields["sustained_below"]))
+    spill = SpillRequest.from_json(orjson.loads(fields["spill"])) if fields.get("spill") else None
+    state = ControlState(
+        int(fields["epoch"]),
+        table,
+        int(fields["slots"]),
+        float(fields["shed_ratio"]),
+        sustained,
+        spill,
+        int(fields.get("forced_bytes", 0)),
+    )
+    return state, fields["load_cursor"]
+
+
+def recorded_moves(fields: Mapping[str, str]) -> list[tuple[Group, int, int]]:
+    """(group, source slot, target slot) of a recorded decision's moves."""
+    return [(Group.from_json(group), src, dst) for *group, src, dst in orjson.loads(fields["moves"])]

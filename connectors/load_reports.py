@@ -136,6 +136,16 @@ def slot_batches(entries: Iterable[LoadEntry]) -> list[SlotBatch]:
     return [latest[k] for k in sorted(latest)]
 
 
+def shed_records(entries: Iterable[LoadEntry]) -> int:
+    """Records the adapter shed in these batches, over all slots and streams (a replayed batch's latest report
+    counts once, as in `slot_batches`)."""
+    latest: dict[tuple[int, int], int] = {}
+    for entry in entries:
+        for report in entry.slots:
+            latest[(entry.batch_id, int(report["slot"]))] = sum(int(n) for n in (report.get("shed") or {}).values())
+    return sum(latest.values())
+
+
 def fine_histograms(entries: Iterable[LoadEntry]) -> dict[int, np.ndarray]:
     """Each partition's window tuples by mini bits (the reports' `fine` column), as of the latest batch that
     reported it, summed over the slots holding a share of it (its mini-groups may sit on several slots; a

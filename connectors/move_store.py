@@ -2,9 +2,10 @@
 
 One immutable Arrow IPC file per (routing version, piece, source slot) under `root` (the job's checkpoint
 folder, or an object-store URL: pyarrow's filesystems); a piece is a whole partition or a mini-group of one
-(`operators.partitioning.Group`, named in the file name). Each file keeps its positions (event-time high mark,
-arrival counts) in the schema metadata. Written whole or not at all (temp file, then rename), rewritten
-identically when a batch is replayed, and pruned by the driver once no batch can need it any more.
+(`operators.partitioning.Group`, whose key names the file: `v4/3-s0.arrow`, `v4/3.1.0-s2.arrow`). Each file
+keeps its positions (event-time high mark, arrival counts) in the schema metadata. Written whole or not at all
+(temp file, then rename), rewritten identically when a batch is replayed, and pruned by the driver once no
+batch can need it any more.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ class MoveStore:
         all)."""
         folder = self._folder(version)
         self.fs.create_dir(folder, recursive=True)
-        g = group.group
-        path = f"{folder}/p{g.partition}-d{g.depth}-m{g.pattern}-s{source}.arrow"
+        path = f"{folder}/{group.group.key}-s{source}.arrow"
         table = group.rows.replace_schema_metadata({POSITIONS: orjson.dumps(group.positions)})
         with self.fs.open_output_stream(path + ".tmp") as out, pa.ipc.new_stream(out, table.schema) as writer:
             writer.write_table(table)
@@ -47,21 +47,18 @@ class MoveStore:
     def get_all(self, version: int, partition: int) -> list[MovedGroup]:
         """Everything handed over of `partition`'s pieces at `version`, by piece and source slot (none: nothing was
         handed over)."""
-        folder = self._folder(version)
-        prefix = f"p{partition}-d"
-        infos = self.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-        paths = sorted(i.path for i in infos if i.base_name.startswith(prefix) and i.base_name.endswith(".arrow"))
+        infos = self.fs.get_file_info(pafs.FileSelector(self._folder(version), allow_not_found=True))
+        pieces = sorted(
+            (Group.from_key(i.base_name.rsplit("-s", 1)[0]), i.path) for i in infos if i.base_name.endswith(".arrow")
+        )
         out = []
-        for path in paths:
+        for group, path in pieces:
+            if group.partition != partition:
+                continue
             with self.fs.open_input_stream(path) as src:
                 table = pa.ipc.open_stream(src).read_all()
-            _, depth, pattern, _ = path.rsplit("/", 1)[1].removesuffix(".arrow").split("-")
             out.append(
-                MovedGroup(
-                    Group(partition, int(depth[1:]), int(pattern[1:])),
-                    table.replace_schema_metadata(None),
-                    orjson.loads(table.schema.metadata[POSITIONS]),
-                )
+                MovedGroup(group, table.replace_schema_metadata(None), orjson.loads(table.schema.metadata[POSITIONS]))
             )
         return out
 

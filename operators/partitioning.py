@@ -13,7 +13,7 @@ of its hash alone and partition_of is unchanged by any split.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -59,6 +59,26 @@ class Group:
         if self.depth < 0 or not 0 <= self.pattern < (1 << self.depth):
             raise ValueError(f"mini-group pattern {self.pattern} does not fit in depth {self.depth}")
 
+    def to_json(self) -> list[int]:
+        """The group as JSON, [partition, depth, pattern]: the one form decisions, routing tables and slot
+        metadata carry (`from_json` reads it back)."""
+        return [self.partition, self.depth, self.pattern]
+
+    @staticmethod
+    def from_json(values: Sequence[int]) -> Group:
+        partition, depth, pattern = values
+        return Group(int(partition), int(depth), int(pattern))
+
+    @property
+    def key(self) -> str:
+        """The group as text, "partition" or "partition.depth.pattern": the one form of keys, file names and
+        logs (`from_key` reads it back)."""
+        return str(self.partition) if self.depth == 0 else f"{self.partition}.{self.depth}.{self.pattern}"
+
+    @staticmethod
+    def from_key(key: str) -> Group:
+        return Group(*(int(n) for n in key.split(".")))
+
     def contains(self, partitions: np.ndarray, bits: np.ndarray) -> np.ndarray:
         """Which tuples (by partition and mini bits) belong to this group."""
         mask = np.uint64((1 << self.depth) - 1)
@@ -101,13 +121,13 @@ class RoutingTable:
         return {
             "version": self.version,
             "slot_of": list(self.slot_of),
-            "split": [[g.partition, g.depth, g.pattern, slot] for g, slot in self.split],
+            "split": [[*g.to_json(), slot] for g, slot in self.split],
             "spread": [[p, list(slots)] for p, slots in self.spread],
         }
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> RoutingTable:
-        split = tuple((Group(int(p), int(d), int(x)), int(s)) for p, d, x, s in data.get("split", []))
+        split = tuple((Group.from_json(group), int(slot)) for *group, slot in data.get("split", []))
         spread = tuple((int(p), tuple(int(s) for s in slots)) for p, slots in data.get("spread", []))
         return RoutingTable(int(data["version"]), tuple(int(s) for s in data["slot_of"]), split, spread)
 

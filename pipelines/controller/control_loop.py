@@ -12,21 +12,19 @@ ratio) is not done here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-import orjson
-
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.load_reports import LoadEntry, LoadReports, fine_histograms, slot_batches
+from windjoin.connectors.control_decisions import DecisionStore, encode_decision, state_from_fields
+from windjoin.connectors.control_decisions import recorded_moves as recorded_moves  # re-exported for readers
+from windjoin.connectors.load_reports import LoadReports, fine_histograms, shed_records, slot_batches
 from windjoin.connectors.memory_reports import MemoryHistory
 from windjoin.operators.control.config import ControlConfig
-from windjoin.operators.control.declustering import UtilisationState
-from windjoin.operators.control.epoch import ControlState, Decision, control_step
+from windjoin.operators.control.epoch import Decision, control_step
+from windjoin.operators.control.epoch_state import ControlState
 from windjoin.operators.control.load import aggregate_epoch
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.control.reorganise import Classes, classify
-from windjoin.operators.partitioning import Group, RoutingTable
 
 
 @dataclass(frozen=True)
@@ -44,7 +42,7 @@ class EpochOutcome:
         """One line for the console."""
         d, state = self.decision, self.decision.state
         occupancy = " ".join(f"{s}:{f:.2f}" for s, f in sorted(self.occupancy.items()))
-        moves = ", ".join(f"{_group_name(m.group)} {m.source}->{m.target}" for m in d.moves) or "none"
+        moves = ", ".join(f"p{m.group.key} {m.source}->{m.target}" for m in d.moves) or "none"
         hot = f", hot {list(d.hot)}" if d.hot else ""
         units = state.routing.groups()
         recut = " ".join(f"p{p}:{sum(g.partition == p for g in units)}" for p in d.retuned)
@@ -147,73 +145,6 @@ class Controller:
 
 
 def decision_fields(outcome: EpochOutcome, decided_at: float) -> dict[str, str | int | float]:
-    """The recorded form of a decision (Redis hash / stream fields); `state_from_fields` reads it back."""
-    d, state = outcome.decision, outcome.decision.state
-    # the latest disk request, in every decision until a newer one: the job takes each version once
-    spill = {} if state.spill is None else {"spill": orjson.dumps(state.spill.to_json()).decode()}
-    return {
-        **spill,
-        "forced_bytes": state.forced_bytes,
-        "epoch": state.epoch,
-        "routing_version": state.routing.version,
-        "routing": routing_json(state.routing),
-        "slots": state.slots,
-        "shed_ratio": repr(state.shed_ratio),
-        "tau": repr(d.tau),
-        "sustained_above": state.sustained.above,
-        "sustained_below": state.sustained.below,
-        "moves": orjson.dumps([[*_group(m.group), m.source, m.target] for m in d.moves]).decode(),
-        "hot": orjson.dumps(list(d.hot)).decode(),
-        "occupancy": orjson.dumps({str(s): f for s, f in outcome.occupancy.items()}).decode(),
-        "suppliers": orjson.dumps(list(outcome.classes.suppliers)).decode(),
-        "consumers": orjson.dumps(list(outcome.classes.consumers)).decode(),
-        "batches": outcome.batches,
-        "shed": outcome.shed,
-        "load_cursor": outcome.cursor,
-        "decided_at": repr(decided_at),
-    }
-
-
-def shed_records(entries: Iterable[LoadEntry]) -> int:
-    """Records the adapter shed in these batches, over all slots and streams (a replayed batch's latest report
-    counts once, as in `slot_batches`)."""
-    latest: dict[tuple[int, int], int] = {}
-    for entry in entries:
-        for report in entry.slots:
-            latest[(entry.batch_id, int(report["slot"]))] = sum(int(n) for n in (report.get("shed") or {}).values())
-    return sum(latest.values())
-
-
-def routing_json(routing: RoutingTable) -> str:
-    """A routing table as recorded in a decision (`state_from_fields` reads it back)."""
-    return orjson.dumps(routing.to_json()).decode()
-
-
-def state_from_fields(fields: dict[str, str]) -> tuple[ControlState, str]:
-    """The control state and load cursor of a recorded decision."""
-    table = RoutingTable.from_json({**orjson.loads(fields["routing"]), "version": fields["routing_version"]})
-    sustained = UtilisationState(int(fields["sustained_above"]), int(fields["sustained_below"]))
-    spill = SpillRequest.from_json(orjson.loads(fields["spill"])) if fields.get("spill") else None
-    state = ControlState(
-        int(fields["epoch"]),
-        table,
-        int(fields["slots"]),
-        float(fields["shed_ratio"]),
-        sustained,
-        spill,
-        int(fields.get("forced_bytes", 0)),
-    )
-    return state, fields["load_cursor"]
-
-
-def recorded_moves(fields: dict[str, str]) -> list[tuple[Group, int, int]]:
-    """(group, source slot, target slot) of a recorded decision's moves."""
-    return [(Group(p, depth, pattern), src, dst) for p, depth, pattern, src, dst in orjson.loads(fields["moves"])]
-
-
-def _group(g: Group) -> tuple[int, int, int]:
-    return g.partition, g.depth, g.pattern
-
-
-def _group_name(g: Group) -> str:
-    return f"p{g.partition}" if g.depth == 0 else f"p{g.partition}/{g.pattern:0{g.depth}b}"
+    """The recorded form of an epoch's decision (`connectors.control_decisions` holds the wire format)."""
+    o = outcome
+    return encode_decision(o.decision, o.occupancy, o.classes, o.batches, o.shed, o.cursor, decided_at)

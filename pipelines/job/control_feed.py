@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 
 from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.decision_check import Accepted, DecisionRefused, check_decision
 from windjoin.connectors.redis_client import RedisAuth
-from windjoin.operators.control.decision_check import Accepted, DecisionRefused, check_decision
 from windjoin.operators.control.job_epoch import ControlTarget
 
 log = logging.getLogger(__name__)

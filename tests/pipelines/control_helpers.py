@@ -10,11 +10,10 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.control_decisions import DecisionStore, routing_json
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec
-from windjoin.pipelines.controller.control_loop import routing_json
 from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
 
 

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.decision_check import Accepted, DecisionRefused, check_decision
 from windjoin.connectors.kafka_source import KafkaSourceOptions
-from windjoin.operators.control.decision_check import Accepted, DecisionRefused, check_decision
 from windjoin.operators.control.declustering import UtilisationState
 from windjoin.operators.control.epoch import ControlState, Decision
 from windjoin.operators.control.job_epoch import ControlEpoch, ControlTarget

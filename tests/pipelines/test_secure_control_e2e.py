@@ -14,13 +14,12 @@ import orjson
 
 from tests.connectors.test_redis_acl import acl_redis
 from tests.pipelines.pipeline_helpers import produce_events
-from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.control_decisions import DecisionStore, routing_json
 from windjoin.connectors.redis_client import redis_client, spec_auth
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.redis_tier import read_span
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.controller.control_loop import routing_json
 from windjoin.pipelines.job.control_feed import RefusalCounts, refusals_path
 from windjoin.pipelines.job.job_metrics import JobMetrics
 from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job

@@ -1,8 +1,8 @@
 """The join job's check of a recorded controller decision before it steers anything.
 
 Whatever a decision hash holds (a bug, a mix-up of namespaces, a writer that should not be there) must not make
-the job shed every record, route to slots that do not exist or roll routing back. A decision is decoded here
-from its recorded fields alone (not through the controller's process module) and refused, with a reason, when:
+the job shed every record, route to slots that do not exist or roll routing back. A decision is decoded here,
+beside its store (`connectors.control_decisions`), strictly: it is refused, with a reason, when:
 - `schema`: a field is missing or not of its type (ints, JSON of the routing table and the spill request);
 - `shed_ratio`: the ratio is not a number within [0, 1];
 - `routing`: the table does not place every partition of the job exactly once (its units tile each partition)

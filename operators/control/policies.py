@@ -1,0 +1,173 @@
+"""The control epoch's policies, one function each, and their order (`POLICIES`): the one place a policy is added.
+
+Each is a `control.epoch_state.Policy`. The order matters: shedding and scaling read the epoch's utilisation;
+fine tuning re-cuts partitions before anything moves them; memory adaptation may settle the epoch with a
+relocation (no concurrent adaptations); otherwise a shrinking epoch drains the released slots and any other
+reorganises, and hot slots are spread last.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+
+from windjoin.operators.control.config import ControlConfig
+from windjoin.operators.control.declustering import declustering_step, drain_moves, utilisation_step
+from windjoin.operators.control.epoch_state import EpochDraft, EpochSeen, Policy
+from windjoin.operators.control.finetune import retune_routing, unit_weights
+from windjoin.operators.control.hot import plan_spread
+from windjoin.operators.control.load import GROUP_MEASURE, EpochLoad, group_weights, utilisation
+from windjoin.operators.control.memory import memory_step
+from windjoin.operators.control.reorganise import Move, classify, plan_reorganisation
+from windjoin.operators.control.shedding import shed_ratio
+from windjoin.operators.partitioning import Group, RoutingTable
+
+
+def shedding(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
+    """tau over the offered tuples, and the shed ratio it asks for (S2J's tau1 threshold)."""
+    tau = offered_utilisation(seen.load, config, seen.state.slots, seen.shed, seen.seconds, seen.arrival_rate)
+    ratio = shed_ratio(tau, config.utilisation.tau1, config.shedding.base, config.shedding.model)
+    return replace(draft, tau=tau, shed_ratio=ratio)
+
+
+def scaling(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
+    """The slot count: S2J's sustained thresholds, or paper 000's supplier/consumer rule; at most one per
+    partition."""
+    slots, sustained = draft.slots, draft.sustained
+    if config.scaling == "utilisation":
+        decision = utilisation_step(draft.tau, slots, sustained, config.utilisation)
+        slots, sustained = decision.workers, decision.state
+    else:
+        r = config.reorganisation
+        slots = declustering_step(classify(seen.occupancy, r.th_sup, r.th_con), slots, config.declustering)
+    return replace(draft, slots=min(slots, draft.routing.partitions), sustained=sustained)
+
+
+def fine_tuning(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
+    """Re-cut partitions into mini-groups by their window tuples (paper 000), none whose state travels."""
+    tuning = config.fine_tuning
+    if not tuning.enabled:
+        return draft
+    frozen = {g.partition for g in seen.in_flight}
+    routing = retune_routing(draft.routing, seen.fine, tuning.theta, tuning.max_depth, frozen)
+    changed = {g for g, _ in routing.split} ^ {g for g, _ in draft.routing.split}  # mini-groups made or merged
+    return replace(draft, routing=routing, retuned=tuple(sorted({g.partition for g in changed})))
+
+
+def memory_adaptation(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
+    """Paper 004's pushes and clean-ups as the epoch's spill request; a relocation settles the epoch's routing.
+    Partitions with generations on disk (or asked to) are frozen for the movers after it."""
+    mem = config.memory
+    if not mem.enabled or seen.memory is None:
+        return draft
+    disk = memory_step(
+        seen.memory, mem, draft.routing, seen.state.epoch + 1, draft.spill, draft.forced_bytes, mem.query_bytes
+    )
+    draft = replace(
+        draft,
+        spill=disk.request,
+        forced_bytes=disk.forced_bytes,
+        unmovable=draft.unmovable | {Group(p) for p in disk.frozen},
+    )
+    if not disk.moves:
+        return draft
+    routing = draft.routing.with_moves({mv.group: mv.target for mv in disk.moves})
+    return replace(draft, slots=seen.state.slots, moves=disk.moves, routing=routing, settled=True)
+
+
+def drain(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
+    """A shrinking epoch empties the released (highest numbered) slots onto the others; while a group there is
+    in flight, the slots stay and shrink in a later epoch."""
+    current = seen.state.slots
+    if draft.settled or draft.slots >= current:
+        return draft
+    weights = unit_weights(group_weights(seen.load), draft.routing, seen.fine)
+    drained = _drain(draft.routing, weights, draft.slots, current, draft.unmovable)
+    if drained is None:
+        return replace(draft, slots=current)
+    routing = draft.routing.with_moves({m.group: m.target for m in drained}) if drained else draft.routing
+    return replace(draft, moves=tuple(drained), routing=routing, settled=True)
+
+
+def reorganisation(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
+    """Suppliers yield groups to consumers (paper 000); new slots start empty and become consumers."""
+    if draft.settled or draft.slots < seen.state.slots:
+        return draft
+    r = config.reorganisation
+    weights = unit_weights(group_weights(seen.load, GROUP_MEASURE[r.occupancy]), draft.routing, seen.fine)
+    plan = plan_reorganisation(
+        draft.routing, seen.occupancy, r.th_sup, r.th_con, seen.state.epoch, r.seed, draft.unmovable, r.pick, weights
+    )
+    return replace(draft, moves=plan.moves, hot=plan.hot, routing=plan.routing, settled=True)
+
+
+def hot_spread(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
+    """Spread each hot slot's single unspread partition over k slots (its own and the least occupied others)."""
+    if not config.hot.spread:
+        return draft
+    routing, occupancy = draft.routing, seen.occupancy
+    units = routing.groups()
+    spread = {p for p, _ in routing.spread}
+    for slot in draft.hot:
+        group = next(g for g, s in units.items() if s == slot)
+        if group.depth or group.partition in spread:
+            continue
+        k = min(config.hot.max_width, len(occupancy), math.ceil(occupancy[slot] / config.reorganisation.th_con))
+        if k >= 2:
+            routing = routing.with_spread(group.partition, plan_spread(group, slot, k, occupancy).slots)
+    return replace(draft, routing=routing)
+
+
+POLICIES: tuple[Policy, ...] = (
+    shedding,
+    scaling,
+    fine_tuning,
+    memory_adaptation,
+    drain,
+    reorganisation,
+    hot_spread,
+)
+
+
+def offered_utilisation(
+    load: EpochLoad,
+    config: ControlConfig,
+    workers: int,
+    shed: int = 0,
+    seconds: float = 0.0,
+    arrival_rate: float | None = None,
+) -> float:
+    """tau = w / W: arrivals per second and worker, or over the offered tuples (joined + shed) per second of
+    batch time and worker, or per batch and worker (`utilisation.measure`).
+
+    S2J's w is the incoming workload. The load reports count the tuples that reached the join, so the shed
+    ones are added back: otherwise an epoch shedding a ratio SR would measure tau * (1 - SR), switch shedding
+    off while the burst lasts and oscillate between shedding and not."""
+    u = config.utilisation
+    if u.measure == "arrivals" and arrival_rate is not None:
+        return arrival_rate / workers / u.capacity if workers else 0.0
+    if u.measure in ("rate", "arrivals"):
+        offered = sum(x.tuples_in for x in load.slot_load.values()) + shed
+        return offered / seconds / workers / u.capacity if seconds > 0 and workers else 0.0
+    tau = utilisation(load, u.capacity, workers)
+    if shed and load.batches and workers:
+        tau += shed / load.batches / workers / u.capacity
+    return tau
+
+
+def _drain(
+    routing: RoutingTable, weights: Mapping[Group, float], keep: int, current: int, in_flight: Collection[Group]
+) -> list[Move] | None:
+    """Moves emptying slots keep..current-1 onto slots 0..keep-1, or None if a group there is in flight."""
+    units = routing.groups()
+    if any(units[g] >= keep for g in units if any(g.covers(f) or f.covers(g) for f in in_flight)):
+        return None
+    moves = []
+    placed = dict(units)
+    for leaving in range(current - 1, keep - 1, -1):
+        remaining = {g: s for g, s in placed.items() if s < keep or s == leaving}
+        for m in drain_moves(remaining, weights, leaving, targets=range(keep)):
+            placed[m.group] = m.target
+            moves.append(m)
+    return moves
