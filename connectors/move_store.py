@@ -10,6 +10,7 @@ batch can need it any more.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,9 +49,7 @@ class MoveStore:
         """Everything handed over of `partition`'s pieces at `version`, by piece and source slot (none: nothing was
         handed over)."""
         infos = self.fs.get_file_info(pafs.FileSelector(self._folder(version), allow_not_found=True))
-        pieces = sorted(
-            (Group.from_key(i.base_name.rsplit("-s", 1)[0]), i.path) for i in infos if i.base_name.endswith(".arrow")
-        )
+        pieces = sorted((piece_of(i.base_name), i.path) for i in infos if i.base_name.endswith(".arrow"))
         out = []
         for group, path in pieces:
             if group.partition != partition:
@@ -84,3 +83,14 @@ class MoveStore:
 
 class MissingStateError(RuntimeError):
     """A moved group's state cannot be found: joining on without it would lose pairs, so the batch fails."""
+
+
+LEGACY_NAME = re.compile(r"p(\d+)-d(\d+)-m(\d+)")  # `p3-d1-m0`: the names of files written before Group.key
+
+
+def piece_of(file_name: str) -> Group:
+    """The piece a hand-over file holds, from its name (`3.1.0-s2.arrow`), or from the older `p3-d1-m0-s2.arrow`
+    names, so a move in flight across an upgrade still finds its state."""
+    stem = file_name.rsplit("-s", 1)[0]
+    legacy = LEGACY_NAME.fullmatch(stem)
+    return Group(*map(int, legacy.groups())) if legacy else Group.from_key(stem)

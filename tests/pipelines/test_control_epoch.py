@@ -66,6 +66,17 @@ def test_the_move_store_keeps_a_group_until_pruned(tmp_path):
         raise store.missing(4, Group(3, 2, 1))
 
 
+def test_the_move_store_reads_hand_overs_named_by_older_code(tmp_path):
+    """A move in flight across an upgrade: files named `p3-d2-m1-s0.arrow` (before `Group.key`) are still found."""
+    store = MoveStore(str(tmp_path / "moves"))
+    rows = pa.table({"part": pa.array([3], pa.int32()), "stream": ["R"], "ts": pa.array([1], pa.int64())})
+    store.put(4, 0, MovedGroup(Group(3, 2, 1), rows, {"max_ts": 7, "counts": {"R": 1}}))
+    [written] = (tmp_path / "moves").rglob("*.arrow")
+    written.rename(written.with_name("p3-d2-m1-s0.arrow"))
+    [got] = store.get_all(4, 3)
+    assert got.group == Group(3, 2, 1) and got.rows.equals(rows) and got.positions["max_ts"] == 7
+
+
 def test_only_a_routing_step_forces_a_batch_without_new_records():
     from windjoin.pipelines.job.adapted_source import AdaptedStreamReader
 
