@@ -38,8 +38,6 @@ from windjoin.pipelines.job.window_cache import WindowFiles
 
 OUTPUT_DDL = "slot int, stats binary"  # one row per slot and batch: its summary as JSON (results leave elsewhere)
 
-__all__ = ["OUTPUT_DDL", "JoinProcessor", "SlotWindows"]  # SlotWindows: named here by window files of older workers
-
 
 class JoinProcessor(StatefulProcessor):
     def __init__(
