@@ -58,10 +58,11 @@ class JoinProcessor(StatefulProcessor):
         self.initial_routing = initial_routing or RoutingTable.round_robin(spec.partitions, spec.slots)
         self.move_root = move_root
         self.spill_root = spill_root  # where pushed generations are written (paper 004)
-        # this job's shared window files (pipelines.job.window_cache), named after its state folders
-        self.window_files = WindowFiles(f"{move_root}|{spill_root}")
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        # this job's shared window files (pipelines.job.window_cache), named after its state folders; made here,
+        # in the Python worker, as their folder is the worker machine's
+        self.window_files = WindowFiles(f"{self.move_root}|{self.spill_root}")
         self.meta_state = handle.getValueState("meta", "meta binary")
         self.segments = SegmentStore(self.spec, handle.getMapState("segments", "id long", "data binary"))
         self.moves = HandOver(self.spec, self.initial_routing, self.move_root, self.segments)
