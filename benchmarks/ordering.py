@@ -5,7 +5,7 @@ In windjoin a micro-batch boundary is the punctuation: the job releases a batch'
 The band-join workload of `benchmarks.kernels` (R and S alternating, one millisecond apart, event time = arrival
 time) runs over a time window holding 2^16 tuples per stream, spread like a hot partition of the job (and like
 SplitJoin's join cores) over CORES `WindowJoin`s: each tuple is stored at one of them (round robin) and probes
-all. Per punctuation every core joins the batch, its pairs become a slot's table (`join_state.pairs_table`),
+all. Per punctuation every core joins the batch, its pairs become a slot's table (`slot_batch.pairs_table`),
 the cores' tables are assembled into the batch's result table (`batch_table`)
 and ordered by the job's `order_results`. Throughput counts all three steps (one core, pinned); the checks of
 the released stream run outside the clock.
@@ -38,7 +38,7 @@ from windjoin.operators.join import WindowJoin
 from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
 from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.operators.workloads.band import BAND_SPEC, band_columns
-from windjoin.pipelines.job.join_state import pairs_table
+from windjoin.pipelines.job.slot_batch import pairs_table
 
 RESULTS = Path(__file__).parent / "results" / "ordering.json"
 ORDERS = ("none", "outer", "strict")

@@ -22,7 +22,7 @@ over their common refinement (the finer of each overlapping pair) says which tup
 the unit of hand-over. A split or merge that keeps every piece on its slot changes no holder and is adopted at
 once. Spreads stay whole-partition: a split partition cannot be spread (refused here).
 
-Disk pushes and clean-ups (paper 004, `pipelines.job.join_state`) are decided like routing: a `SpillRequest` of the
+Disk pushes and clean-ups (paper 004, `pipelines.job.slot_spill`) are decided like routing: a `SpillRequest` of the
 controller (a version, partitions to push, partitions to clean up) is copied into exactly one batch's epoch, the
 first planned after it is recorded (`spill_version` remembers the last one taken, so it is never taken twice);
 every later epoch carries no push or clean-up until a newer request. A pushed or cleaned partition must be whole

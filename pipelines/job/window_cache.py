@@ -1,7 +1,7 @@
 """Decoded slot windows shared by the Python workers of one machine, through private local files.
 
 Spark hands a slot's task to whichever Python worker is idle, so the worker that joined a slot's last batch is
-often not the one that gets its next: its in-memory cache (`join_state._CACHE`) then misses and the windows are
+often not the one that gets its next: its in-memory cache (`slot_windows._CACHE`) then misses and the windows are
 rebuilt from every state segment (read through the state server, ~15-45 MB/s, and re-indexed), measured at
 0.1-0.26 s per miss for a 10 s window at 4,000 tuples/s per stream, on about half the batches. So the worker
 that ends a slot's batch also leaves the windows, pickled, in a file named by the slot and the state version
@@ -54,8 +54,8 @@ class WindowFiles:
         try:
             with open(self._path(slot, nonce), "rb") as file:
                 return pickle.load(file)  # noqa: S301 - written by this job's workers into a private folder
-        except (OSError, pickle.UnpicklingError, EOFError):
-            return None
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+            return None  # not there, torn, or left by another version of the code: rebuilt instead
 
     def store(self, slot: int, nonce: str, windows: Any) -> None:
         """Leave `windows` for `slot` at version `nonce` (atomically), and remove the slot's older files."""

@@ -31,8 +31,10 @@ from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.adapter import Adapter
+from windjoin.pipelines.job.hand_over import check_held
 from windjoin.pipelines.job.join_job import ControlSource
-from windjoin.pipelines.job.join_state import JoinProcessor
+from windjoin.pipelines.job.slot_meta import SlotMeta
+from windjoin.pipelines.job.stored_rows import stored_mini_bits
 
 START = RoutingTable.round_robin(8, 2)  # p3 on slot 1, p4 on slot 0
 
@@ -90,15 +92,14 @@ def test_stored_rows_find_the_mini_group_the_adapter_routed_them_by(ktype):
     assert adapted.column("reason").null_count == len(records)
     slots = adapted.column("slot").to_numpy()
     assert len(set(slots.tolist())) == (2 if ktype == "bool" else 4)  # the keys reach every mini-group
-    processor = JoinProcessor(spec)
-    bits = processor._mini_bits(pa.Table.from_batches([adapted]))
+    bits = stored_mini_bits(spec, pa.Table.from_batches([adapted]))
     assert (bits & np.uint64(3)).astype(int).tolist() == slots.tolist()
     # a slot checks the rows it gets belong to its mini-groups (the adapted frame as the join sees it)
     live = adapted.to_pandas()
-    held = {"held": {f"{p}.2.1": [1] for p in range(4)}}
-    processor._check_held(1, held, live[live["slot"] == 1])
+    held = SlotMeta(held={f"{p}.2.1": [1] for p in range(4)})
+    check_held(spec, 1, held, live[live["slot"] == 1])
     with pytest.raises(RuntimeError, match=r"slot 1 got tuples of partitions \[.*\] \(or of their mini-groups\)"):
-        processor._check_held(1, held, live)
+        check_held(spec, 1, held, live)
 
 
 @pytest.mark.slow

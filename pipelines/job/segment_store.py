@@ -1,0 +1,177 @@
+"""A slot's stored tuples as segments in Spark state, and their expiry.
+
+Per batch, the slot's accepted tuples are appended as one Arrow IPC *segment* (MapState, keyed by segment id);
+the slot's meta lists the live segments with the zone facts that decide their expiry (per partition: event-time
+range, and per stream the arrival count through its last tuple). A segment expires whole once no future tuple
+of any of its partitions can join it. While a partition has pushed generations (paper 004), segments that may
+hold its tuples within W of the pushed event times outlive their expiry: those tuples met no pushed tuple on
+arrival, and the clean-up reads them from the segments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from windjoin.operators.partitioning import Group
+from windjoin.operators.spec import CountWindow, JoinSpec
+from windjoin.pipelines.job.slot_meta import PartKey, SegmentInfo, SlotMeta
+from windjoin.pipelines.job.slot_windows import SlotWindows
+from windjoin.pipelines.job.stored_rows import from_ipc, preload, segment_schema, stored_mini_bits, to_ipc
+
+
+class SegmentStore:
+    """The slot's segments (a MapState of id -> IPC bytes), listed and described by its `SlotMeta`."""
+
+    def __init__(self, spec: JoinSpec, state: Any) -> None:
+        self.spec = spec
+        self.state = state
+
+    def _read(self, segment: SegmentInfo) -> pa.Table:
+        return from_ipc(self.state.getValue((segment.id,))[0])
+
+    def windows(self, meta: SlotMeta) -> SlotWindows:
+        """The slot's windows rebuilt from its segments and positions, for the stored state version."""
+        windows = SlotWindows(meta.nonce)
+        for segment in meta.segments:
+            table = self._read(segment).to_pandas()
+            for part, rows_p in table.groupby("part", sort=True):
+                preload(self.spec, windows.join(self.spec, int(part)), rows_p)
+        for part, max_ts in meta.max_ts.items():
+            windows.join(self.spec, int(part)).advance_event_time(max_ts)
+        for part in meta.counts:
+            windows.join(self.spec, int(part))
+            windows.recount(meta, int(part))
+        return windows
+
+    def append(self, meta: SlotMeta, kept: pd.DataFrame) -> None:
+        """Append accepted tuples as one segment, with what decides its expiry per partition."""
+        if kept.empty:
+            return
+        seg_id = meta.next_segment
+        meta.next_segment += 1
+        table = pa.Table.from_pandas(kept[segment_schema(self.spec).names], preserve_index=False)
+        self.state.updateValue((seg_id,), (to_ipc(table),))
+        by_part = kept.groupby("part")
+        meta.segments.append(
+            SegmentInfo(
+                id=seg_id,
+                max_ts={str(p): int(ts) for p, ts in by_part["ts"].max().items()},
+                ends={str(p): {s: meta.counts[str(p)][s] for s in g["stream"].unique()} for p, g in by_part},
+                min_ts={str(p): int(ts) for p, ts in by_part["ts"].min().items()},
+            )
+        )
+
+    def take_rows(self, meta: SlotMeta, windows: SlotWindows, part: int, tables: list[pa.Table]) -> None:
+        """Take stored-layout rows of `part` (handed over, or pushed and brought back) into its window and a
+        new segment; the window's store now counts them."""
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            return
+        rows = pa.concat_tables(tables).to_pandas()
+        preload(self.spec, windows.join(self.spec, part), rows)
+        forgotten = windows.forgotten.setdefault(part, {})
+        for stream, n in rows["stream"].value_counts().items():
+            forgotten[stream] = forgotten.get(stream, 0) - int(n)
+        self.append(meta, rows)
+
+    def partition_rows(self, meta: SlotMeta, part: int) -> pa.Table:
+        """The rows this slot stores of a partition, read from its segments."""
+        tables = []
+        for segment in meta.segments:
+            if str(part) in segment.max_ts:
+                table = self._read(segment)
+                tables.append(table.filter(pc.equal(table.column("part"), part)))
+        return pa.concat_tables(tables) if tables else segment_schema(self.spec).empty_table()
+
+    def cut(self, meta: SlotMeta, pieces: list[Group]) -> tuple[dict[Group, list[pa.Table]], list[pa.Table]]:
+        """Take the pieces' rows out of the stored segments: the rows per piece, and (in segment order) what stays
+        of each segment that held any of their partitions."""
+        gone = {g.partition for g in pieces}
+        kept_segments, rows_by_piece, rests = [], {g: [] for g in pieces}, []
+        for segment in meta.segments:
+            if not gone & {int(p) for p in segment.max_ts}:
+                kept_segments.append(segment)
+                continue
+            table = self._read(segment)
+            parts = table.column("part").to_numpy()
+            bits = (
+                stored_mini_bits(self.spec, table) if any(g.depth for g in pieces) else np.zeros(len(parts), np.uint64)
+            )
+            left = np.zeros(len(parts), dtype=bool)
+            for piece in pieces:
+                mask = piece.contains(parts, bits)
+                rows_by_piece[piece].append(table.filter(pa.array(mask)))
+                left |= mask
+            rest = table.filter(pa.array(~left))
+            if rest.num_rows:
+                rests.append(rest)
+                self.state.updateValue((segment.id,), (to_ipc(rest),))
+                by_part = rest.group_by("part").aggregate([("ts", "max"), ("ts", "min")]).to_pydict()
+                segment.max_ts = {str(p): int(t) for p, t in zip(by_part["part"], by_part["ts_max"], strict=True)}
+                segment.min_ts = {str(p): int(t) for p, t in zip(by_part["part"], by_part["ts_min"], strict=True)}
+                segment.ends = {p: v for p, v in segment.ends.items() if p in segment.max_ts}
+                kept_segments.append(segment)
+            else:
+                self.state.removeKey((segment.id,))
+        meta.segments = kept_segments
+        return rows_by_piece, rests
+
+    def rebuild(self, meta: SlotMeta, windows: SlotWindows, part: int, rests: list[pa.Table]) -> None:
+        """Partition `part`'s window rebuilt from the rows `cut` left of it."""
+        rows = [rest.filter(pc.equal(rest.column("part"), part)).to_pandas() for rest in rests]
+        windows.rebuild(self.spec, meta, part, rows)
+
+    def expire(self, meta: SlotMeta, windows: SlotWindows, watermark: int | None) -> None:
+        """Drop segments (and window blocks) no future tuple of any of their partitions can join: by count, or
+        (time) wholly older than `watermark` (at most every later batch's watermark) less the window."""
+        window = self.spec.window
+        for join in windows.joins.values():
+            join.expire(watermark)
+        live = []
+        for segment in meta.segments:
+            if isinstance(window, CountWindow):
+                needed = any(
+                    end > meta.counts[p][s] - window.size for p, ends in segment.ends.items() for s, end in ends.items()
+                )
+            else:
+                needed = watermark is None or any(
+                    ts >= watermark - window.size_ms or self._owed_to_cleanup(meta, p, segment)
+                    for p, ts in segment.max_ts.items()
+                )
+            if needed:
+                live.append(segment)
+            else:
+                self.state.removeKey((segment.id,))
+        meta.segments = live
+
+    def _owed_to_cleanup(self, meta: SlotMeta, part: PartKey, segment: SegmentInfo) -> bool:
+        """Whether a segment may hold tuples of `part` that pair with its pushed generations: they met no pushed
+        tuple when they arrived, so only the clean-up finds those pairs, and it reads them from the segments."""
+        spill = meta.spill.get(part)
+        if spill is None or not spill.span or not spill.gens:
+            return False
+        size = self.spec.window.size_ms
+        lowest = segment.min_ts.get(part, -np.inf)  # not recorded: assume it reaches back far enough
+        return segment.max_ts[part] >= spill.span[0] - size and lowest <= spill.span[1] + size
+
+
+def expiry_watermark(
+    watermark: int | None, marks_before: dict[str, int] | None, read: dict[str, list[int]], spec: JoinSpec
+) -> int | None:
+    """The watermark state may expire by after this batch: no later batch judges lateness by less.
+
+    The next batch's watermark is the minimum over the input partitions of their newest event time through this
+    batch (less the lateness); each is at least the larger of its mark before this batch (`marks_before`, given
+    once every partition has one) and the newest this slot read of it, so their minimum is a lower bound that
+    spares a batch's worth of state the batch's own (lagging) watermark would keep. Idle partitions count too: one
+    may wake up before the next batch."""
+    if marks_before is None:
+        return watermark
+    newest = min(max(ts, read[key][1]) if key in read else ts for key, ts in marks_before.items())
+    bound = newest - spec.allowed_lateness_ms
+    return bound if watermark is None else max(watermark, bound)

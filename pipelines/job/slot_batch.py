@@ -1,0 +1,144 @@
+"""A slot's rows of one batch, classified: tuples to join, dead letters, and the adapter's side rows.
+
+The adapter (`pipelines.job.adapter`) sends a slot, besides its tuples, rows that only carry facts: the batch's
+control epoch, shed counts, punctuations and the read tasks' timings; rows it refused arrive with their reason.
+The live tuples are sorted into arrival order (deterministic on replay) and converted once to numpy columns per
+stream, which the join slices per partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+import pyarrow as pa
+
+from windjoin.operators.batch import Arrivals
+from windjoin.operators.control.job_epoch import ControlEpoch
+from windjoin.operators.join import Pairs
+from windjoin.operators.result_table import ARROW_TYPES
+from windjoin.operators.spec import JoinSpec
+from windjoin.pipelines.job.adapter import CONTROL, PUNCTUATION, SHED, TIMING
+from windjoin.pipelines.job.stored_rows import operator_columns
+
+ORDER = ["ts", "topic", "kpartition", "koffset"]  # arrival order inside a batch: deterministic on replay
+DEAD_COLUMNS = ["stream", "topic", "kpartition", "koffset", "reason", "detail"]
+
+
+@dataclass
+class SlotBatch:
+    """One batch's rows at a slot, by kind."""
+
+    live: pd.DataFrame  # tuples to join, in arrival order
+    dead: pd.DataFrame  # rows the adapter refused (DEAD_COLUMNS)
+    epoch: ControlEpoch | None  # the batch's control epoch, if it came with one
+    clock: dict[str, Any]  # its event-time plan: watermark, input partitions' marks before it, sequence, limit
+    shed: dict[str, int]  # per stream, tuples shed before reaching the slot
+    punctuations: int  # only counted: they close snapshots
+    read_tasks: list[dict[str, Any]]  # the read tasks' timings (sent to the first slot)
+    rows: int  # records read, each once (not side rows or a spread partition's probe-only copies)
+    marks: dict[str, list[int]]  # per input (Kafka) partition, the oldest and newest event time of its rows here
+
+    @classmethod
+    def classify(cls, frame: pd.DataFrame) -> SlotBatch:
+        reasons = frame["reason"]
+        timings = frame["detail"][reasons == TIMING]
+        shed_rows = frame[reasons == SHED]
+        control = frame["detail"][reasons == CONTROL]
+        detail = orjson.loads(control.iloc[0]) if len(control) else None
+        live = frame[reasons.isna()].sort_values(ORDER, kind="stable")
+        probe_only = int((~live["stored"].astype(bool)).sum())
+        return cls(
+            live=live,
+            dead=frame[reasons.notna() & ~reasons.isin([PUNCTUATION, SHED, CONTROL, TIMING])][DEAD_COLUMNS],
+            epoch=ControlEpoch.from_json(detail) if detail is not None else None,
+            clock=(detail or {}).get("clock") or {},
+            shed={str(k): int(v) for k, v in shed_rows.groupby("stream")["koffset"].sum().items()},
+            punctuations=int((reasons == PUNCTUATION).sum()),
+            read_tasks=[orjson.loads(t) for t in timings],
+            rows=len(frame) - len(control) - len(timings) - len(shed_rows) - probe_only,
+            marks=_input_marks(frame),
+        )
+
+
+def _input_marks(frame: pd.DataFrame) -> dict[str, list[int]]:
+    """The oldest and newest event time of each input (Kafka) partition among the batch's rows of this slot."""
+    rows = frame[frame["ts"].notna()]
+    if rows.empty:
+        return {}
+    span = rows.groupby(["topic", "kpartition"])["ts"].agg(["min", "max"])
+    return {f"{topic}:{int(part)}": [int(lo), int(hi)] for (topic, part), lo, hi in span.itertuples(name=None)}
+
+
+def rows_by_partition(parts: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """Each partition's row positions, in partition order, each in the rows' (arrival) order."""
+    if not len(parts):
+        return
+    order = np.argsort(parts, kind="stable")
+    values, starts = np.unique(parts[order], return_index=True)
+    for part, rows in zip(values.tolist(), np.split(order, starts[1:]), strict=True):
+        yield int(part), rows
+
+
+class StreamColumns:
+    """A batch's live rows as numpy columns per stream, converted once for all partitions (slicing a pandas
+    frame per partition and stream cost more than joining small partitions)."""
+
+    def __init__(self, spec: JoinSpec, live: pd.DataFrame) -> None:
+        names = list(spec.streams)
+        self.code = {name: i for i, name in enumerate(names)}
+        streams = live["stream"].to_numpy()
+        self.stream_codes = np.full(len(live), -1, dtype=np.int64)
+        self.rank = np.zeros(len(live), dtype=np.int64)  # a row's position among its stream's rows
+        self.columns: dict[str, dict[str, np.ndarray]] = {}
+        for name, code in self.code.items():
+            mine = np.flatnonzero(streams == name)
+            self.stream_codes[mine] = code
+            self.rank[mine] = np.arange(len(mine))
+            self.columns[name] = operator_columns(spec, live.iloc[mine], name)
+        self.stored = live["stored"].to_numpy(dtype=bool)
+
+    def chunk(self, rows: np.ndarray) -> dict[str, Arrivals]:
+        """The operator's input for some rows (positions), per stream in arrival order."""
+        codes = self.stream_codes[rows]
+        stored = self.stored[rows]
+        spread = not stored.all()  # a spread partition: some rows only probe here
+        out = {}
+        for name, code in self.code.items():
+            mask = codes == code
+            if not mask.any():
+                continue
+            ranks = self.rank[rows[mask]]
+            out[name] = Arrivals(
+                {column: values[ranks] for column, values in self.columns[name].items()},
+                np.flatnonzero(mask),
+                stored=stored[mask] if spread else None,
+            )
+        return out
+
+    def late_rows(self, rows: np.ndarray, late: dict[str, np.ndarray]) -> np.ndarray:
+        """Which of `rows` (positions in it, sorted) the operator refused as late, given per stream by rank."""
+        streams = self.stream_codes[rows]
+        return np.sort(
+            np.concatenate(
+                [np.zeros(0, np.int64)]
+                + [np.flatnonzero(streams == self.code[s])[late_s] for s, late_s in late.items()]
+            )
+        )
+
+
+def pairs_table(spec: JoinSpec, pairs: Pairs) -> pa.Table:
+    """A task's pairs as the Arrow table a slot hands over: one struct column per joined stream (its timestamp
+    first, then its fields), in the layout of `operators.result_table` without `batch_id` and `emitted_at`."""
+    arrays, names = [], []
+    for stream, columns in pairs.sides.items():
+        s = spec.streams[stream]
+        types = {s.timestamp: pa.int64(), **{f: ARROW_TYPES[t] for f, t in s.fields.items()}}
+        children = [pa.array(columns[name], type=types[name]) for name in types]
+        arrays.append(pa.StructArray.from_arrays(children, names=list(types)))
+        names.append(stream)
+    return pa.Table.from_arrays(arrays, names=names)

@@ -1,0 +1,84 @@
+"""The layout of a slot's stored tuples (state segments, moved groups, pushed generations) and its conversions.
+
+A stored tuple keeps its partition, stream, event time and every stream's declared fields (Arrow IPC in state);
+the operator takes per-stream numpy columns. A mini-group is not stored: it is recomputed from the key column
+(moves are rare; storing the hash would cost 8 bytes per tuple in every segment written).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from windjoin.operators.join import WindowJoin
+from windjoin.operators.partitioning import key_hash, mini_bits
+from windjoin.operators.result_table import ARROW_TYPES
+from windjoin.operators.spec import JoinSpec
+from windjoin.pipelines.job.adapter import field_column, key_column
+
+
+def segment_schema(spec: JoinSpec) -> pa.Schema:
+    """The columns a state segment (and a moved group) keeps of each tuple."""
+    fields = [("part", pa.int32()), ("stream", pa.string()), ("ts", pa.int64())]
+    for name, s in spec.streams.items():
+        fields += [(field_column(name, f), ARROW_TYPES[t]) for f, t in s.fields.items()]
+    return pa.schema(fields)
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(data).read_all()
+
+
+def operator_columns(spec: JoinSpec, rows: pd.DataFrame, stream: str) -> dict[str, np.ndarray]:
+    """A stream's rows as the operator's columns: its timestamp and declared fields, typed."""
+    s = spec.streams[stream]
+    columns = {s.timestamp: rows["ts"].to_numpy(dtype=np.int64)}
+    for name, ftype in s.fields.items():
+        values = rows[field_column(stream, name)]
+        columns[name] = (
+            values.to_numpy(dtype=object)
+            if ftype == "string"
+            else values.to_numpy(dtype={"int": np.int64, "float": np.float64, "bool": np.bool_}[ftype])
+        )
+    return columns
+
+
+def preload(spec: JoinSpec, join: WindowJoin, rows: pd.DataFrame) -> None:
+    """Put stored rows (of one partition) into its window without joining them, stream by stream."""
+    for stream, rows_s in rows.groupby("stream", sort=True):
+        join.preload(str(stream), operator_columns(spec, rows_s, str(stream)))
+
+
+def generation(spec: JoinSpec, table: pa.Table) -> dict[str, dict[str, np.ndarray]]:
+    """Stored rows as the spill clean-up's generation: per stream, the operator's columns."""
+    rows = table.to_pandas()
+    return {str(stream): operator_columns(spec, rows_s, str(stream)) for stream, rows_s in rows.groupby("stream")}
+
+
+def stored_mini_bits(spec: JoinSpec, table: pa.Table) -> np.ndarray:
+    """The mini-group bits of each stored row, recomputed from its key exactly as the adapter routed it."""
+    bits = np.zeros(table.num_rows, dtype=np.uint64)
+    streams = table.column("stream").to_numpy(zero_copy_only=False)
+    for stream in np.unique(streams):
+        rows = streams == stream
+        # taken before converting: the column is null on other streams' rows, and a nullable column
+        # converts to another dtype (bool to object), which hashes differently
+        keys = table.column(key_column(spec, stream)).filter(pa.array(rows)).to_numpy(zero_copy_only=False)
+        bits[rows] = mini_bits(key_hash(keys), spec.partitions)
+    return bits
+
+
+def key_table(spec: JoinSpec, rows: pd.DataFrame) -> pa.Table:
+    """The stream and key columns of adapted rows, typed as in a stored segment (for `stored_mini_bits`)."""
+    schema = segment_schema(spec)
+    keys = {key_column(spec, name) for name, s in spec.streams.items() if s.key is not None}
+    fields = [schema.field("stream"), *(schema.field(c) for c in sorted(keys))]
+    return pa.Table.from_pandas(rows[[f.name for f in fields]], schema=pa.schema(fields), preserve_index=False)
