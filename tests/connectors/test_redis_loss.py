@@ -2,7 +2,7 @@
 queries still answer every result written, the snapshot committer recovers the boundary marker from the manifests
 at the next batch, and a continuous query whose cursor the new Redis cannot serve gets 410 with a cursor that
 resumes from Parquet, without loss or duplicate. The loss is the deletion of the test namespace's keys (FLUSHALL
-would wipe the session's shared Redis; tests/pipelines/test_redis_loss_e2e.py flushes a private one)."""
+would wipe the session's shared Redis; tests/pipelines/job/test_redis_loss_e2e.py flushes a private one)."""
 
 from __future__ import annotations
 

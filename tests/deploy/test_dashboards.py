@@ -1,6 +1,6 @@
 """Grafana dashboards: committed JSON equals dashboards/build.py's output, is valid dashboard JSON, and every
 metric a panel queries exists in the join job's, the query proxy's or the controller's metrics registry (that a real
-controller run sets the ones the controller dashboard queries: tests/pipelines/test_controller.py)."""
+controller run sets the ones the controller dashboard queries: tests/pipelines/controller/test_controller.py)."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def test_no_dashboard_queries_an_unknown_component():
 
 
 # Job metrics a run without the controller's decisions leaves at 0 (no shedding, the initial routing table, no
-# disk pushes or clean-ups); tests/pipelines/test_spill_e2e.py shows the spill ones updated by a run that pushes.
+# disk pushes or clean-ups); tests/pipelines/job/test_spill_e2e.py shows the spill ones updated by a run that pushes.
 ZERO_WITHOUT_CONTROL = {
     "windjoin_job_shed_records_total",
     "windjoin_job_shed_ratio",

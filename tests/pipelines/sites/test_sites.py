@@ -28,7 +28,7 @@ from windjoin.operators.pmjoin.execution import ExecutionPlan
 from windjoin.pipelines.cli.sites import sites
 from windjoin.pipelines.sites.site import END_KEY, source_topic
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 SPAN_S = 600
 
 

@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
+from tests.pipelines.job.test_pipeline_e2e import _events, _spec
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events
-from tests.pipelines.test_pipeline_e2e import _events, _spec
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.spec import parse_spec

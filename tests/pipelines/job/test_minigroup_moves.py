@@ -19,9 +19,9 @@ import pyarrow as pa
 import pytest
 
 from tests.pipelines.control_helpers import recording, run_with_one_replay
+from tests.pipelines.job.test_partition_moves import TASKS
+from tests.pipelines.job.test_pipeline_e2e import _events, _spec
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
-from tests.pipelines.test_partition_moves import TASKS
-from tests.pipelines.test_pipeline_e2e import _events, _spec
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.kafka_source import ARROW_SCHEMA
 from windjoin.connectors.parquet_sink import ParquetSink

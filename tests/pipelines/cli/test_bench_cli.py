@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from windjoin.pipelines.cli.main import cli
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_lists_the_benchmarks_the_docs_run_and_no_helper():

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from windjoin.pipelines.cli.main import cli
 
-EXAMPLE1 = Path(__file__).resolve().parents[2] / "examples" / "pmjoin_example1.yaml"
+EXAMPLE1 = Path(__file__).resolve().parents[3] / "examples" / "pmjoin_example1.yaml"
 
 
 def test_plan_prints_the_pmjoin_plan_of_example1():

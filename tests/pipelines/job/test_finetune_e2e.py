@@ -25,8 +25,8 @@ import uuid
 import numpy as np
 import pytest
 
+from tests.pipelines.job.test_skew_e2e import FIELDS, oracle_by_key, oracle_rows, sorted_rows
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
-from tests.pipelines.test_skew_e2e import FIELDS, oracle_by_key, oracle_rows, sorted_rows
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadReports
 from windjoin.connectors.parquet_sink import ParquetSink

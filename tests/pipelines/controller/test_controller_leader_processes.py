@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipelines.test_controller import CONFIG, _publish, _spec_file, namespace  # noqa: F401 (fixture)
+from tests.pipelines.controller.test_controller import CONFIG, _publish, _spec_file, namespace  # noqa: F401 (fixture)
 from windjoin.connectors.control_decisions import DecisionStore
 
 LEASES = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases(?:/([^/?]+))?(?:\?.*)?$")

@@ -18,8 +18,8 @@ import orjson
 import pytest
 
 from tests.pipelines.control_helpers import run_with_one_replay
+from tests.pipelines.job.test_spill_e2e import spill_workload
 from tests.pipelines.pipeline_helpers import parquet_pairs
-from tests.pipelines.test_spill_e2e import spill_workload
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadReports
 from windjoin.connectors.parquet_sink import ParquetSink

@@ -9,7 +9,7 @@ import pytest
 from windjoin.operators.spec import SpecError, load_spec, parse_spec
 from windjoin.pipelines.job.join_job import JobConfigError, check_runnable
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def three_way() -> dict:

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.pipelines.control_helpers import record_routing, run_with_one_replay
+from tests.pipelines.job.test_partition_moves import TASKS
+from tests.pipelines.job.test_pipeline_e2e import _events, _spec
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events
-from tests.pipelines.test_partition_moves import TASKS
-from tests.pipelines.test_pipeline_e2e import _events, _spec
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.spill_files import SpillFiles

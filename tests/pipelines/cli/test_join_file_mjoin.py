@@ -108,7 +108,7 @@ def test_cli_runs_a_three_way_spec(tmp_path):
 
 
 def test_three_way_example_in_the_readme(tmp_path):
-    examples = Path(__file__).parents[2] / "examples"
+    examples = Path(__file__).parents[3] / "examples"
     events = [json.loads(line) for line in (examples / "three_way_events.jsonl").read_text().splitlines()]
     spec = load_spec(examples / "three_way.yaml").model_dump(by_alias=True, exclude_none=True)
     lines, late = _join(tmp_path, spec, events, chunk_size=3)

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.pipelines.control_helpers import recording, run_with_one_replay
+from tests.pipelines.job.test_pipeline_e2e import _events, _spec
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
-from tests.pipelines.test_pipeline_e2e import _events, _spec
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink

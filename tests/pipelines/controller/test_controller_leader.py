@@ -11,8 +11,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from tests.pipelines.test_controller import CONFIG, _publish, _spec_file, namespace  # noqa: F401 (fixture)
-from tests.pipelines.test_leader_election import CandidateApi, World
+from tests.pipelines.controller.test_controller import CONFIG, _publish, _spec_file, namespace  # noqa: F401 (fixture)
+from tests.pipelines.controller.test_leader_election import CandidateApi, World
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.pipelines.cli.controller import controller
 from windjoin.pipelines.controller import leader_election

@@ -30,7 +30,7 @@ from windjoin.operators.pmjoin.pmjoin import Partitioning
 from windjoin.operators.pmjoin.stats import load_stats, parse_stats
 from windjoin.operators.workloads.sites import StreamEvents, generate
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def simulate(plan: ExecutionPlan, events: list[StreamEvents], seed: int) -> tuple[list[dict], Counter]:
