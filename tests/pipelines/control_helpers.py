@@ -3,17 +3,23 @@ one injected failure so a batch is replayed from the checkpoint."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import orjson
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
+from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
 from windjoin.connectors.control_decisions import DecisionStore, routing_json
+from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
-from windjoin.operators.spec import JoinSpec
+from windjoin.operators.spec import JoinSpec, parse_spec
+from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
 
 
@@ -79,3 +85,39 @@ def recording(store: DecisionStore, decisions: Mapping[int, RoutingTable]) -> Ca
             record_routing(store, decisions[outcome.batch_id])
 
     return after
+
+
+def run_holder_changes(
+    spark: SparkSession,
+    spec_dict: dict,
+    events: list[dict],
+    bootstrap: str,
+    redis_url: str,
+    folder: Path,
+    decisions: Mapping[int, RoutingTable],
+    moved: str,
+) -> tuple[list[BatchOutcome], ParquetSink, RedisSink]:
+    """Produce `events` and run the job into Parquet and Redis following `decisions`, failing once after the first
+    announce batch (one whose slot stats list `moved` groups) and replaying it; the outcomes and both sinks."""
+    produce_events(bootstrap, spec_dict, events)
+    namespace = f"t{uuid.uuid4().hex[:8]}"
+    parquet = ParquetSink(folder / "parquet")
+    redis = RedisSink(redis_url, retain_ms=10**12, namespace=namespace)
+    seen, _ = run_with_one_replay(
+        spark,
+        parse_spec(spec_dict),
+        bootstrap,
+        [parquet, redis],
+        ControlSource(redis_url, namespace),
+        recording(DecisionStore(redis_url, namespace), decisions),
+        fails=lambda outcome: any(s[moved] for s in outcome.stats),
+    )
+    return seen, parquet, redis
+
+
+def assert_sinks_equal_the_oracle(spec_dict: dict, events: list[dict], parquet: ParquetSink, redis: RedisSink) -> None:
+    """Both sinks hold exactly the brute-force oracle's pairs (a few hundred at least), none late."""
+    expected, late = oracle_join(spec_dict, events)
+    assert not late and len(expected) > 300
+    assert as_multiset(parquet_pairs(parquet, spec_dict)) == as_multiset(expected)
+    assert as_multiset(redis_pairs(redis, spec_dict)) == as_multiset(expected)

@@ -11,21 +11,12 @@ pair lost or joined twice at a move shows up as a difference.
 
 from __future__ import annotations
 
-import uuid
-
 import pyarrow.parquet as pq
 import pytest
 
-from tests.pipelines.control_helpers import recording, run_with_one_replay
+from tests.pipelines.control_helpers import assert_sinks_equal_the_oracle, run_holder_changes
 from tests.pipelines.job.test_pipeline_e2e import _events, _spec
-from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.partitioning import RoutingTable
-from windjoin.operators.spec import parse_spec
-from windjoin.operators.testing.oracle import as_multiset, oracle_join
-from windjoin.pipelines.job.join_job import ControlSource
 
 TASKS = [
     {"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},
@@ -59,28 +50,14 @@ def test_holder_changes_during_the_run_lose_and_duplicate_nothing(
     )
     spec_dict["output_order"] = "strict"  # a spread partition's results come from several slots
     events = _events(2400, seed=7, keys=24)
-    produce_events(kafka_bootstrap, spec_dict, events)
-    spec = parse_spec(spec_dict)
-    namespace = f"t{uuid.uuid4().hex[:8]}"
-    parquet = ParquetSink(tmp_path / "parquet")
-    redis = RedisSink(redis_url, retain_ms=10**12, namespace=namespace)
-    seen, _ = run_with_one_replay(
-        spark,
-        spec,
-        kafka_bootstrap,
-        [parquet, redis],
-        ControlSource(redis_url, namespace),
-        recording(DecisionStore(redis_url, namespace), decisions),
-        fails=lambda outcome: any(s["moved_out"] for s in outcome.stats),  # an announce batch
-    )
+    seen, parquet, redis = run_holder_changes(
+        spark, spec_dict, events, kafka_bootstrap, redis_url, tmp_path, decisions, "moved_out"
+    )  # fails once after its first announce batch
 
     moved_in = {p for o in seen for s in o.stats for p in s["moved_in"]}
     assert moved_in == changed, moved_in
     assert max(o.routing_version for o in seen) == max(d.version for d in decisions.values())
-    expected, late = oracle_join(spec_dict, events)
-    assert not late and len(expected) > 300
-    assert as_multiset(parquet_pairs(parquet, spec_dict)) == as_multiset(expected)
-    assert as_multiset(redis_pairs(redis, spec_dict)) == as_multiset(expected)
+    assert_sinks_equal_the_oracle(spec_dict, events, parquet, redis)
     pieces = 0
     for task in TASKS:  # each slot orders its piece of a batch (the pieces follow one another, README)
         for batch in parquet.committed_batches(task["name"]):
