@@ -9,7 +9,6 @@ windows: a count window over a spread group would need the stream's global arriv
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -32,18 +31,6 @@ def store_turns(hashes: np.ndarray, k: int) -> np.ndarray:
     """Which of a spread's k slots (by position) stores each record, from its `record_hash`: the low 32 bits
     decide, the top ones being the shedding's (control.shedding.shed_mask_of_hashes)."""
     return ((np.asarray(hashes, dtype=np.uint64) & np.uint64(0xFFFFFFFF)) % np.uint64(k)).astype(np.int64)
-
-
-def spread_width(group_load: float, slot_capacity: float, target_occupancy: float, slots: int) -> int:
-    """How many slots a group needs so each carries at most target_occupancy of its capacity (1: not hot).
-
-    It assumes the group's work divides evenly over its k slots: each stores 1/k of its tuples and so meets a
-    window k times smaller when probing; receiving every tuple at every slot is the part that does not shrink."""
-    if slot_capacity <= 0 or not 0 < target_occupancy <= 1:
-        raise ValueError(
-            f"need slot_capacity > 0 and 0 < target_occupancy <= 1, got {slot_capacity}, {target_occupancy}"
-        )
-    return max(1, min(slots, math.ceil(group_load / (slot_capacity * target_occupancy))))
 
 
 def plan_spread(group: Group, home: int, k: int, occupancy: Mapping[int, float]) -> Spread:

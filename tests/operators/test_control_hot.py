@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tests.models.control_sim import SimSlot, equi_spec
 from windjoin.operators.batch import Arrivals
-from windjoin.operators.control.hot import Spread, plan_spread, spread_width, store_turns
+from windjoin.operators.control.hot import Spread, plan_spread, store_turns
 from windjoin.operators.control.shedding import record_hash
 from windjoin.operators.control.window_rows import take_rows
 from windjoin.operators.join import WindowJoin
@@ -97,11 +97,7 @@ def test_store_turns_are_a_function_of_the_record_alone():
         Spread(Group(0), (1, 1))
 
 
-def test_width_and_placement():
-    assert spread_width(group_load=2.5, slot_capacity=1.0, target_occupancy=0.5, slots=8) == 5
-    assert spread_width(group_load=2.0, slot_capacity=1.0, target_occupancy=1.0, slots=8) == 2
-    assert spread_width(group_load=0.3, slot_capacity=1.0, target_occupancy=0.5, slots=8) == 1
-    assert spread_width(group_load=100, slot_capacity=1.0, target_occupancy=0.5, slots=8) == 8
+def test_placement():
     spread = plan_spread(Group(3), home=2, k=3, occupancy={0: 0.5, 1: 0.1, 2: 0.99, 3: 0.1})
     assert spread.slots == (2, 1, 3)
     with pytest.raises(ValueError, match="only 4 exist"):
