@@ -147,15 +147,19 @@ def run_variant(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="20 s runs, 10 s floor probes")
+    parser.add_argument("--quick", action="store_true", help="defaults of 20 s runs, 5 s warm-up, 10 s floor probes")
     parser.add_argument("--rate", type=float, default=PAPER_RATE, help="events/s over both streams")
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--seconds", type=float, help="each run's length (default 60, quick 20)")
+    parser.add_argument("--warmup", type=float, help="each run's warm-up (default 15, quick 5)")
+    parser.add_argument("--floor-seconds", type=float, help="each floor probe's length (default 30, quick 10)")
     parser.add_argument("--target-ms", type=int, default=1000)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    if args.quick:
-        args.seconds, args.warmup = 20.0, 5.0
+    quick = {"seconds": 20.0, "warmup": 5.0, "floor_seconds": 10.0}  # given values win over --quick's defaults
+    full = {"seconds": 60.0, "warmup": 15.0, "floor_seconds": 30.0}
+    for name, value in (quick if args.quick else full).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     from windjoin.connectors import services
     from windjoin.connectors.spark_session import build_local_spark
     from windjoin.pipelines.job.join_job import STATE_CONF
@@ -166,7 +170,7 @@ def main() -> None:
     spark = build_local_spark(app_name="windjoin-latency", conf={**STATE_CONF, "spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     result: dict[str, Any] = {"machine": machine_facts(), "load_avg_start": load_avg(), "rate": args.rate}
-    result["floor"] = floor(spark, 10.0 if args.quick else 30.0, workdir)
+    result["floor"] = floor(spark, args.floor_seconds, workdir)
     variants = {
         "default_trigger": {},
         "back_to_back": {"trigger_ms": 0},
