@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec, parse_spec
@@ -39,7 +40,7 @@ def join_events(spec: JoinSpec, events: Iterable[Mapping[str, Any]], chunk_size:
     feed = EventFeed(spec, chunk_size)
     results: list[dict[str, Any]] = []
     late: list[int] = []
-    for position, event in enumerate([*events, None]):
+    for position, event in enumerate(chain(events, [None])):  # None: the end, which flushes the last chunk
         try:
             fed = feed.flush() if event is None else feed.add(event, position)
         except RecordError as err:
