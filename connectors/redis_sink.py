@@ -44,6 +44,7 @@ keys share a Redis Cluster slot (the `{task}` hash tag), so each transaction and
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -68,6 +69,8 @@ from windjoin.operators.result_table import (
     stream_timestamps,
 )
 
+log = logging.getLogger(__name__)
+
 NAMESPACE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 # Members per ZADD command: bounds one command's size (Redis refuses a query buffer over 1 GB).
 _ZADD_CHUNK = 50_000
@@ -75,14 +78,31 @@ _ZADD_CHUNK = 50_000
 _MAX_ATTEMPTS = 16
 # KEYS: meta, results, feed, the pieces' stage hashes. ARGV: batch id, the batch's largest result time ("" for
 # none), retain ms ("" for no trim), feed entries kept, then each piece's entry sequence (piece + 1).
-# Returns {1} committed, {0} a replay (committed before), {-1, committed} a stale batch id, {-2, key} a missing piece.
+# Returns {1} committed, {0} a replay (committed before), {-1, committed} a stale batch id, {-2, key} a missing piece
+# while the meta hash survived, {-3, key} a missing piece of a Redis that lost the task (meta hash gone too): the
+# pieces still staged are dropped, members and all, and the batch is left uncommitted here (see `commit`).
 _COMMIT = """
 local committed = redis.call('HGET', KEYS[1], 'committed')
 local b = tonumber(ARGV[1])
 if committed and tonumber(committed) == b then return {0} end
 if committed and tonumber(committed) > b then return {-1, committed} end
 for i = 4, #KEYS do
-  if tonumber(redis.call('HGET', KEYS[i], 'batch')) ~= b then return {-2, KEYS[i]} end
+  if tonumber(redis.call('HGET', KEYS[i], 'batch')) ~= b then
+    if committed then return {-2, KEYS[i]} end
+    for j = 4, #KEYS do
+      local piece = redis.call('HMGET', KEYS[j], 'batch', 'members')
+      if tonumber(piece[1]) == b then
+        local doomed = {}
+        for member in string.gmatch(piece[2], '[^\\n]+') do
+          doomed[#doomed + 1] = member
+          if #doomed >= 1000 then redis.call('ZREM', KEYS[2], unpack(doomed)); doomed = {} end
+        end
+        if #doomed > 0 then redis.call('ZREM', KEYS[2], unpack(doomed)) end
+        redis.call('DEL', KEYS[j])
+      end
+    end
+    return {-3, KEYS[i]}
+  end
 end
 for i = 4, #KEYS do
   local piece = redis.call('HMGET', KEYS[i], 'emitted_at', 'members')
@@ -346,7 +366,12 @@ class RedisSink:
         batch's largest result time per task that has rows (`batch_max`); returns the tasks committed by this
         call (`schemas` is for sinks that write empty batches out). A task whose committed batch id is `batch_id`
         is skipped (a replay); StaleBatchError when above.
-        RuntimeError when a reported piece is not staged: the batch is not closed."""
+
+        A reported piece that is not staged: when the task's commit record is gone too, Redis lost the task since
+        the batch staged (restarted empty, flushed). The pieces left are dropped and the batch stays uncommitted
+        here, so Redis holds whole batches only, from the next one on (`since`); the task counts as committed by
+        this call, and a warning says so. With the commit record there (keys evicted or deleted), RuntimeError: the
+        batch is not closed."""
         batch_id = check_batch_id(batch_id)
         committed = []
         for task, slots in pieces.items():
@@ -364,8 +389,20 @@ class RedisSink:
             if status == -2:
                 raise RuntimeError(
                     f"{self.location(task)}: batch {batch_id} cannot be committed, staged piece missing: "
-                    f"{reply[1].decode()}"
+                    f"{reply[1].decode()} while the commit record survived (keys evicted or deleted: run Redis "
+                    "with maxmemory-policy noeviction)"
                 )
+            if status == -3:
+                log.warning(
+                    "%s: Redis lost batch %d's staged results (%s gone with the commit record: restarted empty or "
+                    "flushed since the batch staged); Redis holds this task's batches from %d on, Parquet answers "
+                    "for the earlier ones",
+                    self.location(task),
+                    batch_id,
+                    reply[1].decode(),
+                    batch_id + 1,
+                )
+                committed.append(task)
             if status == 1:
                 committed.append(task)
         return committed

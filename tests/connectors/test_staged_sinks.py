@@ -17,7 +17,7 @@ from tests.connectors.sink_cases import SPEC
 from windjoin.connectors.parquet_replay import ParquetReplay
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink, stage_key
-from windjoin.connectors.redis_tier import FEED_END, read_feed, read_span
+from windjoin.connectors.redis_tier import FEED_END, feed_coverage, read_feed, read_span
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.result_table import result_schema, result_times, table_from_records, table_records
 
@@ -131,13 +131,38 @@ def test_redis_replays_stage_and_commit_nothing_twice(redis_sink: RedisSink) -> 
     assert len(redis_sink.client.xrange(f"{redis_sink.namespace}:{{a}}:feed")) == 3
 
 
-def test_redis_commit_refuses_a_missing_piece(redis_sink: RedisSink) -> None:
+def test_redis_commit_refuses_a_missing_piece_while_the_commit_record_survived(redis_sink: RedisSink) -> None:
     redis_sink.stage(0, 0, {"a": piece(0, [1])})
-    with pytest.raises(RuntimeError, match=r"batch 0 cannot be committed, staged piece missing: .*:stage:1"):
-        commit(redis_sink, 0, {0: piece(0, [1]), 1: piece(0, [2])})
-    assert redis_sink.last_committed("a") is None
     assert commit(redis_sink, 0, {0: piece(0, [1])}) == ["a"]
+    redis_sink.stage(1, 0, {"a": piece(1, [2])})
+    with pytest.raises(
+        RuntimeError, match=r"batch 1 cannot be committed, staged piece missing: .*:stage:1.*noeviction"
+    ):
+        commit(redis_sink, 1, {0: piece(1, [2]), 1: piece(1, [3])})
     assert redis_sink.last_committed("a") == 0
+    assert commit(redis_sink, 1, {0: piece(1, [2])}) == ["a"]
+    assert redis_sink.last_committed("a") == 1
+
+
+def test_a_redis_lost_between_stage_and_commit_holds_whole_batches_from_the_next_on(
+    redis_sink: RedisSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    redis_sink.stage(0, 0, {"a": piece(0, [1])})
+    assert commit(redis_sink, 0, {0: piece(0, [1])}) == ["a"]
+    redis_sink.stage(1, 0, {"a": piece(1, [2])})
+    redis_sink.clear("a")  # as a FLUSHALL would: the commit record and piece 0 are gone
+    redis_sink.stage(1, 1, {"a": piece(1, [3])})  # a slot that staged after the loss
+    with caplog.at_level("WARNING"):
+        assert commit(redis_sink, 1, {0: piece(1, [2]), 1: piece(1, [3])}) == ["a"]
+    assert "lost batch 1's staged results" in caplog.text and "from 2 on" in caplog.text
+    # nothing of batch 1 is left: no staged piece, no member, no commit record
+    assert redis_sink.count("a") == 0 and not redis_sink.client.exists(stage_key("a", 1, redis_sink.namespace))
+    assert redis_sink.last_committed("a") is None
+    redis_sink.stage(2, 0, {"a": piece(2, [4])})
+    assert commit(redis_sink, 2, {0: piece(2, [4])}) == ["a"]
+    coverage = feed_coverage(redis_sink.client, "a", redis_sink.namespace)
+    assert (coverage.committed, coverage.serves_from) == (2, 2)
+    assert [r["batch_id"] for r in redis_sink.query("a", 0, 10**6)] == [2]
 
 
 def test_a_pickled_redis_sink_stages_with_its_own_client(redis_sink: RedisSink) -> None:
