@@ -105,6 +105,9 @@ def encode_decision(
         "sustained_below": state.sustained.below,
         "moves": orjson.dumps([[*m.group.to_json(), m.source, m.target] for m in decision.moves]).decode(),
         "hot": orjson.dumps(list(decision.hot)).decode(),
+        "held": orjson.dumps([g.to_json() for g in decision.held]).decode(),
+        "moved_at": orjson.dumps([[*g.to_json(), e] for g, e in sorted(state.moved_at.items())]).decode(),
+        "over_streak": orjson.dumps({str(s): n for s, n in sorted(state.over_streak.items())}).decode(),
         "occupancy": orjson.dumps({str(s): f for s, f in occupancy.items()}).decode(),
         "suppliers": orjson.dumps(list(classes.suppliers)).decode(),
         "consumers": orjson.dumps(list(classes.consumers)).decode(),
@@ -133,6 +136,9 @@ def state_from_fields(fields: Mapping[str, str]) -> tuple[ControlState, str]:
         sustained,
         spill,
         int(fields.get("forced_bytes", 0)),
+        # decisions recorded before damping carry neither: nothing held, no streak
+        {Group.from_json(g): e for *g, e in orjson.loads(fields.get("moved_at", "[]"))},
+        {int(s): int(n) for s, n in orjson.loads(fields.get("over_streak", "{}")).items()},
     )
     return state, fields["load_cursor"]
 

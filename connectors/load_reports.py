@@ -111,12 +111,14 @@ def slot_batches(entries: Iterable[LoadEntry]) -> list[SlotBatch]:
     for entry in entries:
         for report in entry.slots:
             groups = report.get("groups") or {}
+            seconds = groups.get("seconds", [])
             columns = zip(
                 groups.get("part", []),
                 groups.get("tuples_in", []),
-                groups.get("seconds", []),
+                seconds,
                 groups.get("state_bytes", []),
                 groups.get("outputs", []),
+                groups.get("cpu", seconds),  # reports from before the cpu column: wall seconds stand in
                 strict=True,
             )
             batch = SlotBatch(
@@ -130,7 +132,7 @@ def slot_batches(entries: Iterable[LoadEntry]) -> list[SlotBatch]:
                     outputs=int(report.get("outputs", 0)),
                     cpu_s=float(report.get("cpu_seconds", 0.0)),
                 ),
-                {Group(int(p)): Load(int(n), float(s), 0, int(b), int(o)) for p, n, s, b, o in columns},
+                {Group(int(p)): Load(int(n), float(s), 0, int(b), int(o), float(c)) for p, n, s, b, o, c in columns},
             )
             latest[(entry.batch_id, batch.slot)] = batch
     return [latest[k] for k in sorted(latest)]

@@ -33,6 +33,8 @@ class ReorganisationConfig(_Strict):
     backlog_capacity: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None  # tuples; for "backlog"
     seed: int = 0  # the paper picks the yielded group at random; seeded, so a replayed epoch decides the same
     pick: Literal["random", "balance"] = "random"  # random: the paper's; balance: evens the pair (reorganise.py)
+    # damping: a unit moved stays put this many epochs after, unless its slot is a supplier that many in a row
+    hold_epochs: Annotated[int, Field(ge=0)] = 2
 
     @model_validator(mode="after")
     def _order(self) -> ReorganisationConfig:
@@ -120,8 +122,10 @@ class FineTuningConfig(_Strict):
 
 
 class HotConfig(_Strict):
-    """SplitJoin: spread a hot partition (a supplier holding only it) over k slots, k = ceil(occupancy / th_con)
-    within [2, max_width]. Only for two-stream tasks over time windows (the job refuses spreads otherwise)."""
+    """SplitJoin: spread a hot partition (a supplier holding only it, or, with pick "balance", a partition whose
+    work alone is over th_sup) over k slots, k = ceil(its work / th_con) within [2, max_width]; gather a spread
+    partition back to its home slot once its work is under th_con. Only for two-stream tasks over time windows
+    (the job refuses spreads otherwise)."""
 
     spread: bool = False
     max_width: Annotated[int, Field(ge=2)] = 4

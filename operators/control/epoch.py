@@ -40,8 +40,9 @@ class Decision:
     state: ControlState
     tau: float
     moves: tuple[Move, ...]
-    hot: tuple[int, ...]  # suppliers holding one group: candidates for a spread (control.hot)
+    hot: tuple[int, ...]  # suppliers holding one group, or one too heavy for any slot: spread (control.hot)
     retuned: tuple[int, ...] = ()  # partitions re-cut into other mini-groups this epoch (fine tuning)
+    held: tuple[Group, ...] = ()  # units moved lately that the damping kept where they are
 
 
 def control_step(
@@ -75,5 +76,16 @@ def control_step(
         sustained=draft.sustained,
         spill=draft.spill,
         forced_bytes=draft.forced_bytes,
+        moved_at=moved_at(state.moved_at, draft, state.epoch + 1, config.reorganisation.hold_epochs),
+        over_streak=dict(draft.over_streak),
     )
-    return Decision(new_state, draft.tau, draft.moves, draft.hot, draft.retuned)
+    return Decision(new_state, draft.tau, draft.moves, draft.hot, draft.retuned, tuple(sorted(draft.held)))
+
+
+def moved_at(before: Mapping[Group, int], draft: EpochDraft, epoch: int, hold_epochs: int) -> dict[Group, int]:
+    """The epoch each unit last moved, for the damping: this epoch's moves added, units no longer in the routing
+    (re-cut by fine tuning) and moves older than the hold left out."""
+    units = draft.routing.groups()
+    out = {g: e for g, e in before.items() if g in units and epoch - e < hold_epochs}
+    out.update({m.group: epoch for m in draft.moves if m.group in units})
+    return out

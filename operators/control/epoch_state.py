@@ -32,6 +32,8 @@ class ControlState:
     sustained: UtilisationState = UtilisationState()
     spill: SpillRequest | None = None  # the latest disk request (memory adaptation), recorded until a newer one
     forced_bytes: int = 0  # active-disk's forced pushes so far (bounded by memory.query_bytes)
+    moved_at: Mapping[Group, int] = field(default_factory=dict)  # unit -> the epoch that last moved it (damping)
+    over_streak: Mapping[int, int] = field(default_factory=dict)  # slot -> epochs in a row over th_sup (damping)
 
     @staticmethod
     def initial(partitions: int, slots: int) -> ControlState:
@@ -68,9 +70,12 @@ class EpochDraft:
     spill: SpillRequest | None
     forced_bytes: int
     unmovable: frozenset[Group]  # groups no policy may move this epoch (in flight, frozen on disk)
+    held: frozenset[Group] = frozenset()  # groups the reorganisation leaves put this epoch (damping)
+    over_streak: Mapping[int, int] = field(default_factory=dict)  # slot -> epochs in a row over th_sup, this one in
     tau: float = 0.0
     moves: tuple[Move, ...] = ()
-    hot: tuple[int, ...] = ()  # suppliers holding one group: candidates for a spread (control.hot)
+    hot: tuple[int, ...] = ()  # suppliers holding one group, or one too heavy for any slot (control.reorganise)
+    heavy: tuple[Group, ...] = ()  # the partition to spread for each hot slot (control.hot)
     retuned: tuple[int, ...] = ()  # partitions re-cut into other mini-groups this epoch (fine tuning)
     settled: bool = False  # the epoch's routing change is chosen: later movers stand aside (one adaptation)
 

@@ -28,7 +28,7 @@ class Load:
     backlog: int = 0
     state_bytes: int = 0
     outputs: int = 0
-    cpu_s: float = 0.0  # CPU seconds of the worker for this work (slot totals only; 0 where not measured)
+    cpu_s: float = 0.0  # CPU seconds of the worker for this work (0 where not measured)
 
     def __add__(self, other: Load) -> Load:
         return Load(
@@ -90,12 +90,13 @@ def occupancy_sample(
 
 
 OCCUPANCY_KINDS = ("busy", "backlog", "share", "cpu", "tuples")
-# the group measure that apportions a slot's occupancy among its groups (control.reorganise, pick "balance")
+# the group measure that apportions a slot's occupancy among its groups (control.reorganise, pick "balance"):
+# its join work (the job's per-partition seconds and CPU count its output pairs), or tuples for the tuple kinds
 GROUP_MEASURE = {
     "busy": "processing_s",
     "backlog": "tuples_in",
     "share": "processing_s",
-    "cpu": "processing_s",
+    "cpu": "cpu_s",
     "tuples": "tuples_in",
 }
 
@@ -154,5 +155,5 @@ def utilisation(epoch: EpochLoad, capacity: float, workers: int | None = None) -
 
 
 def group_weights(epoch: EpochLoad, measure: str = "tuples_in") -> Mapping[Group, float]:
-    """Each group's share of work by one Load field (tuples_in, processing_s, state_bytes, outputs)."""
+    """Each group's share of work by one Load field (tuples_in, processing_s, cpu_s, state_bytes, outputs)."""
     return {g: float(getattr(load, measure)) for g, load in epoch.group_load.items()}

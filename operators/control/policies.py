@@ -2,8 +2,10 @@
 
 Each is a `control.epoch_state.Policy`. The order matters: shedding and scaling read the epoch's utilisation;
 fine tuning re-cuts partitions before anything moves them; memory adaptation may settle the epoch with a
-relocation (no concurrent adaptations); otherwise a shrinking epoch drains the released slots and any other
-reorganises, and hot slots are spread last.
+relocation (no concurrent adaptations); damping holds the units moved lately; otherwise a shrinking epoch drains
+the released slots and any other reorganises, and hot partitions are spread (or cooled ones gathered) last.
+Groups are weighed by their work (`load.GROUP_MEASURE`: the job's per-partition seconds or CPU, which count the
+output pairs), not by their tuples, unless the occupancy itself counts tuples.
 """
 
 from __future__ import annotations
@@ -76,13 +78,30 @@ def memory_adaptation(draft: EpochDraft, seen: EpochSeen, config: ControlConfig)
     return replace(draft, slots=seen.state.slots, moves=disk.moves, routing=routing, settled=True)
 
 
+def damping(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
+    """Hold each unit moved within the last `reorganisation.hold_epochs` epochs where it is, unless its slot has
+    been a supplier for that many epochs in a row (it stays over th_sup: the move overloaded it): a move whose
+    effect the next epoch only partly measured is not undone, and a heavy unit stops chasing the hot spot from
+    slot to slot."""
+    r = config.reorganisation
+    streak = {s: seen.state.over_streak.get(s, 0) + 1 if f > r.th_sup else 0 for s, f in seen.occupancy.items()}
+    epoch = seen.state.epoch + 1  # the epoch this decision makes
+    units = draft.routing.groups()
+    held = frozenset(
+        g
+        for g, moved in seen.state.moved_at.items()
+        if g in units and epoch - moved <= r.hold_epochs and streak.get(units[g], 0) < r.hold_epochs
+    )
+    return replace(draft, held=held, over_streak=streak)
+
+
 def drain(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
     """A shrinking epoch empties the released (highest numbered) slots onto the others; while a group there is
     in flight, the slots stay and shrink in a later epoch."""
     current = seen.state.slots
     if draft.settled or draft.slots >= current:
         return draft
-    weights = unit_weights(group_weights(seen.load), draft.routing, seen.fine)
+    weights = unit_weights(work_weights(seen, config), draft.routing, seen.fine)
     drained = _drain(draft.routing, weights, draft.slots, current, draft.unmovable)
     if drained is None:
         return replace(draft, slots=current)
@@ -95,28 +114,47 @@ def reorganisation(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) ->
     if draft.settled or draft.slots < seen.state.slots:
         return draft
     r = config.reorganisation
-    weights = unit_weights(group_weights(seen.load, GROUP_MEASURE[r.occupancy]), draft.routing, seen.fine)
+    weights = unit_weights(work_weights(seen, config), draft.routing, seen.fine)
+    unmovable = draft.unmovable | draft.held
     plan = plan_reorganisation(
-        draft.routing, seen.occupancy, r.th_sup, r.th_con, seen.state.epoch, r.seed, draft.unmovable, r.pick, weights
+        draft.routing, seen.occupancy, r.th_sup, r.th_con, seen.state.epoch, r.seed, unmovable, r.pick, weights
     )
-    return replace(draft, moves=plan.moves, hot=plan.hot, routing=plan.routing, settled=True)
+    return replace(draft, moves=plan.moves, hot=plan.hot, heavy=plan.heavy, routing=plan.routing, settled=True)
 
 
 def hot_spread(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
-    """Spread each hot slot's single unspread partition over k slots (its own and the least occupied others)."""
+    """Spread each hot slot's heavy partition over k slots (its own and the least occupied others), k by its work;
+    gather a spread partition back to its home slot once its work (over all its slots) is under th_con."""
     if not config.hot.spread:
         return draft
+    th_con = config.reorganisation.th_con
     routing, occupancy = draft.routing, seen.occupancy
-    units = routing.groups()
-    spread = {p for p, _ in routing.spread}
-    for slot in draft.hot:
-        group = next(g for g, s in units.items() if s == slot)
-        if group.depth or group.partition in spread:
+    work = work_occupancy(work_weights(seen, config), occupancy)
+    spread = dict(routing.spread)
+    for slot, group in zip(draft.hot, draft.heavy, strict=True):
+        if group.depth or group.partition in spread or group in draft.unmovable:
             continue
-        k = min(config.hot.max_width, len(occupancy), math.ceil(occupancy[slot] / config.reorganisation.th_con))
+        k = min(config.hot.max_width, len(occupancy), math.ceil(work.get(group, occupancy[slot]) / th_con))
         if k >= 2:
             routing = routing.with_spread(group.partition, plan_spread(group, slot, k, occupancy).slots)
+    for partition, slots in spread.items():
+        group = Group(partition)
+        if group not in draft.unmovable and group in work and work[group] < th_con:
+            routing = routing.with_spread(partition, (slots[0],))
     return replace(draft, routing=routing)
+
+
+def work_weights(seen: EpochSeen, config: ControlConfig) -> Mapping[Group, float]:
+    """Each reported partition's work in the epoch, by the measure that matches the occupancy kind."""
+    return group_weights(seen.load, GROUP_MEASURE[config.reorganisation.occupancy])
+
+
+def work_occupancy(weights: Mapping[Group, float], occupancy: Mapping[int, float]) -> dict[Group, float]:
+    """Each group's work in occupancy units: its share of all the work times the slots' summed occupancy (what
+    a slot would carry holding it alone; a spread partition's work counts over all its slots)."""
+    total = sum(max(0.0, w) for w in weights.values())
+    busy = sum(occupancy.values())
+    return {g: max(0.0, w) / total * busy for g, w in weights.items()} if total > 0 else {}
 
 
 POLICIES: tuple[Policy, ...] = (
@@ -124,6 +162,7 @@ POLICIES: tuple[Policy, ...] = (
     scaling,
     fine_tuning,
     memory_adaptation,
+    damping,
     drain,
     reorganisation,
     hot_spread,

@@ -13,7 +13,10 @@ group (`pick`):
   supplier none of whose groups narrows the gap (every one weighs at least the gap, or nothing) yields nothing.
 
 A supplier holding a single group yields nothing (moving its only group moves the hot spot): it is reported as
-hot, the case for a SplitJoin spread (control.hot). Groups still in flight from an earlier move stay put.
+hot, the case for a SplitJoin spread (control.hot). So is, with "balance", a supplier holding a whole partition
+whose work alone is over th_sup (`heavy`): no slot can carry it without becoming a supplier, so moving it would
+only chase the hot spot from slot to slot; it is spread instead, dividing its work. Groups still in flight from
+an earlier move, groups held by damping (`unmovable`) and spread partitions stay put.
 """
 
 from __future__ import annotations
@@ -46,11 +49,13 @@ class Move:
 
 @dataclass(frozen=True)
 class Plan:
-    """One epoch's reorganisation: the moves, the routing table carrying them, and suppliers left hot."""
+    """One epoch's reorganisation: the moves, the routing table carrying them, and suppliers left hot with the
+    partition to spread for each (its only group, or the one too heavy for any slot)."""
 
     moves: tuple[Move, ...]
     routing: RoutingTable
     hot: tuple[int, ...]
+    heavy: tuple[Group, ...] = ()  # per hot slot, in the same order
 
 
 def classify(occupancy: Mapping[int, float], th_sup: float, th_con: float) -> Classes:
@@ -118,14 +123,18 @@ def plan_reorganisation(
     for group, slot in routing.groups().items():
         held.setdefault(slot, []).append(group)
     in_occupancy = occupancy_weights(held, occupancy, weights) if pick == "balance" and weights is not None else {}
-    moves, hot = [], []
+    spread = {Group(p) for p, _ in routing.spread}
+    moves, hot, heavy = [], [], []
     consumers = iter(classes.consumers)
     for supplier in classes.suppliers:
         groups = held.get(supplier, [])
-        movable = [g for g in groups if g not in in_flight]
-        if len(groups) <= 1 or not movable:
-            if len(groups) == 1:
-                hot.append(supplier)
+        too_heavy = [g for g in groups if g.depth == 0 and g not in spread and in_occupancy.get(g, 0.0) > th_sup]
+        if len(groups) == 1 or too_heavy:
+            hot.append(supplier)
+            heavy.append(max(too_heavy or groups, key=lambda g: (in_occupancy.get(g, 0.0), -g.partition)))
+            continue
+        movable = [g for g in groups if g not in in_flight and g not in spread]
+        if not movable:
             continue
         consumer = next(consumers, None)
         if consumer is None:
@@ -137,4 +146,4 @@ def plan_reorganisation(
         if chosen is not None:
             moves.append(Move(chosen, supplier, consumer))
     new_routing = routing.with_moves({m.group: m.target for m in moves}) if moves else routing
-    return Plan(tuple(moves), new_routing, tuple(hot))
+    return Plan(tuple(moves), new_routing, tuple(hot), tuple(heavy))

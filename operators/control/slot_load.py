@@ -8,9 +8,13 @@ received nothing this batch (its state still counts). Measures:
 - `outputs`: result pairs it produced, over all tasks;
 - `window_tuples`, `state_bytes`: what its windows hold after the batch; bytes are the stored columns'
   (timestamp and declared fields: numeric columns exactly, strings by a sampled mean length), approximate;
-- `seconds`: the time spent joining the partition, measured, plus its share of the slot's other work (state
-  reads and writes, expiry, output encoding) apportioned by tuples in (evenly when nothing arrived), so the
-  groups' seconds add up to the slot's;
+- `seconds`: the wall time spent joining the partition (probing, building its result tables), measured, plus
+  its share of the slot's other work (state reads and writes, expiry, output encoding and staging) apportioned
+  by its rows in plus its output pairs (each is a row the slot stores or writes; evenly when there are none), so
+  the groups' seconds add up to the slot's;
+- `cpu`: the same in CPU seconds of the slot's worker thread (not inflated by waiting for a core), adding up to
+  the slot's `cpu_seconds`: the partition's join work, what the controller balances (`control.load`). A hot
+  partition's output pairs weigh here, where tuples in alone would miss them;
 - `fine`: its window tuples as a histogram over the FINE_DEPTH low mini bits of their key hash (a list of
   2^FINE_DEPTH counts), from which the controller's fine tuning knows each mini-group's size before splitting
   (control.finetune). Tuples of a stream without a key are all in partition 0 and never split: not counted.
@@ -29,7 +33,7 @@ from windjoin.operators.join import WindowJoin
 from windjoin.operators.partitioning import key_hash, mini_bits
 from windjoin.operators.window import Block
 
-GROUP_FIELDS = ("part", "tuples_in", "outputs", "window_tuples", "state_bytes", "seconds", "fine")
+GROUP_FIELDS = ("part", "tuples_in", "outputs", "window_tuples", "state_bytes", "seconds", "cpu", "fine")
 STRING_SAMPLE = 32  # string values sampled per block column for the mean length
 POINTER_BYTES = 8  # an object column's reference per value
 
@@ -91,34 +95,42 @@ class GroupLoadMeter:
     tuples_in: dict[int, int] = field(default_factory=dict)
     outputs: dict[int, int] = field(default_factory=dict)
     seconds: dict[int, float] = field(default_factory=dict)
+    cpu: dict[int, float] = field(default_factory=dict)
 
-    def record(self, part: int, tuples_in: int, outputs: int, seconds: float) -> None:
+    def record(self, part: int, tuples_in: int, outputs: int, seconds: float, cpu: float = 0.0) -> None:
         self.tuples_in[part] = self.tuples_in.get(part, 0) + tuples_in
         self.outputs[part] = self.outputs.get(part, 0) + outputs
         self.seconds[part] = self.seconds.get(part, 0.0) + seconds
+        self.cpu[part] = self.cpu.get(part, 0.0) + cpu
 
-    def report(self, joins: Mapping[int, WindowJoin], total_seconds: float) -> dict[str, list]:
+    def report(self, joins: Mapping[int, WindowJoin], total_seconds: float, total_cpu: float = 0.0) -> dict[str, list]:
         """The columns GROUP_FIELDS over every partition measured or holding windows, by partition number."""
-        parts = np.asarray(sorted(set(joins) | set(self.tuples_in)), dtype=np.int64)
-        tuples_in = np.asarray([self.tuples_in.get(p, 0) for p in parts.tolist()], dtype=np.int64)
-        outputs = np.asarray([self.outputs.get(p, 0) for p in parts.tolist()], dtype=np.int64)
-        measured = np.asarray([self.seconds.get(p, 0.0) for p in parts.tolist()], dtype=np.float64)
-        held = np.asarray([join_state(joins[p]) if p in joins else (0, 0) for p in parts.tolist()], dtype=np.int64)
+        parts = sorted(set(joins) | set(self.tuples_in))
+        tuples_in = np.asarray([self.tuples_in.get(p, 0) for p in parts], dtype=np.int64)
+        outputs = np.asarray([self.outputs.get(p, 0) for p in parts], dtype=np.int64)
+        held = np.asarray([join_state(joins[p]) if p in joins else (0, 0) for p in parts], dtype=np.int64)
         held = held.reshape(len(parts), 2)
         empty = [0] * (1 << FINE_DEPTH)
-        fine = [fine_histogram(joins[p]).tolist() if p in joins else empty for p in parts.tolist()]
-        rest = max(0.0, total_seconds - float(measured.sum()))
-        if len(parts):
-            share = tuples_in / tuples_in.sum() if tuples_in.sum() else np.full(len(parts), 1.0 / len(parts))
-            seconds = measured + rest * share
-        else:
-            seconds = measured
+        fine = [fine_histogram(joins[p]).tolist() if p in joins else empty for p in parts]
+        rows = tuples_in + outputs  # what the slot's other work grows with: rows stored, pairs written
         return {
-            "part": parts.tolist(),
+            "part": parts,
             "tuples_in": tuples_in.tolist(),
             "outputs": outputs.tolist(),
             "window_tuples": held[:, 0].tolist(),
             "state_bytes": held[:, 1].tolist(),
-            "seconds": seconds.tolist(),
+            "seconds": _with_remainder([self.seconds.get(p, 0.0) for p in parts], total_seconds, rows).tolist(),
+            "cpu": _with_remainder([self.cpu.get(p, 0.0) for p in parts], total_cpu, rows).tolist(),
             "fine": fine,
         }
+
+
+def _with_remainder(measured: list[float], total: float, rows: np.ndarray) -> np.ndarray:
+    """Each partition's measured time plus its share of the slot's unmeasured rest, by its rows (evenly when
+    there are none), so the partitions' times add up to the slot's."""
+    times = np.asarray(measured, dtype=np.float64)
+    if not len(times):
+        return times
+    rest = max(0.0, total - float(times.sum()))
+    share = rows / rows.sum() if rows.sum() else np.full(len(times), 1.0 / len(times))
+    return times + rest * share

@@ -44,6 +44,7 @@ class EpochOutcome:
         occupancy = " ".join(f"{s}:{f:.2f}" for s, f in sorted(self.occupancy.items()))
         moves = ", ".join(f"p{m.group.key} {m.source}->{m.target}" for m in d.moves) or "none"
         hot = f", hot {list(d.hot)}" if d.hot else ""
+        hot += f", held {' '.join('p' + g.key for g in d.held)}" if d.held else ""
         units = state.routing.groups()
         recut = " ".join(f"p{p}:{sum(g.partition == p for g in units)}" for p in d.retuned)
         fine = f", re-cut into units {recut}" if recut else ""

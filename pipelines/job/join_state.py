@@ -90,9 +90,10 @@ class JoinProcessor(StatefulProcessor):
         meter = GroupLoadMeter()
         join_started = time.perf_counter()
         for part, rows_p in rows_by_partition(batch.live["part"].to_numpy()):
-            part_started = time.perf_counter()
+            part_started, part_cpu = time.perf_counter(), time.thread_time()
             tables, late = self._join_partition(windows, meta, part, columns, rows_p)
-            meter.record(part, len(rows_p), sum(len(table) for _, table in tables), time.perf_counter() - part_started)
+            outputs = sum(len(table) for _, table in tables)
+            meter.record(part, len(rows_p), outputs, time.perf_counter() - part_started, time.thread_time() - part_cpu)
             for task, table in tables:
                 pairs_by_task[task].append(table)
             late_rows.append(rows_p[late])
@@ -129,16 +130,16 @@ class JoinProcessor(StatefulProcessor):
         self.meta_state.update((meta.to_stored(),))
         keep_windows(slot, windows, self.window_files)
         phases["state_write_ms"] += (time.perf_counter() - write_started) * 1000
-        seconds = time.perf_counter() - started
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
         work = BatchWork(
             moved_in=moved_in,
             moved_out=moved_out,
             dead=len(dead_rows),
             horizon=horizon,
-            groups=meter.report(joined, seconds),
+            groups=meter.report(joined, seconds, cpu_seconds),
             phases=phases,
             seconds=seconds,
-            cpu_seconds=time.process_time() - cpu_started,
+            cpu_seconds=cpu_seconds,
             spill=spill_report,
         )
         stats = slot_stats(index, batch, meta, work, getattr(self.spec.window, "size_ms", None))

@@ -42,17 +42,18 @@ def test_state_bytes_count_numeric_columns_exactly_and_strings_by_length():
 def test_groups_seconds_add_up_to_the_slot_and_unfed_partitions_still_report_their_state():
     joins = {3: _filled(10, 10, "x"), 7: _filled(30, 0, "x"), 9: _filled(0, 5, "x")}
     meter = GroupLoadMeter()
-    meter.record(3, 20, 4, 0.1)
-    meter.record(7, 60, 0, 0.2)
-    report = meter.report(joins, total_seconds=0.5)
+    meter.record(3, 20, 20, 0.1, 0.05)
+    meter.record(7, 60, 0, 0.2, 0.15)
+    report = meter.report(joins, total_seconds=0.5, total_cpu=0.4)
     assert set(report) == set(GROUP_FIELDS)
     assert report["part"] == [3, 7, 9]
     assert report["tuples_in"] == [20, 60, 0]
-    assert report["outputs"] == [4, 0, 0]
+    assert report["outputs"] == [20, 0, 0]
     assert report["window_tuples"] == [20, 30, 5]
-    # the 0.2 s not measured per partition go by tuples in: 1/4 and 3/4
-    assert report["seconds"] == pytest.approx([0.15, 0.35, 0.0])
-    assert sum(report["seconds"]) == pytest.approx(0.5)
+    # the 0.2 s (0.2 CPU s) not measured per partition go by rows in plus pairs out: 40 and 60 of 100
+    assert report["seconds"] == pytest.approx([0.18, 0.32, 0.0])
+    assert report["cpu"] == pytest.approx([0.13, 0.27, 0.0])
+    assert sum(report["seconds"]) == pytest.approx(0.5) and sum(report["cpu"]) == pytest.approx(0.4)
 
 
 def test_an_idle_batch_spreads_its_seconds_evenly():
