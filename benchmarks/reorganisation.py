@@ -19,9 +19,16 @@ Per batch it records each slot's batch time as the CPU seconds of its stateful h
 inflated by waiting for a core when other processes load the machine; wall seconds are recorded too), and the
 production delay (emission minus the later tuple's event time) of the batch's pairs. Summaries: the slowest
 slot's summed CPU over the mean slot's, over the steady batches (after WARMUP) and over the last third of the
-run (settled); p50/p99 delay. Results: benchmarks/results/reorganisation-WORKLOAD.json and .png, with the
-machine's load average at the start and end (timing on a shared machine is rough).
-Run: `python -m benchmarks.reorganisation [--workload slots|partitions|hotkeys] [--pick balance|random]`.
+run (settled) and the last two thirds; p50/p99 delay. Results: benchmarks/results/reorganisation-WORKLOAD.json
+and .png, with the machine's load average at the start and end (timing on a shared machine is rough).
+
+The controller weighs partitions by their measured CPU (output pairs included), spreads a partition too heavy
+for any slot, and damps its moves (`hold_epochs`); the runs (`--modes`) are static, the controller, and the
+controller undamped (hold_epochs 0), each recording moves per epoch. `--workload throughput` drains a backlog
+(`--backlog-s` seconds of events produced before the job starts, batches of `--batch-rows`) on 2 slots (as many
+as cores: with more, a static placement's batch already takes the whole machine's CPU over the cores, so
+balancing cannot shorten it): records per second, static against the controller.
+Run: `python -m benchmarks.reorganisation [--workload slots|partitions|hotkeys|throughput] [--pick balance|random]`.
 """
 
 from __future__ import annotations
@@ -67,6 +74,12 @@ class Params:
     max_batch_factor: float = 1.5
     epoch_s: float = 8.0
     pick: str = "balance"  # the controller's choice of the yielded partition: "balance" or the paper's "random"
+    hold_epochs: int = 2  # the controller's damping; the "undamped" run uses 0
+    # > 0: a backlog of this many seconds of events (at `rate`) is produced before the job starts, which drains it
+    # in batches of `batch_rows` as fast as it can: throughput, not delay (`seconds` is then unused)
+    backlog_s: float = 0.0
+    batch_rows: int = 140_000
+    modes: str = "static,controller,undamped"  # the runs, in order, in one benchmark run
 
     @property
     def th_sup(self) -> float:  # 1.2 fair shares
@@ -84,7 +97,11 @@ WORKLOADS = {
     "partitions": {},
     # a few hot keys (b-model over 256 values): the hottest partitions outweigh a slot, only a spread relieves them
     "hotkeys": {"keys": 256, "rate": 3000.0, "partitions": 32, "window_ms": 200, "trigger_ms": 1000},
+    # throughput: the `slots` skew on as many slots as cores (with more, a static placement's batch already takes
+    # about the machine's whole CPU / cores: nothing to gain), draining a backlog
+    "throughput": {"slots": 2, "backlog_s": 240.0, "epoch_s": 6.0, "modes": "static,controller"},
 }
+SKEW_OVER = {"hotkeys": "keys", "throughput": "slots"}
 
 
 def spec_dict(p: Params, topics: tuple[str, str], checkpoint: Path) -> dict[str, Any]:
@@ -98,29 +115,27 @@ def spec_dict(p: Params, topics: tuple[str, str], checkpoint: Path) -> dict[str,
         "tasks": [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
         "partitions": p.partitions,
         "slots": p.slots,
-        "trigger_ms": p.trigger_ms,
-        "max_offsets_per_trigger": int(p.rate * p.trigger_ms / 1000 * p.max_batch_factor),
+        "trigger_ms": 0 if p.backlog_s else p.trigger_ms,
+        "max_offsets_per_trigger": p.batch_rows
+        if p.backlog_s
+        else int(p.rate * p.trigger_ms / 1000 * p.max_batch_factor),
         "checkpoint": str(checkpoint),
     }
 
 
 def generator(spec_path: Path, bootstrap: str, p: Params, log: Path) -> subprocess.Popen:
+    """`windjoin generate`: paced over `seconds`, or a backlog of `backlog_s` seconds at once."""
+    duration = p.backlog_s or p.seconds
     cmd = [
         sys.executable,
         "-m",
         "windjoin.pipelines.cli.produce",
         "generate",
         str(spec_path),
-        *("--rate", f"{p.rate / 2:.3f}", "--duration", f"{p.seconds:.3f}", "--seed", str(p.seed)),
-        *(
-            "--keys",
-            str(p.keys),
-            "--skew",
-            str(p.skew),
-            "--skew-over",
-            "keys" if p.workload == "hotkeys" else p.workload,
-        ),
-        *("--pace", "--bootstrap", bootstrap, "--topic-partitions", "4", "--no-progress"),
+        *("--rate", f"{p.rate / 2:.3f}", "--duration", f"{duration:.3f}", "--seed", str(p.seed)),
+        *("--keys", str(p.keys), "--skew", str(p.skew), "--skew-over", SKEW_OVER.get(p.workload, p.workload)),
+        *("--no-pace" if p.backlog_s else "--pace", "--bootstrap", bootstrap, "--topic-partitions", "4"),
+        "--no-progress",
     ]
     with open(log, "ab") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
@@ -135,10 +150,18 @@ class ControllerThread(threading.Thread):
         self.halt = threading.Event()
         self.lines: list[str] = []
 
+        self.moves: list[int] = []  # units moved (or spread, or gathered) per decided epoch
+        self.held: list[int] = []  # units the damping kept put per decided epoch
+
     def run(self) -> None:
         while not self.halt.wait(self.epoch_s):
+            before = self.controller.state.routing
             outcome = self.controller.step()
             if outcome is not None:
+                after = outcome.decision.state.routing
+                changed = set(before.spread) ^ set(after.spread)
+                self.moves.append(len(outcome.decision.moves) + len({p for p, _ in changed}))
+                self.held.append(len(outcome.decision.held))
                 self.lines.append(outcome.line())
                 print("  controller:", outcome.line(), flush=True)
 
@@ -163,12 +186,13 @@ def run_mode(mode: str, p: Params, spark: Any, bootstrap: str, redis_url: str, w
     delays: list[np.ndarray] = []
     started = time.time()
     control, stepper, publish = None, None, None
-    if mode == "controller":
+    if mode != "static":
         namespace = f"bench{tag}"
+        reorganisation = {"occupancy": "cpu", "pick": p.pick, "th_sup": p.th_sup, "th_con": p.th_con}
         config = parse_control_config(
             {
                 "utilisation": {"capacity": 1e12, "min_workers": p.slots, "max_workers": p.slots},
-                "reorganisation": {"occupancy": "cpu", "pick": p.pick, "th_sup": p.th_sup, "th_con": p.th_con},
+                "reorganisation": {**reorganisation, "hold_epochs": 0 if mode == "undamped" else p.hold_epochs},
                 "hot": {"spread": True, "max_width": 4},
             }
         )
@@ -202,20 +226,30 @@ def run_mode(mode: str, p: Params, spark: Any, bootstrap: str, redis_url: str, w
         if publish is not None:
             publish(outcome)
 
+    backlog = produce_backlog(spec_path, bootstrap, p, workdir / f"generator-{mode}.log", topics)
+    if backlog:
+        print(f"  {backlog:,} events produced; draining", flush=True)
+        started = time.time()
     query = start_job(spark, parse_spec(spec), bootstrap, [], on_batch=on_batch, control=control)
-    proc = generator(spec_path, bootstrap, p, workdir / f"generator-{mode}.log")
+    proc = None if backlog else generator(spec_path, bootstrap, p, workdir / f"generator-{mode}.log")
     if stepper is not None:
         stepper.start()
     try:
-        proc.wait(timeout=p.seconds + 120)
-        time.sleep(3 * p.trigger_ms / 1000)  # the last records' batch
+        if proc is not None:
+            proc.wait(timeout=p.seconds + 120)
+            time.sleep(3 * p.trigger_ms / 1000)  # the last records' batch
+        else:
+            deadline = time.time() + 20 * p.backlog_s
+            while sum(b["rows"] for b in batches) < backlog and time.time() < deadline:
+                time.sleep(0.5)
     finally:
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             proc.kill()
         if stepper is not None:
             stepper.halt.set()
         query.stop()
     steady = [b for b in batches if b["t"] >= p.warmup_s and b["rows"] > 0]
+    last_two_thirds = steady[len(steady) // 3 :]
     everything = np.concatenate(delays) if delays else np.zeros(0)
     return {
         "mode": mode,
@@ -226,6 +260,13 @@ def run_mode(mode: str, p: Params, spark: Any, bootstrap: str, redis_url: str, w
             "batches": len(steady),
             "cpu_slowest_over_mean": slowest_over_mean(steady, "slot_cpu_s"),
             "cpu_slowest_over_mean_settled": slowest_over_mean(steady[-max(1, len(steady) // 3) :], "slot_cpu_s"),
+            "cpu_slowest_over_mean_last_two_thirds": slowest_over_mean(last_two_thirds, "slot_cpu_s"),
+            "records_per_s": drain_rate(batches) if backlog else None,
+            "moves_per_epoch": stepper.moves if stepper else [],
+            "held_per_epoch": stepper.held if stepper else [],
+            "moves_last_two_thirds_per_epoch": float(np.mean(stepper.moves[len(stepper.moves) // 3 :]))
+            if stepper and stepper.moves
+            else None,
             "wall_slowest_over_mean": slowest_over_mean(steady, "slot_wall_s"),
             "tuples_slowest_over_mean": slowest_over_mean(steady, "slot_tuples"),
             "batch_rows_mean": float(np.mean([b["rows"] for b in steady])) if steady else None,
@@ -235,6 +276,30 @@ def run_mode(mode: str, p: Params, spark: Any, bootstrap: str, redis_url: str, w
             "moves_applied": sorted({p for b in batches for p in b["moved_in"]}),
         },
     }
+
+
+def produce_backlog(spec_path: Path, bootstrap: str, p: Params, log: Path, topics: tuple[str, str]) -> int:
+    """With `backlog_s`: produce the backlog before the job starts and return how many records the topics hold
+    (0 without: the events are produced live, paced)."""
+    if not p.backlog_s:
+        return 0
+    from windjoin.connectors.kafka_arrivals import KafkaArrivals
+
+    generator(spec_path, bootstrap, p, log).wait(timeout=20 * p.backlog_s)
+    arrivals = KafkaArrivals(bootstrap, topics)
+    try:
+        return arrivals()
+    finally:
+        arrivals.close()
+
+
+def drain_rate(batches: list[dict[str, Any]]) -> float | None:
+    """Records per second from the end of the first batch with records to the end of the last: the drain's
+    throughput without the job's start (the same for every run)."""
+    full = [b for b in batches if b["rows"] > 0]
+    if len(full) < 2:
+        return None
+    return sum(b["rows"] for b in full[1:]) / (full[-1]["t"] - full[0]["t"])
 
 
 def slowest_over_mean(batches: list[dict[str, Any]], field: str) -> float | None:
@@ -255,8 +320,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(3, 1, figsize=(10, 11), sharex=True)
-    for run, ax in zip(result["runs"], axes[:2], strict=True):
+    runs = len(result["runs"])
+    fig, axes = plt.subplots(runs + 1, 1, figsize=(10, 4 + 3.5 * runs), sharex=True)
+    for run, ax in zip(result["runs"], axes[:runs], strict=True):
         if not run["batches"]:
             ax.set_title(f"{run['mode']}: no batch finished")
             continue
@@ -270,17 +336,18 @@ def plot(result: dict[str, Any], path: Path) -> None:
         summary = run["summary"]
         ax.set_title(
             f"{run['mode']}: slowest/mean slot CPU {summary['cpu_slowest_over_mean'] or 0:.2f} after warm-up, "
-            f"{summary['cpu_slowest_over_mean_settled'] or 0:.2f} in the last third"
+            f"{summary['cpu_slowest_over_mean_last_two_thirds'] or 0:.2f} in the last two thirds"
+            + (f", {summary['records_per_s']:,.0f} records/s" if summary["records_per_s"] else "")
         )
         ax.legend(loc="upper right", fontsize=7)
     for run in result["runs"]:
         t = [b["t"] for b in run["batches"] if b["delay_p99_ms"] is not None]
-        axes[2].plot(
+        axes[runs].plot(
             t, [b["delay_p99_ms"] / 1000 for b in run["batches"] if b["delay_p99_ms"] is not None], label=run["mode"]
         )
-    axes[2].set_ylabel("batch p99 production delay (s)")
-    axes[2].set_xlabel("time since start (s)")
-    axes[2].legend()
+    axes[runs].set_ylabel("batch p99 production delay (s)")
+    axes[runs].set_xlabel("time since start (s)")
+    axes[runs].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
@@ -331,6 +398,25 @@ def bounds(seeds: int = 30) -> dict[str, Any]:
     return {"benchmark": "reorganisation-bounds", "b": 0.7, "seeds": seeds, "rows": rows}
 
 
+def ratios(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The headline figures, each against the static run of the same benchmark run."""
+    static = summaries["static"]
+    out: dict[str, Any] = {
+        "cpu_slowest_over_mean_static": static["cpu_slowest_over_mean"],
+        "cpu_slowest_over_mean_static_last_two_thirds": static["cpu_slowest_over_mean_last_two_thirds"],
+    }
+    for mode in [m for m in summaries if m != "static"]:
+        run = summaries[mode]
+        out[f"cpu_slowest_over_mean_{mode}_last_two_thirds"] = run["cpu_slowest_over_mean_last_two_thirds"]
+        out[f"cpu_slowest_over_mean_{mode}_settled"] = run["cpu_slowest_over_mean_settled"]
+        out[f"moves_per_epoch_{mode}_last_two_thirds"] = run["moves_last_two_thirds_per_epoch"]
+        if static["delay_p99_ms"] and run["delay_p99_ms"]:
+            out[f"delay_p99_static_over_{mode}"] = static["delay_p99_ms"] / run["delay_p99_ms"]
+        if static["records_per_s"] and run["records_per_s"]:
+            out[f"throughput_{mode}_over_static"] = run["records_per_s"] / static["records_per_s"]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_param_flags(parser, Params())  # --workload, --pick, --rate, --trigger-ms, ... (unset: the workload's)
@@ -356,6 +442,9 @@ def main() -> None:
         name: value for name, value in vars(args).items() if name in Params.__dataclass_fields__ and value is not None
     }
     p = Params(**{**WORKLOADS[workload], **given, "workload": workload})
+    modes = p.modes.split(",")
+    if modes[0] != "static" or not set(modes) <= {"static", "controller", "undamped"} or len(set(modes)) < len(modes):
+        parser.error(f"--modes: static first, then any of controller, undamped, once each (got {p.modes!r})")
     args.out = args.out or RESULTS / f"reorganisation-{workload}.json"
     from windjoin.connectors import services
     from windjoin.connectors.spark_session import build_local_spark
@@ -375,22 +464,15 @@ def main() -> None:
         )
         spark.sparkContext.setLogLevel("ERROR")
         result["runs"] = []
-        for mode in ("static", "controller"):
-            print(f"{mode}: {p.rate:,.0f} events/s for {p.seconds:.0f} s", flush=True)
+        for mode in p.modes.split(","):
+            print(f"{mode}: {p.rate:,.0f} events/s for {p.backlog_s or p.seconds:.0f} s", flush=True)
             run = run_mode(mode, p, spark, started["kafka"], started["redis"], workdir)
             print(f"{mode}: {run['summary']}", flush=True)
             result["runs"].append(run)
     finally:
         tear_down(spark, state_dir, workdir)
     result["load_avg_end"] = loadavg()
-    static, controlled = (r["summary"] for r in result["runs"])
-    result["ratios"] = {
-        "cpu_slowest_over_mean_static": static["cpu_slowest_over_mean"],
-        "cpu_slowest_over_mean_controller_settled": controlled["cpu_slowest_over_mean_settled"],
-        "delay_p99_static_over_controller": static["delay_p99_ms"] / controlled["delay_p99_ms"]
-        if static["delay_p99_ms"] and controlled["delay_p99_ms"]
-        else None,
-    }
+    result["ratios"] = ratios({r["mode"]: r["summary"] for r in result["runs"]})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=float))
     plot(result, args.out.with_suffix(".png"))
