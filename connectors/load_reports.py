@@ -170,3 +170,23 @@ def fine_histograms(entries: Iterable[LoadEntry]) -> dict[int, np.ndarray]:
                 hist = np.asarray(counts, dtype=np.float64)
                 out[p] = out[p] + hist if p in out else hist
     return out
+
+
+def fine_work(entries: Iterable[LoadEntry]) -> dict[int, np.ndarray]:
+    """Each partition's join work by mini bits over the entries' batches: per bin, rows in (`fine_in`) times the
+    window tuples they met (`fine`), the probes' candidates as if each bin held one key, summed over batches and
+    the slots holding a share (a replayed batch's latest report per slot wins). Partitions without rows in, or
+    reports without the column, give nothing."""
+    latest: dict[tuple[int, int], dict[int, np.ndarray]] = {}
+    for entry in entries:
+        for report in entry.slots:
+            groups = report.get("groups") or {}
+            if "fine_in" in groups:
+                columns = zip(groups["part"], groups["fine"], groups["fine_in"], strict=True)
+                work = {int(p): np.asarray(f, np.float64) * np.asarray(n, np.float64) for p, f, n in columns}
+                latest[(entry.batch_id, int(report["slot"]))] = work
+    out: dict[int, np.ndarray] = {}
+    for parts in latest.values():
+        for p, work in parts.items():
+            out[p] = out[p] + work if p in out else work
+    return {p: work for p, work in out.items() if work.sum() > 0}

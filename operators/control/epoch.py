@@ -56,14 +56,18 @@ def control_step(
     fine: Mapping[int, np.ndarray] | None = None,
     memory: MemoryView | None = None,
     policies: Sequence[Policy] = POLICIES,
+    fine_work: Mapping[int, np.ndarray] | None = None,
 ) -> Decision:
     """The next control state from this epoch's load; `shed`: records the adapter shed in the epoch's batches,
     `seconds`: the wall-clock span of those batches (for `utilisation.measure: rate`), `arrival_rate`: records
     per second appended to the input topics since the last epoch (for `arrivals`; without it, `rate` is used),
     `fine`: each partition's latest window tuples by mini bits (for `fine_tuning`; partitions missing keep
-    their units), `memory`: the slots' memory as reported (for `memory`; without it nothing is decided there),
+    their units; `fine_work`: their join work by mini bits, which weighs mini-groups where given, else their
+    tuples do), `memory`: the slots' memory as reported (for `memory`; without it nothing is decided there),
     `policies`: the steps run in order (the product's list unless a caller composes another)."""
-    seen = EpochSeen(state, load, frozenset(in_flight), shed, seconds, arrival_rate, fine or {}, memory)
+    seen = EpochSeen(
+        state, load, frozenset(in_flight), shed, seconds, arrival_rate, fine or {}, memory, fine_work or {}
+    )
     draft = EpochDraft.start(seen)
     for policy in policies:
         draft = policy(draft, seen, config)

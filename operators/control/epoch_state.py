@@ -52,6 +52,13 @@ class EpochSeen:
     arrival_rate: float | None = None  # records/s appended to the input topics since the last epoch
     fine: Mapping[int, np.ndarray] = field(default_factory=dict)  # window tuples by mini bits, per partition
     memory: MemoryView | None = None  # the slots' memory as reported
+    fine_work: Mapping[int, np.ndarray] = field(default_factory=dict)  # join work by mini bits, per partition
+
+    @cached_property
+    def unit_shares(self) -> Mapping[int, np.ndarray]:
+        """Per partition, the histogram that apportions its work among its mini-groups: the work by mini bits
+        where reported, else the window tuples."""
+        return {**self.fine, **self.fine_work}
 
     @cached_property
     def occupancy(self) -> dict[int, float]:

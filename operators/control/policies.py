@@ -101,7 +101,7 @@ def drain(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDra
     current = seen.state.slots
     if draft.settled or draft.slots >= current:
         return draft
-    weights = unit_weights(work_weights(seen, config), draft.routing, seen.fine)
+    weights = unit_weights(work_weights(seen, config), draft.routing, seen.unit_shares)
     drained = _drain(draft.routing, weights, draft.slots, current, draft.unmovable)
     if drained is None:
         return replace(draft, slots=current)
@@ -114,7 +114,7 @@ def reorganisation(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) ->
     if draft.settled or draft.slots < seen.state.slots:
         return draft
     r = config.reorganisation
-    weights = unit_weights(work_weights(seen, config), draft.routing, seen.fine)
+    weights = unit_weights(work_weights(seen, config), draft.routing, seen.unit_shares)
     unmovable = draft.unmovable | draft.held
     plan = plan_reorganisation(
         draft.routing, seen.occupancy, r.th_sup, r.th_con, seen.state.epoch, r.seed, unmovable, r.pick, weights

@@ -17,7 +17,10 @@ received nothing this batch (its state still counts). Measures:
   partition's output pairs weigh here, where tuples in alone would miss them;
 - `fine`: its window tuples as a histogram over the FINE_DEPTH low mini bits of their key hash (a list of
   2^FINE_DEPTH counts), from which the controller's fine tuning knows each mini-group's size before splitting
-  (control.finetune). Tuples of a stream without a key are all in partition 0 and never split: not counted.
+  (control.finetune). Tuples of a stream without a key are all in partition 0 and never split: not counted;
+- `fine_in`: its rows in this batch by the same bins: with `fine`, what a mini-group's share of the partition's
+  work is (an arriving tuple probes the window tuples of its own key, so a bin's work grows with rows in times
+  window tuples; control.finetune.unit_weights).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from windjoin.operators.join import WindowJoin
 from windjoin.operators.partitioning import key_hash, mini_bits
 from windjoin.operators.window import Block
 
-GROUP_FIELDS = ("part", "tuples_in", "outputs", "window_tuples", "state_bytes", "seconds", "cpu", "fine")
+GROUP_FIELDS = ("part", "tuples_in", "outputs", "window_tuples", "state_bytes", "seconds", "cpu", "fine", "fine_in")
 STRING_SAMPLE = 32  # string values sampled per block column for the mean length
 POINTER_BYTES = 8  # an object column's reference per value
 
@@ -69,11 +72,16 @@ def join_state(join: WindowJoin) -> tuple[int, int]:
 _BLOCK_FINE: weakref.WeakKeyDictionary[Block, np.ndarray] = weakref.WeakKeyDictionary()
 
 
+def fine_bins(keys: np.ndarray, partitions: int) -> np.ndarray:
+    """Each key's FINE_DEPTH low mini bits (int64), the histogram bin it counts in."""
+    return (mini_bits(key_hash(keys), partitions) & np.uint64((1 << FINE_DEPTH) - 1)).astype(np.int64)
+
+
 def block_fine(block: Block, key: str, partitions: int) -> np.ndarray:
     """A block's tuples over the FINE_DEPTH low mini bits of their key's hash (int64 counts)."""
     if block not in _BLOCK_FINE:
-        bits = mini_bits(key_hash(block.tuples.columns[key]), partitions) & np.uint64((1 << FINE_DEPTH) - 1)
-        _BLOCK_FINE[block] = np.bincount(bits.astype(np.int64), minlength=1 << FINE_DEPTH)
+        bins = fine_bins(block.tuples.columns[key], partitions)
+        _BLOCK_FINE[block] = np.bincount(bins, minlength=1 << FINE_DEPTH)
     return _BLOCK_FINE[block]
 
 
@@ -96,12 +104,23 @@ class GroupLoadMeter:
     outputs: dict[int, int] = field(default_factory=dict)
     seconds: dict[int, float] = field(default_factory=dict)
     cpu: dict[int, float] = field(default_factory=dict)
+    fine_in: dict[int, np.ndarray] = field(default_factory=dict)
 
-    def record(self, part: int, tuples_in: int, outputs: int, seconds: float, cpu: float = 0.0) -> None:
+    def record(
+        self,
+        part: int,
+        tuples_in: int,
+        outputs: int,
+        seconds: float,
+        cpu: float = 0.0,
+        fine_in: np.ndarray | None = None,
+    ) -> None:
         self.tuples_in[part] = self.tuples_in.get(part, 0) + tuples_in
         self.outputs[part] = self.outputs.get(part, 0) + outputs
         self.seconds[part] = self.seconds.get(part, 0.0) + seconds
         self.cpu[part] = self.cpu.get(part, 0.0) + cpu
+        if fine_in is not None:
+            self.fine_in[part] = self.fine_in.get(part, 0) + np.asarray(fine_in, dtype=np.int64)
 
     def report(self, joins: Mapping[int, WindowJoin], total_seconds: float, total_cpu: float = 0.0) -> dict[str, list]:
         """The columns GROUP_FIELDS over every partition measured or holding windows, by partition number."""
@@ -122,6 +141,7 @@ class GroupLoadMeter:
             "seconds": _with_remainder([self.seconds.get(p, 0.0) for p in parts], total_seconds, rows).tolist(),
             "cpu": _with_remainder([self.cpu.get(p, 0.0) for p in parts], total_cpu, rows).tolist(),
             "fine": fine,
+            "fine_in": [self.fine_in[p].tolist() if p in self.fine_in else empty for p in parts],
         }
 
 

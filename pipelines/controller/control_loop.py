@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from windjoin.connectors.control_decisions import DecisionStore, encode_decision, state_from_fields
 from windjoin.connectors.control_decisions import recorded_moves as recorded_moves  # re-exported for readers
-from windjoin.connectors.load_reports import LoadReports, fine_histograms, shed_records, slot_batches
+from windjoin.connectors.load_reports import LoadReports, fine_histograms, fine_work, shed_records, slot_batches
 from windjoin.connectors.memory_reports import MemoryHistory
 from windjoin.operators.control.config import ControlConfig
 from windjoin.operators.control.epoch import Decision, control_step
@@ -116,6 +116,7 @@ class Controller:
             arrival_rate=self._arrival_rate(),
             fine=fine,
             memory=memory,
+            fine_work=fine_work(entries) if fine is not None else None,
         )
         outcome = EpochOutcome(decision, load.batches, occupancy, classes, entries[-1].entry_id, shed)
         self.decisions.record(decision_fields(outcome, self.clock()))

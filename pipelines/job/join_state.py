@@ -93,7 +93,8 @@ class JoinProcessor(StatefulProcessor):
             part_started, part_cpu = time.perf_counter(), time.thread_time()
             tables, late = self._join_partition(windows, meta, part, columns, rows_p)
             outputs = sum(len(table) for _, table in tables)
-            meter.record(part, len(rows_p), outputs, time.perf_counter() - part_started, time.thread_time() - part_cpu)
+            wall, cpu = time.perf_counter() - part_started, time.thread_time() - part_cpu
+            meter.record(part, len(rows_p), outputs, wall, cpu, columns.fine_in(rows_p))
             for task, table in tables:
                 pairs_by_task[task].append(table)
             late_rows.append(rows_p[late])

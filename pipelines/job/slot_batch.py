@@ -18,7 +18,9 @@ import pandas as pd
 import pyarrow as pa
 
 from windjoin.operators.batch import Arrivals
+from windjoin.operators.control.finetune import FINE_DEPTH
 from windjoin.operators.control.job_epoch import ControlEpoch
+from windjoin.operators.control.slot_load import fine_bins
 from windjoin.operators.join import Pairs
 from windjoin.operators.result_table import ARROW_TYPES
 from windjoin.operators.spec import JoinSpec
@@ -101,6 +103,18 @@ class StreamColumns:
             self.rank[mine] = np.arange(len(mine))
             self.columns[name] = operator_columns(spec, live.iloc[mine], name)
         self.stored = live["stored"].to_numpy(dtype=bool)
+        # each keyed row's FINE_DEPTH low mini bits (-1: a stream without a key), hashed once for the batch
+        self.fine_bins = np.full(len(live), -1, dtype=np.int64)
+        for name, code in self.code.items():
+            key = spec.streams[name].key
+            mine = np.flatnonzero(self.stream_codes == code)
+            if key is not None and len(mine):
+                self.fine_bins[mine] = fine_bins(self.columns[name][key], spec.partitions)
+
+    def fine_in(self, rows: np.ndarray) -> np.ndarray:
+        """Some rows' count by the FINE_DEPTH low mini bits of their key hash (keyed streams only)."""
+        bins = self.fine_bins[rows]
+        return np.bincount(bins[bins >= 0], minlength=1 << FINE_DEPTH)
 
     def chunk(self, rows: np.ndarray) -> dict[str, Arrivals]:
         """The operator's input for some rows (positions), per stream in arrival order."""

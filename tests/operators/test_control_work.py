@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from windjoin.connectors.control_decisions import encode_decision, state_from_fields
@@ -127,3 +128,21 @@ def test_damping_state_survives_the_recorded_decision():
 def test_hold_epochs_must_be_a_count(hold):
     with pytest.raises(ValueError, match="reorganisation.hold_epochs"):
         parse_control_config({"reorganisation": {"hold_epochs": hold}})
+
+
+def test_mini_groups_weigh_by_their_join_work_where_reported():
+    from windjoin.connectors.load_reports import LoadEntry, fine_work
+    from windjoin.operators.control.finetune import FINE_DEPTH, unit_weights
+
+    routing = RoutingTable.round_robin(2, 2).with_units({Group(0, 1, 0): 0, Group(0, 1, 1): 1, Group(1): 1})
+    window = [10] * (1 << FINE_DEPTH)  # the same window tuples in every bin
+    arrivals = [0] * (1 << FINE_DEPTH)
+    arrivals[1] = 30  # all of partition 0's arrivals probe bin 1 (odd pattern: mini-group 0.1.1)
+    report = {"slot": 0, "groups": {"part": [0], "fine": [window], "fine_in": [arrivals]}}
+    entries = [LoadEntry("1-0", b, 0.0, 1.0, [report]) for b in (0, 1)]
+    work = fine_work(entries)
+    assert work[0][1] == 2 * 30 * 10 and work[0].sum() == 600  # two batches of 30 probes meeting 10 tuples
+    by_tuples = unit_weights({Group(0): 1.0}, routing, {0: np.asarray(window)})
+    by_work = unit_weights({Group(0): 1.0}, routing, work)
+    assert by_tuples[Group(0, 1, 0)] == by_tuples[Group(0, 1, 1)] == 0.5
+    assert (by_work[Group(0, 1, 0)], by_work[Group(0, 1, 1)]) == (0.0, 1.0)

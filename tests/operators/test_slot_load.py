@@ -56,6 +56,15 @@ def test_groups_seconds_add_up_to_the_slot_and_unfed_partitions_still_report_the
     assert sum(report["seconds"]) == pytest.approx(0.5) and sum(report["cpu"]) == pytest.approx(0.4)
 
 
+def test_rows_in_are_reported_by_mini_bits_beside_the_window_tuples():
+    meter = GroupLoadMeter()
+    arrivals = np.arange(1 << FINE_DEPTH)
+    meter.record(3, int(arrivals.sum()), 0, 0.1, 0.1, arrivals)
+    meter.record(3, int(arrivals.sum()), 0, 0.1, 0.1, arrivals)  # a partition joined twice in a batch adds up
+    report = meter.report({3: _filled(1, 1, "x"), 4: _filled(1, 1, "x")}, 0.2, 0.2)
+    assert report["fine_in"] == [(2 * arrivals).tolist(), [0] * (1 << FINE_DEPTH)]
+
+
 def test_an_idle_batch_spreads_its_seconds_evenly():
     report = GroupLoadMeter().report({1: _filled(1, 1, "x"), 2: _filled(1, 1, "x")}, total_seconds=0.4)
     assert report["seconds"] == pytest.approx([0.2, 0.2])

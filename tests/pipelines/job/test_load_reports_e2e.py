@@ -57,6 +57,9 @@ def test_group_reports_add_up_to_slots_events_and_pairs(spark, kafka_bootstrap, 
                 assert sum(groups["window_tuples"]) == stat["window_tuples"]
                 assert sum(groups["state_bytes"]) == stat["state_bytes"] > 0
                 assert sum(groups["seconds"]) == pytest.approx(stat["seconds"], rel=1e-9)
+                assert sum(groups["cpu"]) == pytest.approx(stat["cpu_seconds"], rel=1e-9)
+                # keyed streams: every row in counts in one mini-bits bin of its partition
+                assert [sum(bins) for bins in groups["fine_in"]] == groups["tuples_in"]
                 # round robin: partition p on slot p mod 2
                 assert all(p % 2 == stat["slot_index"] for p in groups["part"]), (stat["slot_index"], groups)
             assert sum(s["outputs"] for s in outcome.stats) == sum(outcome.pairs.values())

@@ -7,8 +7,8 @@ handler's work, not inflated by waiting for a core on a loaded machine). Both ra
 the first STATIC batches run on the round-robin placement (the controller's first epoch reads them); then it
 decides every EPOCH batches (occupancy = each slot's share of the batch's CPU seconds; the yielded group is
 the one whose measured work, output pairs included, best evens the supplier/consumer pair, `pick: balance`; a
-partition whose work alone outweighs a slot would be spread; moved units are damped). The first batch that
-installs moved state fails after its sinks wrote and is replayed after a restart. Each ratio is the slowest slot's summed
+partition whose work alone outweighs a slot would be spread; moved units are damped). The first batch that installs
+moved state fails after its sinks wrote and is replayed after a restart. Each ratio is the slowest slot's summed
 CPU seconds over the mean slot's, over the static batches (but the first, which warms the workers up) and over
 the last SETTLED batches.
 
