@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 import orjson
 
-from windjoin.connectors.load_reports import check_namespace
 from windjoin.connectors.redis_client import RedisAuth, redis_client
+from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE, check_namespace
 from windjoin.operators.control.declustering import UtilisationState
 from windjoin.operators.control.epoch import Decision
 from windjoin.operators.control.epoch_state import ControlState
@@ -29,11 +29,11 @@ from windjoin.operators.partitioning import Group, RoutingTable
 DEFAULT_MAXLEN = 10_000
 
 
-def decision_key(namespace: str = "windjoin") -> str:
+def decision_key(namespace: str = DEFAULT_NAMESPACE) -> str:
     return f"{check_namespace(namespace)}:{{control}}:decision"
 
 
-def decisions_key(namespace: str = "windjoin") -> str:
+def decisions_key(namespace: str = DEFAULT_NAMESPACE) -> str:
     return f"{check_namespace(namespace)}:{{control}}:decisions"
 
 
@@ -43,7 +43,7 @@ class DecisionStore:
     def __init__(
         self,
         url: str,
-        namespace: str = "windjoin",
+        namespace: str = DEFAULT_NAMESPACE,
         maxlen: int = DEFAULT_MAXLEN,
         socket_timeout: float = 10.0,
         auth: RedisAuth | None = None,

@@ -23,23 +23,16 @@ import numpy as np
 import orjson
 
 from windjoin.connectors.redis_client import RedisAuth, redis_client
-from windjoin.connectors.redis_sink import NAMESPACE
+from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE, check_namespace
 from windjoin.operators.control.load import Load, SlotBatch
 from windjoin.operators.partitioning import Group
 
 DEFAULT_MAXLEN = 10_000  # batches kept: hours at a 1 s trigger, far more than one control epoch needs
 
 
-def load_key(namespace: str = "windjoin") -> str:
+def load_key(namespace: str = DEFAULT_NAMESPACE) -> str:
     """The stream of load reports (see the module docstring)."""
     return f"{check_namespace(namespace)}:{{control}}:load"
-
-
-def check_namespace(namespace: str) -> str:
-    """The namespace, if it is one the result keys accept; else ValueError naming what is accepted."""
-    if not isinstance(namespace, str) or not NAMESPACE.match(namespace):
-        raise ValueError(f"namespace {namespace!r} is not accepted (accepted: {NAMESPACE.pattern})")
-    return namespace
 
 
 @dataclass(frozen=True)
@@ -59,7 +52,7 @@ class LoadReports:
     def __init__(
         self,
         url: str,
-        namespace: str = "windjoin",
+        namespace: str = DEFAULT_NAMESPACE,
         maxlen: int = DEFAULT_MAXLEN,
         socket_timeout: float = 10.0,
         auth: RedisAuth | None = None,

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from windjoin.connectors.load_reports import check_namespace
+from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE, check_namespace
 
 COMPONENTS = ("job", "controller", "proxy")
 USER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -44,7 +44,7 @@ class AclUser:
         return f"user {self.name} on {password} resetkeys resetchannels {self.rules}"
 
 
-def component_rules(component: str, namespace: str = "windjoin") -> str:
+def component_rules(component: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     """The key patterns and commands of one component's user."""
     ns = check_namespace(namespace)  # no glob characters: taken literally by the patterns
     results = [f"{ns}:{{*}}:results", f"{ns}:{{*}}:meta", f"{ns}:{{*}}:feed", f"{ns}:{{*}}:owner"]
@@ -67,7 +67,7 @@ def component_rules(component: str, namespace: str = "windjoin") -> str:
 
 
 def acl_users(
-    password_sha256: Mapping[str, str | None], namespace: str = "windjoin", prefix: str = "windjoin-"
+    password_sha256: Mapping[str, str | None], namespace: str = DEFAULT_NAMESPACE, prefix: str = "windjoin-"
 ) -> list[AclUser]:
     """One user per component in `password_sha256` (component -> SHA-256 hex of its password)."""
     users = []

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -56,6 +55,7 @@ import pyarrow.compute as pc
 import redis
 
 from windjoin.connectors.redis_client import RedisAuth, redis_client
+from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE, check_namespace
 from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 from windjoin.operators.result_table import (
     BATCH_ID,
@@ -71,7 +71,6 @@ from windjoin.operators.result_table import (
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 # Members per ZADD command: bounds one command's size (Redis refuses a query buffer over 1 GB).
 _ZADD_CHUNK = 50_000
 # How often a write starts over when other writers keep changing the same tasks' meta hashes.
@@ -124,34 +123,34 @@ return {1}
 """
 
 
-def results_key(task: str, namespace: str = "windjoin") -> str:
+def results_key(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     """The sorted set of `task`'s results (see the module docstring)."""
-    return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:results"
+    return f"{check_namespace(namespace)}:{{{check_identifier('task name', task)}}}:results"
 
 
-def meta_key(task: str, namespace: str = "windjoin") -> str:
+def meta_key(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     """The hash of `task`'s commit state: `committed`, `max_time`."""
-    return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:meta"
+    return f"{check_namespace(namespace)}:{{{check_identifier('task name', task)}}}:meta"
 
 
-def feed_key(task: str, namespace: str = "windjoin") -> str:
+def feed_key(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     """The stream of `task`'s committed batches, the continuous-query feed (see the module docstring)."""
-    return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:feed"
+    return f"{check_namespace(namespace)}:{{{check_identifier('task name', task)}}}:feed"
 
 
-def stage_key(task: str, piece: int, namespace: str = "windjoin") -> str:
+def stage_key(task: str, piece: int, namespace: str = DEFAULT_NAMESPACE) -> str:
     """The hash of `task`'s staged, uncommitted piece `piece`: `batch`, `emitted_at`, `members`."""
-    return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:stage:{check_piece(piece)}"
+    return f"{check_namespace(namespace)}:{{{check_identifier('task name', task)}}}:stage:{check_piece(piece)}"
 
 
-def stage_pattern(task: str, namespace: str = "windjoin") -> str:
+def stage_pattern(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     """A SCAN pattern of `task`'s stage hashes."""
-    return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:stage:*"
+    return f"{check_namespace(namespace)}:{{{check_identifier('task name', task)}}}:stage:*"
 
 
-def owner_key(task: str, namespace: str = "windjoin") -> str:
+def owner_key(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     """The hash naming the checkpoint that writes `task`'s keys: `run_id`, `checkpoint`."""
-    return f"{_namespace(namespace)}:{{{check_identifier('task name', task)}}}:owner"
+    return f"{check_namespace(namespace)}:{{{check_identifier('task name', task)}}}:owner"
 
 
 def encode_members(table: pa.Table, piece: int = 0) -> pa.StringArray:
@@ -228,7 +227,7 @@ class RedisSink:
         self,
         url: str,
         retain_ms: int,
-        namespace: str = "windjoin",
+        namespace: str = DEFAULT_NAMESPACE,
         *,
         socket_timeout: float = 60.0,
         trim: bool = True,
@@ -245,7 +244,7 @@ class RedisSink:
         self.retain_ms = retain_ms
         self.trim = bool(trim)
         self.feed_batches = feed_batches
-        self.namespace = _namespace(namespace)
+        self.namespace = check_namespace(namespace)
         # redis-py's default (5 s) is too short for a batch of a million rows on a busy machine; the URL's
         # `?socket_timeout=` still wins.
         self.url, self.socket_timeout, self.auth = url, socket_timeout, auth
@@ -532,9 +531,3 @@ def _string_bytes(texts: pa.StringArray) -> memoryview:
     offsets = np.frombuffer(texts.buffers()[1], dtype=np.int32)
     start, stop = offsets[texts.offset], offsets[texts.offset + len(texts)]
     return memoryview(texts.buffers()[2])[start:stop]
-
-
-def _namespace(namespace: str) -> str:
-    if not isinstance(namespace, str) or not NAMESPACE.match(namespace):
-        raise ValueError(f"namespace {namespace!r} is not accepted (accepted: {NAMESPACE.pattern})")
-    return namespace

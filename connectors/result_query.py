@@ -46,7 +46,8 @@ from windjoin.connectors import parquet_scan, redis_tier
 from windjoin.connectors.parquet_replay import ParquetReplay
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_client import RedisAuth, redis_client, spec_auth
-from windjoin.connectors.redis_sink import NAMESPACE, meta_key
+from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE, check_namespace
+from windjoin.connectors.redis_sink import meta_key
 from windjoin.connectors.snapshots import Snapshot, SnapshotStore
 from windjoin.operators.query.conditions import Condition, check_conditions
 from windjoin.operators.query.cursors import (
@@ -121,8 +122,7 @@ class ResultStore:
         `redis_share`: the most of Redis' time this store's one-time queries take together (`redis_tier.Pace`)."""
         if redis_url is None and parquet_path is None:
             raise ValueError("a result store needs a Redis URL or a Parquet path (or both)")
-        if not isinstance(namespace, str) or not NAMESPACE.fullmatch(namespace):
-            raise ValueError(f"namespace {namespace!r} is not accepted (accepted: {NAMESPACE.pattern})")
+        check_namespace(namespace)
         self.spec = spec
         self.namespace = namespace
         self._schemas = {task.name: result_schema(spec, task.name) for task in spec.tasks}
@@ -142,7 +142,7 @@ class ResultStore:
         self._pace = redis_tier.Pace(redis_share)
 
     @classmethod
-    def from_spec(cls, spec: JoinSpec, namespace: str = "windjoin", redis_share: float = 1.0) -> ResultStore:
+    def from_spec(cls, spec: JoinSpec, namespace: str = DEFAULT_NAMESPACE, redis_share: float = 1.0) -> ResultStore:
         """The store over the sinks the spec configures (Redis, Parquet, or both); ValueError when it has neither."""
         redis, parquet = spec.sinks.redis, spec.sinks.parquet
         if redis is None and parquet is None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
+from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec, parse_spec
 
 if TYPE_CHECKING:
@@ -87,28 +88,17 @@ def query_results(
     where: Sequence[str] = (),
     fields: Sequence[str] | None = None,
     page_size: int = 1000,
-    namespace: str = "windjoin",
+    namespace: str = DEFAULT_NAMESPACE,
 ) -> Iterator[dict[str, Any]]:
     """The results of `task` with result time in [t_from, t_to] (epoch ms), read from the spec's sinks (Redis for
-    recent batches, Parquet snapshots for older ones) in (result_time, batch_id, row) order, page by page.
+    recent batches, Parquet snapshots for older ones) in (result_time, batch_id, row) order, page by page; when
+    Redis fails and the spec has Parquet, from Parquet alone (logged as a warning).
 
     `where`: conditions in the query proxy's language (`"R.k=3"`, `"S.b>=1.5"`, `"R.k in 1,2"`); `fields`: the fields to
     keep. A bad condition or field raises `windjoin.operators.query.errors.BadQuery`. Over HTTP, with tokens and
     limits, the query proxy (`windjoin proxy`) serves the same queries.
     """
-    from windjoin.connectors.result_query import ResultStore
-    from windjoin.operators.query.conditions import parse_condition
+    from windjoin.connectors.result_pages import result_pages
 
-    store = ResultStore.from_spec(spec, namespace)
-    try:
-        conditions = [parse_condition(text, store.fields(task)) for text in where]
-        names = None if fields is None else list(fields)
-        cursor = None
-        while True:
-            page = store.one_time(task, t_from, t_to, conditions, names, page_size, cursor)
-            yield from page.rows
-            if not page.next_cursor:
-                return
-            cursor = page.next_cursor
-    finally:
-        store.close()
+    for page in result_pages(spec, task, t_from, t_to, where, fields, page_size, namespace):
+        yield from page

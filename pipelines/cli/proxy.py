@@ -6,18 +6,20 @@ from pathlib import Path
 
 import click
 
+from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.cli.options import SPEC_ARGUMENT, load_spec_or_fail
 from windjoin.pipelines.proxy.config import MAX_PAGE, METRICS_MODES, Access, Bounds, Limits
 from windjoin.pipelines.proxy.tokens import TokenTable
 
-NAMESPACE = "windjoin"  # the Redis sink's default key prefix (see connectors/redis_sink.py)
 NAMESPACE_OPTION = click.option(
-    "--namespace", default=NAMESPACE, show_default=True, help="Key prefix the Redis sink writes under."
+    "--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Key prefix the Redis sink writes under."
 )
 
 
-def store_from_spec(spec: JoinSpec, namespace: str = NAMESPACE, redis_share: float = 1.0):  # -> ResultStore (lazily)
+def store_from_spec(
+    spec: JoinSpec, namespace: str = DEFAULT_NAMESPACE, redis_share: float = 1.0
+):  # -> ResultStore (lazily)
     """`ResultStore.from_spec`, its refusal as a command-line error; `redis_share`: the most of Redis' time its
     one-time queries take together."""
     from windjoin.connectors.result_query import ResultStore

@@ -200,46 +200,37 @@ def _store_pages(
     fields: str | None,
     page_size: int,
 ) -> Iterator[list[dict[str, Any]]]:
+    """Pages read from the spec's sinks (`connectors.result_pages`: Parquet alone when Redis fails), its errors
+    as command-line errors."""
     import redis
 
-    from windjoin.connectors.result_query import ResultStore
-    from windjoin.operators.query.conditions import parse_condition
+    from windjoin.connectors.result_pages import result_pages
     from windjoin.operators.query.errors import QueryError
     from windjoin.pipelines.cli.options import load_spec_or_fail
-    from windjoin.pipelines.cli.proxy import store_from_spec
 
     if not spec_path.is_file():
         raise click.BadParameter(f"{spec_path} is neither an http(s):// URL nor a spec file", param_hint="URL-or-SPEC")
     spec = load_spec_or_fail(spec_path)
-    store = store_from_spec(spec, namespace)
-    redis_url = spec.sinks.redis.url if spec.sinks.redis is not None else None
+    names = [name.strip() for name in fields.split(",")] if fields else None
+    where_from = spec.sinks.redis.url if spec.sinks.redis is not None else "Parquet"
     try:
-        known = store.fields(task)
-        conditions = [parse_condition(text, known) for text in where]
-        names = [name.strip() for name in fields.split(",")] if fields else None
-        cursor = None
-        while True:
-            try:
-                page = store.one_time(task, t_from, t_to, conditions, names, page_size, cursor)
-            except (redis.RedisError, OSError) as err:
-                if redis_url is None or spec.sinks.parquet is None or store.client is None:
-                    raise click.ClickException(f"cannot read the results at {redis_url or 'Parquet'}: {err}") from None
-                click.echo(
-                    f"warning: Redis at {redis_url} is unreachable ({err}); answering from Parquet alone "
-                    "(every batch it committed)",
-                    err=True,
-                )
-                store.close()
-                store = ResultStore(spec, None, namespace, spec.sinks.parquet.path, parquet_tail=True)
-                continue
-            yield page.rows
-            if not page.next_cursor:
-                return
-            cursor = page.next_cursor
+        yield from result_pages(
+            spec,
+            task,
+            t_from,
+            t_to,
+            where,
+            names,
+            page_size,
+            namespace,
+            lambda why: click.echo(f"warning: {why}", err=True),
+        )
     except QueryError as err:
         raise click.ClickException(str(err)) from None
-    finally:
-        store.close()
+    except ValueError as err:  # no queryable sink
+        raise click.ClickException(str(err)) from None
+    except (redis.RedisError, OSError) as err:
+        raise click.ClickException(f"cannot read the results at {where_from}: {err}") from None
 
 
 def _wait_as_told(response: httpx.Response) -> None:

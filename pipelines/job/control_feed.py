@@ -19,6 +19,7 @@ import orjson
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.decision_check import Accepted, DecisionRefused, check_decision
 from windjoin.connectors.redis_client import RedisAuth
+from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.control.job_epoch import ControlTarget
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class DecisionFeed:
     def __init__(
         self,
         url: str,
-        namespace: str = "windjoin",
+        namespace: str = DEFAULT_NAMESPACE,
         *,
         partitions: int,
         slots: int,

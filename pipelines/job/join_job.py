@@ -22,6 +22,7 @@ from windjoin.connectors.kafka_security import KafkaSecurity
 from windjoin.connectors.mark_reports import MarkReports
 from windjoin.connectors.move_store import MoveStore
 from windjoin.connectors.redis_client import RedisAuth
+from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.connectors.snapshots import Snapshot
 from windjoin.operators.batch_budget import batch_budget, spark_parts
 from windjoin.operators.batch_delays import Delays
@@ -103,7 +104,7 @@ class ControlSource:
     """Follow the controller's decisions (routing moves, shed ratio) recorded in Redis at `url`."""
 
     url: str
-    namespace: str = "windjoin"
+    namespace: str = DEFAULT_NAMESPACE
     auth: RedisAuth | None = None  # where the job's Redis credentials are (files, variable names: no secret)
     refusals: str | None = None  # the file counting refused decisions (control_feed.RefusalCounts)
 
