@@ -320,7 +320,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="short steps: a smoke run (~2 minutes)")
+    parser.add_argument("--quick", action="store_true", help="short steps: a smoke run (~4 minutes)")
     parser.add_argument("--out", type=Path, default=RESULTS / "declustering.json")
     args = parser.parse_args()
     p = QUICK if args.quick else Params()
