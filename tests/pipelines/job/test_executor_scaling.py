@@ -203,9 +203,11 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
 # - paper 000's declustering: a slot is a supplier when its work takes over th_sup of the batch interval (busy
 #   occupancy), a consumer under th_con; N_sup > beta * N_con grows, no supplier shrinks. Most of a batch's time is
 #   Spark's, outside the slots (~0.7 s a batch, and a backlog's read and shuffle), so even a slot that cannot keep
-#   up is rarely over ~0.4 busy and a trickle's stays under ~0.1: th_sup is 0.25. A wave comes in 1000-row batches
-#   over a 2 s window (~125 partners a row: ~0.8 s of one slot's work a batch) so that its slots are suppliers.
-#   The job follows the slots too: a shrink drains slot 1 onto slot 0, a growth moves partitions back.
+#   up is rarely over ~0.4 busy and a trickle's stays under ~0.2: th_sup is 0.25. A wave comes in one 2000-row batch
+#   over a 2 s window (~125 partners a row: over a second of one slot's work) so that its slots are suppliers
+#   (1000-row batches read only 0.27-0.30 on one slot, too near th_sup).
+#   The job follows the slots too: a shrink drains slot 1 onto slot 0; a growth moves partitions to slot 1 from the
+#   next epoch on, while the load lasts (a one-batch wave is over by then).
 #   (Relative occupancies, share/cpu/tuples, cannot drive the rule: one slot holds all of the share, 1 > th_sup,
 #   so it never shrinks to one slot; the job reports no backlog, so "backlog" never grows.)
 SCALING = {
@@ -223,7 +225,7 @@ SCALING = {
             "utilisation": {"capacity": 1e12},  # tau ~ 0: no shedding (the job follows the shed ratio too)
         },
         "window_ms": 2000,
-        "max_offsets": 1000,
+        "max_offsets": 2000,
         "routing": True,
     },
 }
@@ -304,6 +306,8 @@ def test_executors_follow_the_controller_on_load(rule, cluster, kafka_bootstrap,
         epochs = [line for line in control_log.read_text().splitlines() if line.startswith("epoch ")]
         assert any(re.search(r"suppliers \[\d.*, slots 2,", line) for line in epochs), epochs
         assert any("suppliers []" in line and ", slots 1," in line for line in epochs), epochs
+        # ... and the job followed the slots: the shrink from the spec's two drained slot 1 (its window state moved)
+        assert any(re.search(r"moves p\d+ 1->0.*, slots 1,", line) for line in epochs), epochs
     expected, late = oracle_join(spec, events)
     assert not late and len(expected) > 5000
     assert as_multiset(parquet_pairs(sink, spec)) == as_multiset(expected)
