@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -347,6 +348,7 @@ def main() -> None:
         if cluster is not None:
             cluster.stop()
         services.down(state_dir)
+        shutil.rmtree(workdir, ignore_errors=True)
     result["load_avg_end"] = loadavg()
     adaptive, fixed = (r["summary"] for r in result["runs"])
     result["headline"] = {
