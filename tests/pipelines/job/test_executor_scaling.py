@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -64,22 +65,38 @@ def _wait(what: str, ok: Callable[[], bool], timeout_s: float, log: Path, since:
     return time.monotonic() - start
 
 
-def _start_run(spec_path: Path, bootstrap: str, cluster: StandaloneCluster, redis_url: str, key: str, log: Path) -> int:
-    """`windjoin run` on the cluster, following the desired executor count at `key` (no hysteresis); its PID."""
+def _start_run(
+    spec_path: Path,
+    bootstrap: str,
+    cluster: StandaloneCluster,
+    redis_url: str,
+    key: str,
+    log: Path,
+    routing: bool = False,
+) -> int:
+    """`windjoin run` on the cluster, following the desired executor count at `key` (no hysteresis), and with
+    `routing` the controller's partition moves too (its slots); its PID."""
     argv = [
         sys.executable, "-m", "windjoin.pipelines", "run", str(spec_path), "--bootstrap", bootstrap,
         "--spark-master", cluster.master_url, "--executors-from-redis", redis_url, "--executors-key", key,
         "--executors-hold", "0", "--spark-conf", "spark.executor.memory=512m", "--spark-conf", "spark.executor.cores=1",
+        *(("--control-redis", redis_url) if routing else ()),
     ]  # fmt: skip
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     return processes.spawn(argv, log, cwd=spec_path.parent, env=env)
 
 
+_EXPECTED: dict[tuple[str, int], int] = {}  # (checkpoint, events so far) -> the oracle's pair count
+
+
 def _joined(sink: ParquetSink, spec: dict, events: list[dict]) -> bool:
-    """True once the Parquet sink holds as many pairs as the oracle finds in `events`."""
-    expected, _ = oracle_join(spec, events)
+    """True once the Parquet sink holds as many pairs as the oracle finds in `events` (counted once per length:
+    the oracle is quadratic and this is polled; `events` only grows)."""
+    key = (spec["checkpoint"], len(events))
+    if key not in _EXPECTED:
+        _EXPECTED[key] = len(oracle_join(spec, events)[0])
     try:
-        return len(parquet_pairs(sink, spec)) >= len(expected)
+        return sum(sink.read(task["name"]).num_rows for task in spec["tasks"]) >= _EXPECTED[key]
     except FileNotFoundError:  # no batch committed yet
         return False
 
@@ -180,28 +197,65 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
     assert as_multiset(parquet_pairs(sink, spec)) == as_multiset(expected)
 
 
+# The controller's scaling rules under test, with the load that drives each:
+# - S2J's utilisation: tau = tuples per batch per slot / 100, so a 300-row batch is 1.5, a trickle ~0.02 (one
+#   epoch sustains);
+# - paper 000's declustering: a slot is a supplier when its work takes over th_sup of the batch interval (busy
+#   occupancy), a consumer under th_con; N_sup > beta * N_con grows, no supplier shrinks. Most of a batch's time is
+#   Spark's, outside the slots (~0.7 s a batch, and a backlog's read and shuffle), so even a slot that cannot keep
+#   up is rarely over ~0.4 busy and a trickle's stays under ~0.2: th_sup is 0.25. A wave comes in one 2000-row batch
+#   over a 2 s window (~125 partners a row: over a second of one slot's work) so that its slots are suppliers
+#   (1000-row batches read only 0.27-0.30 on one slot, too near th_sup).
+#   The job follows the slots too: a shrink drains slot 1 onto slot 0; a growth moves partitions to slot 1 from the
+#   next epoch on, while the load lasts (a one-batch wave is over by then).
+#   (Relative occupancies, share/cpu/tuples, cannot drive the rule: one slot holds all of the share, 1 > th_sup,
+#   so it never shrinks to one slot; the job reports no backlog, so "backlog" never grows.)
+SCALING = {
+    "utilisation": {
+        "control": {"scaling": "utilisation", "utilisation": {"capacity": 100, "sustain_epochs": 1, "max_workers": 2}},
+        "window_ms": 50,
+        "max_offsets": 300,
+        "routing": False,
+    },
+    "declustering": {
+        "control": {
+            "scaling": "declustering",
+            "declustering": {"beta": 0.5, "min_slots": 1, "max_slots": 2},
+            "reorganisation": {"occupancy": "busy", "th_sup": 0.25, "th_con": 0.12},
+            "utilisation": {"capacity": 1e12},  # tau ~ 0: no shedding (the job follows the shed ratio too)
+        },
+        "window_ms": 2000,
+        "max_offsets": 2000,
+        "routing": True,
+    },
+}
+
+
 @pytest.mark.slow
-def test_executors_follow_the_controller_on_load(cluster, kafka_bootstrap, redis_url, unique_topic, tmp_path):
-    """The whole loop: `windjoin run` publishes its batches' load, `windjoin controller` (S2J utilisation scaling,
-    one epoch sustains) turns it into a slot count, the driver follows it: busy waves keep two executors, a trickle
-    releases one, the next wave takes it back. Redis database 12 is this test's own (the load reports and the
-    decisions use the default namespace)."""
+@pytest.mark.parametrize("rule", sorted(SCALING))
+def test_executors_follow_the_controller_on_load(rule, cluster, kafka_bootstrap, redis_url, unique_topic, tmp_path):
+    """The whole loop: `windjoin run` publishes its batches' load, `windjoin controller` turns it into a slot count
+    (S2J's utilisation thresholds, or paper 000's supplier/consumer declustering rule), the driver follows it: busy
+    waves keep two executors, a trickle releases one, the next wave takes it back. Redis database 12 is this test's
+    own (the load reports and the decisions use the default namespace)."""
     url = redis_url.rsplit("/", 1)[0] + "/12"
     redis.Redis.from_url(url).flushdb()
+    case = SCALING[rule]
     spec = keyed_eq_spec(unique_topic, tmp_path)
     parquet = {"path": str(tmp_path / "parquet")}
-    spec.update(trigger_ms=500, max_offsets_per_trigger=300, sinks={"parquet": parquet, "redis": {"url": url}})
+    spec.update(
+        trigger_ms=500, max_offsets_per_trigger=case["max_offsets"], sinks={"parquet": parquet, "redis": {"url": url}}
+    )
+    spec["window"]["size_ms"] = case["window_ms"]
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(json.dumps(spec))
-    control = tmp_path / "control.yaml"  # tau = tuples per batch per slot / 100: a 300-row batch 1.5, a trickle ~0.02
-    control.write_text(
-        json.dumps({"scaling": "utilisation", "utilisation": {"capacity": 100, "sustain_epochs": 1, "max_workers": 2}})
-    )
+    control = tmp_path / "control.yaml"
+    control.write_text(json.dumps(case["control"]))
     rng, events, lock = random.Random(6), [], threading.Lock()
     produce_events(kafka_bootstrap, spec, [])
     log, control_log = tmp_path / "driver.log", tmp_path / "controller.log"
     watch = ExecutorWatch(cluster)
-    driver = _start_run(spec_path, kafka_bootstrap, cluster, url, decision_key(), log)
+    driver = _start_run(spec_path, kafka_bootstrap, cluster, url, decision_key(), log, case["routing"])
     controller_argv = [sys.executable, "-m", "windjoin.pipelines", "controller", str(spec_path), "--config"]
     controller = processes.spawn([*controller_argv, str(control), "--epoch-s", "3"], control_log, cwd=tmp_path)
     sink = ParquetSink(tmp_path / "parquet")
@@ -248,6 +302,12 @@ def test_executors_follow_the_controller_on_load(cluster, kafka_bootstrap, redis
     print(processes.log_tail(control_log, 30))
 
     assert watch.changes[-4:] == [2, 1, 2, 1], watch.changes
+    if rule == "declustering":  # the rule decided both ways: grown with a supplier, shrunk with none
+        epochs = [line for line in control_log.read_text().splitlines() if line.startswith("epoch ")]
+        assert any(re.search(r"suppliers \[\d.*, slots 2,", line) for line in epochs), epochs
+        assert any("suppliers []" in line and ", slots 1," in line for line in epochs), epochs
+        # ... and the job followed the slots: the shrink from the spec's two drained slot 1 (its window state moved)
+        assert any(re.search(r"moves p\d+ 1->0.*, slots 1,", line) for line in epochs), epochs
     expected, late = oracle_join(spec, events)
     assert not late and len(expected) > 5000
     assert as_multiset(parquet_pairs(sink, spec)) == as_multiset(expected)
