@@ -52,9 +52,12 @@ class ReorganisationConfig(_Strict):
 
 
 class DeclusteringConfig(_Strict):
-    """Paper 000: grow when N_sup > beta * N_con, shrink when no slot is a supplier; within [min, max] slots."""
+    """Paper 000: grow when N_sup > beta * N_con, shrink when no slot is a supplier (for shrink_after_epochs
+    epochs in a row); within [min, max] slots."""
 
     beta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.5
+    # shrink after this many epochs in a row without a supplier (paper 000: 1; more stops the count flapping)
+    shrink_after_epochs: Annotated[int, Field(ge=1)] = 3
     min_slots: Annotated[int, Field(ge=1)] = 1
     max_slots: Annotated[int, Field(ge=1)] = 64
 

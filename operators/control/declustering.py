@@ -18,12 +18,15 @@ from windjoin.operators.control.reorganise import Classes, Move
 from windjoin.operators.partitioning import Group
 
 
-def declustering_step(classes: Classes, slots: int, config: DeclusteringConfig) -> int:
-    """Paper 000's next degree of declustering: +1, -1 or unchanged, within [min_slots, max_slots]."""
+def declustering_step(classes: Classes, slots: int, config: DeclusteringConfig, quiet: int = 1) -> int:
+    """Paper 000's next degree of declustering: +1, -1 or unchanged, within [min_slots, max_slots]. `quiet`:
+    epochs in a row without a supplier, this one included; it shrinks once they reach `shrink_after_epochs`
+    (paper 000 shrinks at the first: on a micro-batch job a slot that just got its first partitions is judged
+    before they load it, and the count flaps)."""
     n_sup, n_con = len(classes.suppliers), len(classes.consumers)
     if n_sup > config.beta * n_con:
         wanted = slots + 1
-    elif n_sup == 0:
+    elif n_sup == 0 and quiet >= config.shrink_after_epochs:
         wanted = slots - 1
     else:
         wanted = slots
@@ -32,7 +35,8 @@ def declustering_step(classes: Classes, slots: int, config: DeclusteringConfig) 
 
 @dataclass(frozen=True)
 class UtilisationState:
-    """Consecutive epochs spent above tau2 and below tau0 (what "sustained" counts)."""
+    """Consecutive epochs spent above tau2 and below tau0 (what "sustained" counts); with paper 000's
+    declustering, `below` counts the epochs in a row without a supplier."""
 
     above: int = 0
     below: int = 0

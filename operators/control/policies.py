@@ -15,7 +15,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from windjoin.operators.control.config import ControlConfig
-from windjoin.operators.control.declustering import declustering_step, drain_moves, utilisation_step
+from windjoin.operators.control.declustering import (
+    UtilisationState,
+    declustering_step,
+    drain_moves,
+    utilisation_step,
+)
 from windjoin.operators.control.epoch_state import EpochDraft, EpochSeen, Policy
 from windjoin.operators.control.finetune import retune_routing, unit_weights
 from windjoin.operators.control.hot import plan_spread
@@ -42,7 +47,10 @@ def scaling(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochD
         slots, sustained = decision.workers, decision.state
     else:
         r = config.reorganisation
-        slots = declustering_step(classify(seen.occupancy, r.th_sup, r.th_con), slots, config.declustering)
+        classes = classify(seen.occupancy, r.th_sup, r.th_con)
+        quiet = 0 if classes.suppliers else sustained.below + 1  # epochs in a row without a supplier
+        slots = declustering_step(classes, slots, config.declustering, quiet)
+        sustained = UtilisationState(0, 0 if slots != draft.slots else quiet)  # a new count is judged afresh
     return replace(draft, slots=min(slots, draft.routing.partitions), sustained=sustained)
 
 

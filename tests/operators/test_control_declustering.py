@@ -26,12 +26,14 @@ def test_grow_when_suppliers_outnumber_beta_consumers():
 
 
 def test_shrink_when_no_supplier():
-    assert declustering_step(Classes((), (0,), (1, 2)), 3, CFG) == 2
-    assert declustering_step(Classes((), (0, 1, 2), ()), 3, CFG) == 2
+    assert declustering_step(Classes((), (0,), (1, 2)), 3, CFG, quiet=3) == 2
+    assert declustering_step(Classes((), (0, 1, 2), ()), 3, CFG, quiet=3) == 2
+    # fewer supplier-free epochs in a row than shrink_after_epochs (3): the count holds
+    assert declustering_step(Classes((), (0, 1, 2), ()), 3, CFG, quiet=2) == 3
 
 
 def test_bounds():
-    assert declustering_step(Classes((), (0, 1), ()), 2, CFG) == 2
+    assert declustering_step(Classes((), (0, 1), ()), 2, CFG, quiet=3) == 2
     assert declustering_step(Classes((0, 1, 2, 3, 4), (), ()), 5, CFG) == 5
 
 

@@ -81,7 +81,19 @@ def test_declustering_mode_grows_by_one_with_a_supplier_and_no_consumer():
     load = epoch_load(state, {0: 500, 1: 400}, {0: 0.95, 1: 0.6})
     assert control_step(state, load, config).state.slots == 3
     quiet = epoch_load(state, {0: 100, 1: 100}, {0: 0.6, 1: 0.3})
-    assert control_step(state, quiet, config).state.slots == 1
+    # no supplier: it shrinks once that lasts declustering.shrink_after_epochs (3) epochs in a row
+    slots = []
+    for _ in range(4):
+        decision = control_step(state, quiet, config)
+        slots.append(decision.state.slots)
+        state = decision.state
+    assert slots == [2, 2, 1, 1]
+    # a supplier in between starts the count again
+    state = ControlState.initial(partitions=8, slots=2)
+    busy = epoch_load(state, {0: 500, 1: 100}, {0: 0.95, 1: 0.6})  # a supplier, no consumer: grows
+    for load, want in ((quiet, 2), (busy, 3)):
+        state = control_step(state, load, config).state
+        assert state.slots == want
 
 
 def test_a_hot_slot_with_one_partition_spreads_it_when_allowed():
