@@ -216,6 +216,7 @@ def run_mode(mode: str, p: Params, spark: Any, bootstrap: str, redis_url: str, w
                 next((x["joined"] for x in outcome.stats if x["slot_index"] == s), 0) for s in range(p.slots)
             ],
             "routing_version": outcome.routing_version,
+            "budget_ms": outcome.budget,  # where the batch's time went (operators.batch_budget)
             "moved_in": sorted(p for s in outcome.stats for p in s.get("moved_in", [])),
             "delay_p50_ms": float(outcome.delays_ms.percentile(50)) if len(outcome.delays_ms) else None,
             "delay_p99_ms": float(outcome.delays_ms.percentile(99)) if len(outcome.delays_ms) else None,

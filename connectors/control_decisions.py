@@ -108,6 +108,7 @@ def encode_decision(
         "held": orjson.dumps([g.to_json() for g in decision.held]).decode(),
         "moved_at": orjson.dumps([[*g.to_json(), e] for g, e in sorted(state.moved_at.items())]).decode(),
         "over_streak": orjson.dumps({str(s): n for s, n in sorted(state.over_streak.items())}).decode(),
+        "slot_moved_at": orjson.dumps({str(s): e for s, e in sorted(state.slot_moved_at.items())}).decode(),
         "occupancy": orjson.dumps({str(s): f for s, f in occupancy.items()}).decode(),
         "suppliers": orjson.dumps(list(classes.suppliers)).decode(),
         "consumers": orjson.dumps(list(classes.consumers)).decode(),
@@ -139,6 +140,7 @@ def state_from_fields(fields: Mapping[str, str]) -> tuple[ControlState, str]:
         # decisions recorded before damping carry neither: nothing held, no streak
         {Group.from_json(g): e for *g, e in orjson.loads(fields.get("moved_at", "[]"))},
         {int(s): int(n) for s, n in orjson.loads(fields.get("over_streak", "{}")).items()},
+        {int(s): int(e) for s, e in orjson.loads(fields.get("slot_moved_at", "{}")).items()},
     )
     return state, fields["load_cursor"]
 

@@ -82,6 +82,7 @@ def control_step(
         forced_bytes=draft.forced_bytes,
         moved_at=moved_at(state.moved_at, draft, state.epoch + 1, config.reorganisation.hold_epochs),
         over_streak=dict(draft.over_streak),
+        slot_moved_at=slot_moved_at(state.slot_moved_at, draft, state.epoch + 1, config.reorganisation.hold_epochs),
     )
     return Decision(new_state, draft.tau, draft.moves, draft.hot, draft.retuned, tuple(sorted(draft.held)))
 
@@ -92,4 +93,12 @@ def moved_at(before: Mapping[Group, int], draft: EpochDraft, epoch: int, hold_ep
     units = draft.routing.groups()
     out = {g: e for g, e in before.items() if g in units and epoch - e < hold_epochs}
     out.update({m.group: epoch for m in draft.moves if m.group in units})
+    return out
+
+
+def slot_moved_at(before: Mapping[int, int], draft: EpochDraft, epoch: int, hold_epochs: int) -> dict[int, int]:
+    """The epoch each slot last gave or took a unit, for the damping: this epoch's moves added, moves older than
+    the hold and slots released left out."""
+    out = {s: e for s, e in before.items() if s < draft.slots and epoch - e < hold_epochs}
+    out.update({s: epoch for m in draft.moves for s in (m.source, m.target) if s < draft.slots})
     return out

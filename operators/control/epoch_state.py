@@ -34,6 +34,7 @@ class ControlState:
     forced_bytes: int = 0  # active-disk's forced pushes so far (bounded by memory.query_bytes)
     moved_at: Mapping[Group, int] = field(default_factory=dict)  # unit -> the epoch that last moved it (damping)
     over_streak: Mapping[int, int] = field(default_factory=dict)  # slot -> epochs in a row over th_sup (damping)
+    slot_moved_at: Mapping[int, int] = field(default_factory=dict)  # slot -> the epoch it last gave or took a unit
 
     @staticmethod
     def initial(partitions: int, slots: int) -> ControlState:
@@ -78,6 +79,7 @@ class EpochDraft:
     forced_bytes: int
     unmovable: frozenset[Group]  # groups no policy may move this epoch (in flight, frozen on disk)
     held: frozenset[Group] = frozenset()  # groups the reorganisation leaves put this epoch (damping)
+    settling: frozenset[int] = frozenset()  # slots that neither give nor take a unit this epoch (damping)
     over_streak: Mapping[int, int] = field(default_factory=dict)  # slot -> epochs in a row over th_sup, this one in
     tau: float = 0.0
     moves: tuple[Move, ...] = ()

@@ -87,10 +87,11 @@ def memory_adaptation(draft: EpochDraft, seen: EpochSeen, config: ControlConfig)
 
 
 def damping(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
-    """Hold each unit moved within the last `reorganisation.hold_epochs` epochs where it is, unless its slot has
-    been a supplier for that many epochs in a row (it stays over th_sup: the move overloaded it): a move whose
-    effect the next epoch only partly measured is not undone, and a heavy unit stops chasing the hot spot from
-    slot to slot."""
+    """Hold each unit moved within the last `reorganisation.hold_epochs` epochs where it is, and keep the slots
+    that gave or took one from giving or taking another, unless the slot has been a supplier for that many epochs
+    in a row (it stays over th_sup: the move did not relieve it, or overloaded it). A move takes two batches and
+    the next epoch only partly measures it: without the hold the controller yields again from a slot already
+    relieved (overshooting) and moves a heavy unit on before its effect shows (chasing the hot spot)."""
     r = config.reorganisation
     streak = {s: seen.state.over_streak.get(s, 0) + 1 if f > r.th_sup else 0 for s, f in seen.occupancy.items()}
     epoch = seen.state.epoch + 1  # the epoch this decision makes
@@ -100,7 +101,12 @@ def damping(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochD
         for g, moved in seen.state.moved_at.items()
         if g in units and epoch - moved <= r.hold_epochs and streak.get(units[g], 0) < r.hold_epochs
     )
-    return replace(draft, held=held, over_streak=streak)
+    settling = frozenset(
+        s
+        for s, moved in seen.state.slot_moved_at.items()
+        if epoch - moved <= r.hold_epochs and streak.get(s, 0) < r.hold_epochs
+    )
+    return replace(draft, held=held, settling=settling, over_streak=streak)
 
 
 def drain(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
@@ -125,7 +131,16 @@ def reorganisation(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) ->
     weights = unit_weights(work_weights(seen, config), draft.routing, seen.unit_shares)
     unmovable = draft.unmovable | draft.held
     plan = plan_reorganisation(
-        draft.routing, seen.occupancy, r.th_sup, r.th_con, seen.state.epoch, r.seed, unmovable, r.pick, weights
+        draft.routing,
+        seen.occupancy,
+        r.th_sup,
+        r.th_con,
+        seen.state.epoch,
+        r.seed,
+        unmovable,
+        r.pick,
+        weights,
+        draft.settling,
     )
     return replace(draft, moves=plan.moves, hot=plan.hot, heavy=plan.heavy, routing=plan.routing, settled=True)
 

@@ -110,15 +110,21 @@ def plan_reorganisation(
     in_flight: Collection[Group] = (),
     pick: Pick = "random",
     weights: Mapping[Group, float] | None = None,
+    settling: Collection[int] = (),
 ) -> Plan:
     """Pair suppliers with distinct consumers and move one group from each, picked by `pick` ("balance" needs
-    `weights`: each group's measured work in the epoch, any unit); the routing version grows only when
-    something moves."""
+    `weights`: each group's measured work in the epoch, any unit); `settling` slots neither give nor take a group
+    (a recent move's effect is not measured yet); the routing version grows only when something moves."""
     if pick not in PICKS:
         raise ValueError(f"pick must be one of {PICKS}, got {pick!r}")
     if pick == "balance" and weights is None:
         raise ValueError("pick 'balance' needs the groups' weights")
     classes = classify(occupancy, th_sup, th_con)
+    classes = Classes(
+        tuple(s for s in classes.suppliers if s not in settling),
+        tuple(s for s in classes.consumers if s not in settling),
+        classes.neutrals,
+    )
     held: dict[int, list[Group]] = {}
     for group, slot in routing.groups().items():
         held.setdefault(slot, []).append(group)

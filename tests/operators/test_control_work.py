@@ -108,12 +108,25 @@ def test_damping_keeps_a_moved_unit_put_until_its_slot_stays_a_supplier_hold_epo
     assert held.held == (Group(4),) and Group(4) not in {m.group for m in held.moves}
     assert held.state.over_streak[1] == 1
     # slot 1 a supplier a second epoch in a row: the move overloaded it, p4 may go on
-    state = replace(held.state, routing=MOVED.routing)
+    state = replace(held.state, routing=MOVED.routing, slot_moved_at={})  # the unit's hold alone
     again = control_step(state, busy_epoch(state, SECONDS), busy_config(2))
     assert again.held == () and [m.group for m in again.moves] == [Group(4)]
     # the hold ends after hold_epochs epochs whatever the slot did
     late = replace(MOVED, epoch=5)
     assert control_step(late, busy_epoch(late, SECONDS), busy_config(2)).held == ()
+
+
+def test_damping_keeps_the_slots_of_a_move_out_of_the_next_until_it_shows():
+    # epoch 1 moved a unit from slot 0 to slot 3; epoch 2 still measures slot 0 over th_sup (the move takes two
+    # batches): slot 0 yields nothing more, and slot 3 takes nothing more, until the move shows or the hold ends
+    state = ControlState(1, RoutingTable(1, (0, 1, 2, 3, 0, 1, 2, 0)), 4, slot_moved_at={0: 1, 3: 1})
+    seconds = {0: 0.5, 4: 0.3, 7: 0.1, 1: 0.3, 2: 0.6, 6: 0.1, 3: 0.1}  # slot 0: 0.9, slot 3: 0.1
+    assert control_step(state, busy_epoch(state, seconds), busy_config(0)).moves  # undamped: yields again
+    decision = control_step(state, busy_epoch(state, seconds), busy_config(2))
+    assert decision.moves == ()
+    # a slot over th_sup hold_epochs epochs in a row was not relieved: it yields again (to a slot not settling)
+    streak = replace(state, over_streak={0: 1}, slot_moved_at={0: 1})
+    assert [m.source for m in control_step(streak, busy_epoch(streak, seconds), busy_config(2)).moves] == [0]
 
 
 def test_damping_state_survives_the_recorded_decision():
@@ -122,6 +135,7 @@ def test_damping_state_survives_the_recorded_decision():
     fields = encode_decision(decision, {}, Classes((), (), ()), 1, 0, "1-0", 0.0)
     restored, _ = state_from_fields({k: str(v) for k, v in fields.items()})
     assert restored.moved_at == decision.state.moved_at and restored.over_streak == decision.state.over_streak
+    assert restored.slot_moved_at == decision.state.slot_moved_at
 
 
 @pytest.mark.parametrize("hold", [-1, "x"])
