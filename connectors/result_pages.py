@@ -49,8 +49,8 @@ def result_pages(
                 if spec.sinks.parquet is None or store.client is None:
                     raise
                 on_fallback(
-                    f"Redis at {spec.sinks.redis.url if spec.sinks.redis else '?'} failed ({err}); answering from "
-                    "Parquet alone (every batch it committed)"
+                    f"Redis at {spec.sinks.redis.url if spec.sinks.redis else '?'} is unreachable ({err}); answering "
+                    "from Parquet alone (every batch it committed)"
                 )
                 store.close()
                 store = ResultStore(spec, None, namespace, spec.sinks.parquet.path, parquet_tail=True)
