@@ -26,7 +26,7 @@ from windjoin.operators.control.finetune import retune_routing, unit_weights
 from windjoin.operators.control.hot import plan_spread
 from windjoin.operators.control.load import GROUP_MEASURE, EpochLoad, group_weights, utilisation
 from windjoin.operators.control.memory import memory_step
-from windjoin.operators.control.reorganise import Move, classify, plan_reorganisation
+from windjoin.operators.control.reorganise import Move, classify, plan_reorganisation, work_occupancy
 from windjoin.operators.control.shedding import shed_ratio
 from windjoin.operators.partitioning import Group, RoutingTable
 
@@ -170,14 +170,6 @@ def hot_spread(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> Epo
 def work_weights(seen: EpochSeen, config: ControlConfig) -> Mapping[Group, float]:
     """Each reported partition's work in the epoch, by the measure that matches the occupancy kind."""
     return group_weights(seen.load, GROUP_MEASURE[config.reorganisation.occupancy])
-
-
-def work_occupancy(weights: Mapping[Group, float], occupancy: Mapping[int, float]) -> dict[Group, float]:
-    """Each group's work in occupancy units: its share of all the work times the slots' summed occupancy (what
-    a slot would carry holding it alone; a spread partition's work counts over all its slots)."""
-    total = sum(max(0.0, w) for w in weights.values())
-    busy = sum(occupancy.values())
-    return {g: max(0.0, w) / total * busy for g, w in weights.items()} if total > 0 else {}
 
 
 POLICIES: tuple[Policy, ...] = (

@@ -8,9 +8,9 @@ group (`pick`):
 - "random", the paper's rule: a randomly selected group; the draw is seeded by (seed, epoch, slot), so a
   replayed epoch decides the same moves. Under skew it can yield a group so heavy that the consumer becomes the
   new hot spot, or one so light that nothing changes, and the hot spot moves around from epoch to epoch.
-- "balance": the group whose weight (its share of the supplier's occupancy, by the groups' measured work)
-  comes closest to half the pair's occupancy gap, so the pair ends as even as one group can make it; a
-  supplier none of whose groups narrows the gap (every one weighs at least the gap, or nothing) yields nothing.
+- "balance": the group whose weight (its work in occupancy units, `work_occupancy`) comes closest to half the
+  pair's occupancy gap, so the pair ends as even as one group can make it; a supplier none of whose groups
+  narrows the gap (every one weighs at least the gap, or nothing) yields nothing.
 
 A supplier holding a single group yields nothing (moving its only group moves the hot spot): it is reported as
 hot, the case for a SplitJoin spread (control.hot). So is, with "balance", a supplier holding a whole partition
@@ -86,18 +86,15 @@ def pick_balancing(
     return min(lighter, key=lambda g: (abs(weights.get(g, 0.0) - gap / 2), weights.get(g, 0.0)), default=None)
 
 
-def occupancy_weights(
-    held: Mapping[int, list[Group]], occupancy: Mapping[int, float], weights: Mapping[Group, float]
-) -> dict[Group, float]:
-    """Each group's part of its slot's occupancy: the slot's occupancy apportioned by the groups' weights (any
-    measure of work: tuples, seconds), so group weights compare with the occupancy gap between two slots."""
-    out = {}
-    for slot, groups in held.items():
-        total = sum(max(0.0, weights.get(g, 0.0)) for g in groups)
-        for g in groups:
-            share = max(0.0, weights.get(g, 0.0)) / total if total > 0 else 1.0 / len(groups)
-            out[g] = occupancy.get(slot, 0.0) * share
-    return out
+def work_occupancy(weights: Mapping[Group, float], occupancy: Mapping[int, float]) -> dict[Group, float]:
+    """Each group's work in occupancy units: its share of all the work times the slots' summed occupancy (what a
+    slot would carry holding it alone), comparable with the occupancy gap between two slots. Global, not per slot:
+    a slot also holds shares of spread partitions, which its own groups' weights leave out (apportioning its
+    occupancy among them alone would make them look heavier than they are); a spread partition's work counts
+    over all its slots."""
+    total = sum(max(0.0, w) for w in weights.values())
+    busy = sum(occupancy.values())
+    return {g: max(0.0, w) / total * busy for g, w in weights.items()} if total > 0 else {}
 
 
 def plan_reorganisation(
@@ -128,7 +125,7 @@ def plan_reorganisation(
     held: dict[int, list[Group]] = {}
     for group, slot in routing.groups().items():
         held.setdefault(slot, []).append(group)
-    in_occupancy = occupancy_weights(held, occupancy, weights) if pick == "balance" and weights is not None else {}
+    in_occupancy = work_occupancy(weights, occupancy) if pick == "balance" and weights is not None else {}
     spread = {Group(p) for p, _ in routing.spread}
     moves, hot, heavy = [], [], []
     consumers = iter(classes.consumers)

@@ -17,14 +17,14 @@ from windjoin.operators.control.reorganise import Classes
 from windjoin.operators.partitioning import Group, RoutingTable
 
 
-def config(hold_epochs: int = 2, spread: bool = True):
+def config(hold_epochs: int = 2, spread: bool = True, slots: int = 4):
     return parse_control_config(
         {
             "reorganisation": {
                 "occupancy": "cpu",
                 "pick": "balance",
-                "th_sup": 0.3,  # 1.2 fair shares on 4 slots
-                "th_con": 0.2,  # 0.8 fair shares
+                "th_sup": 1.2 / slots,  # 1.2 fair shares
+                "th_con": 0.8 / slots,  # 0.8 fair shares
                 "hold_epochs": hold_epochs,
             },
             "hot": {"spread": spread, "max_width": 4},
@@ -160,3 +160,17 @@ def test_mini_groups_weigh_by_their_join_work_where_reported():
     by_work = unit_weights({Group(0): 1.0}, routing, work)
     assert by_tuples[Group(0, 1, 0)] == by_tuples[Group(0, 1, 1)] == 0.5
     assert (by_work[Group(0, 1, 0)], by_work[Group(0, 1, 1)]) == (0.0, 1.0)
+
+
+def test_a_slot_holding_a_spread_share_does_not_make_its_own_partitions_look_too_heavy():
+    # p0 is spread over slots 0 and 4: slot 4's occupancy holds half of p0's work beside its own p4 and p12. By
+    # slot 4's occupancy split over p4 and p12 alone, p4 would look over th_sup (too heavy to move, never spread);
+    # by its share of all the work it is an ordinary unit that evens slot 4 and the idlest slot
+    routing = RoutingTable.round_robin(16, 8).with_spread(0, (0, 4))
+    state = ControlState(3, routing, 8)
+    work = {0: 1.4, 4: 0.6, 12: 0.05, **{p: 0.25 for p in (1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15)}, 8: 0.0}
+    # shares: slot 4 1.35 / 5.05 = 0.27 (a supplier over 0.15), p4 0.12 of all the work (not over th_sup); the
+    # slots of two 0.25 partitions 0.099 (consumers under 0.1)
+    decision = control_step(state, epoch(state, work), config(slots=8))
+    assert decision.hot == ()
+    assert [(m.group, m.source) for m in decision.moves] == [(Group(4), 4)]
