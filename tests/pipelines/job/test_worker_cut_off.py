@@ -137,7 +137,7 @@ def test_job_recovers_when_a_worker_is_cut_off(net, bridged_services, cluster, u
         timings["start: 2 executors"] = _wait("the job on 2 executors", lambda: watch.now == 2, 120, log)
         producing.set()
         producer.start()
-        _wait("3 batches committed on 2 executors", lambda: len(_batches(log)) >= 3 and watch.now == 2, 60, log)
+        _wait("3 batches committed on 2 executors", lambda: len(_batches(log)) >= 3 and watch.now == 2, 150, log)
         in_flight = max(_batches(log)) + 1
         net.cut(1)
         cut = time.monotonic()
