@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.resources
+import ipaddress
 import json
 import os
 import shutil
@@ -188,6 +189,13 @@ def _save_state(state_dir: Path, services: dict[str, RunningService]) -> None:
 # ---- start / stop ------------------------------------------------------------------------------------------
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name
+        return host == "localhost"
+
+
 def _argv(name: str, config: ServicesConfig, port: int, state_dir: Path) -> list[str]:
     if name == KAFKA:
         url = f"tcp://{config.host}:{port}"
@@ -203,12 +211,17 @@ def _argv(name: str, config: ServicesConfig, port: int, state_dir: Path) -> list
         ]
     data_dir = state_dir / "redis-data"
     data_dir.mkdir(parents=True, exist_ok=True)
+    # Redis's protected mode (no password) answers only loopback clients; a non-loopback `host` is the caller's
+    # explicit choice to serve others (e.g. Spark workers in network namespaces on a private bridge).
+    protected = "yes" if _loopback(config.host) else "no"
     return [
         config.redis_bin or redis_binary(),
         "--port",
         str(port),
         "--bind",
         config.host,
+        "--protected-mode",
+        protected,
         "--save",
         "",
         "--appendonly",

@@ -4,6 +4,8 @@ The pip package of pyspark has no `sbin/` start scripts, so each daemon is start
 (`spark-class org.apache.spark.deploy.master.Master` / `...worker.Worker`) in its own process group, with its log
 and PID under a state dir; readiness is the master's JSON endpoint (`http://HOST:WEBUI/json/`) listing every worker
 ALIVE. Used to prove executor scaling on a real cluster (executors really start and stop) without Docker.
+A Worker may be started under a command prefix and on its own address (e.g. `ip netns exec NS` in a network
+namespace), so that a test can cut one worker's network as a cluster really loses a machine.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import shutil
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +41,19 @@ class ClusterConfig:
     host: str = "127.0.0.1"
     ready_timeout_s: float = 90.0
     daemon_memory: str = "256m"  # heap of the Master and Worker JVMs themselves (SPARK_DAEMON_MEMORY)
+    # Per worker i (when given): the address it binds and advertises (else `host`), and a command prefix it runs
+    # under, e.g. ("ip", "netns", "exec", "ns0"); its executors inherit both.
+    worker_hosts: tuple[str, ...] = ()
+    worker_prefixes: tuple[tuple[str, ...], ...] = ()
+    # Spark settings of the Master and Worker daemons (SPARK_DAEMON_JAVA_OPTS), e.g. spark.worker.timeout: how
+    # many seconds without a heartbeat before the master drops a worker (default 60).
+    daemon_conf: Mapping[str, str] = field(default_factory=dict)
+
+    def worker_host(self, i: int) -> str:
+        return self.worker_hosts[i] if i < len(self.worker_hosts) else self.host
+
+    def worker_prefix(self, i: int) -> tuple[str, ...]:
+        return self.worker_prefixes[i] if i < len(self.worker_prefixes) else ()
 
 
 @dataclass
@@ -77,11 +93,13 @@ def java_available() -> bool:
     return bool(os.environ.get("JAVA_HOME")) or shutil.which("java") is not None
 
 
-def _env(config: ClusterConfig) -> dict[str, str]:
+def _env(config: ClusterConfig, host: str) -> dict[str, str]:
     env = dict(os.environ)
+    if config.daemon_conf:
+        env["SPARK_DAEMON_JAVA_OPTS"] = " ".join(f"-D{k}={v}" for k, v in config.daemon_conf.items())
     env.update(
         SPARK_HOME=str(spark_home()),
-        SPARK_LOCAL_IP=config.host,
+        SPARK_LOCAL_IP=host,
         SPARK_DAEMON_MEMORY=config.daemon_memory,
         PYSPARK_PYTHON=env.get("PYSPARK_PYTHON", sys.executable),
         SPARK_NO_DAEMONIZE="1",
@@ -108,7 +126,7 @@ def start_cluster(config: ClusterConfig) -> StandaloneCluster:
     state_dir = Path(config.state_dir).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     spark_class = str(spark_home() / "bin" / "spark-class")
-    env = _env(config)
+    env = _env(config, config.host)
     port, webui = processes.free_port(config.host), processes.free_port(config.host)
     cluster = StandaloneCluster(config, f"spark://{config.host}:{port}", f"http://{config.host}:{webui}")
     logs = {"master": state_dir / "master.log"}
@@ -120,12 +138,14 @@ def start_cluster(config: ClusterConfig) -> StandaloneCluster:
             work_dir = state_dir / name
             work_dir.mkdir(exist_ok=True)
             logs[name] = state_dir / f"{name}.log"
+            host = config.worker_host(i)
             argv = [
+                *config.worker_prefix(i),
                 spark_class,
                 WORKER_CLASS,
                 "--host",
-                config.host,
-                "--port",
+                host,
+                "--port",  # free here; a worker in its own network namespace has all its ports free
                 str(processes.free_port(config.host)),
                 "--webui-port",
                 str(processes.free_port(config.host)),
@@ -137,7 +157,8 @@ def start_cluster(config: ClusterConfig) -> StandaloneCluster:
                 str(work_dir),
                 cluster.master_url,
             ]
-            cluster.pids[name] = processes.spawn(argv, logs[name], cwd=work_dir, env=env)
+            worker_env = _env(config, host)
+            cluster.pids[name] = processes.spawn(argv, logs[name], cwd=work_dir, env=worker_env)
         (state_dir / "cluster.json").write_text(
             json.dumps({"master_url": cluster.master_url, "webui_url": cluster.webui_url, "pids": cluster.pids})
         )

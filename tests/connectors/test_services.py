@@ -243,3 +243,11 @@ def test_failed_start_rolls_back_services_started_in_the_same_call(tmp_path: Pat
     assert services.status(config.state_dir) == []
     assert (config.state_dir / "kafka.log").exists()  # the broker did start before redis failed ...
     assert _live_children().keys() <= before.keys()  # ... and was stopped again
+
+
+@pytest.mark.parametrize(("host", "protected"), [("127.0.0.1", "yes"), ("localhost", "yes"), ("10.231.0.1", "no")])
+def test_redis_serves_other_clients_only_when_bound_beyond_loopback(tmp_path: Path, host: str, protected: str):
+    """Redis's protected mode refuses non-loopback clients of a password-less server: kept on loopback, off on an
+    address the caller chose for others to reach (e.g. workers in network namespaces)."""
+    argv = services._argv(services.REDIS, services.ServicesConfig(host=host, redis_bin="redis-server"), 6379, tmp_path)
+    assert argv[argv.index("--protected-mode") + 1] == protected
