@@ -78,7 +78,9 @@ class UtilisationConfig(_Strict):
     tau_star: Fraction = 0.4
     tau1: Fraction = 0.8
     tau2: Fraction = 0.9
-    capacity: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0  # W: tuples one worker can handle
+    # W: tuples one worker can handle (per batch or per second, by `measure`). Unset, utilisation is not measured:
+    # no shedding and no utilisation scaling (a made-up default W would shed everything or nothing)
+    capacity: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     # What w and W count: tuples offered per batch, tuples offered per second of batch time, or tuples arriving
     # per second (appended to the input topics, as the controller reads them from Kafka between epochs). Batches
     # of a micro-batch job grow when they run late, so a per-batch w rises with slowness as well as load; the

@@ -33,6 +33,8 @@ from windjoin.operators.partitioning import Group, RoutingTable
 
 def shedding(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
     """tau over the offered tuples, and the shed ratio it asks for (S2J's tau1 threshold)."""
+    if config.utilisation.capacity is None:  # utilisation not measured: nothing shed
+        return replace(draft, tau=0.0, shed_ratio=0.0)
     tau = offered_utilisation(seen.load, config, seen.state.slots, seen.shed, seen.seconds, seen.arrival_rate)
     ratio = shed_ratio(tau, config.utilisation.tau1, config.shedding.base, config.shedding.model)
     return replace(draft, tau=tau, shed_ratio=ratio)
@@ -43,8 +45,9 @@ def scaling(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochD
     partition."""
     slots, sustained = draft.slots, draft.sustained
     if config.scaling == "utilisation":
-        decision = utilisation_step(draft.tau, slots, sustained, config.utilisation)
-        slots, sustained = decision.workers, decision.state
+        if config.utilisation.capacity is not None:  # unset: utilisation is not measured, the count stays
+            decision = utilisation_step(draft.tau, slots, sustained, config.utilisation)
+            slots, sustained = decision.workers, decision.state
     else:
         r = config.reorganisation
         classes = classify(seen.occupancy, r.th_sup, r.th_con)
@@ -199,6 +202,8 @@ def offered_utilisation(
     ones are added back: otherwise an epoch shedding a ratio SR would measure tau * (1 - SR), switch shedding
     off while the burst lasts and oscillate between shedding and not."""
     u = config.utilisation
+    if u.capacity is None:
+        raise ValueError("utilisation.capacity is not set: utilisation is not measured")
     if u.measure == "arrivals" and arrival_rate is not None:
         return arrival_rate / workers / u.capacity if workers else 0.0
     if u.measure in ("rate", "arrivals"):

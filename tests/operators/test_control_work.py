@@ -174,3 +174,15 @@ def test_a_slot_holding_a_spread_share_does_not_make_its_own_partitions_look_too
     decision = control_step(state, epoch(state, work), config(slots=8))
     assert decision.hot == ()
     assert [(m.group, m.source) for m in decision.moves] == [(Group(4), 4)]
+
+
+def test_without_a_capacity_nothing_is_shed_and_the_slot_count_stays():
+    # the default config measures no utilisation: a made-up capacity would shed every record of a busy job
+    state = ControlState.initial(partitions=8, slots=4)
+    busy = epoch(state, {p: 5.0 for p in range(8)}, tuples={p: 10**6 for p in range(8)})
+    default = parse_control_config({})
+    for _ in range(4):  # more epochs than utilisation.sustain_epochs
+        state = control_step(state, busy, default).state
+        assert (state.shed_ratio, state.slots) == (0.0, 4)
+    measured = parse_control_config({"utilisation": {"capacity": 1000}})
+    assert control_step(state, busy, measured).state.shed_ratio == 1.0
