@@ -411,7 +411,7 @@ def ratios(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out[f"cpu_slowest_over_mean_{mode}_last_two_thirds"] = run["cpu_slowest_over_mean_last_two_thirds"]
         out[f"cpu_slowest_over_mean_{mode}_settled"] = run["cpu_slowest_over_mean_settled"]
         out[f"moves_per_epoch_{mode}_last_two_thirds"] = run["moves_last_two_thirds_per_epoch"]
-        if static["delay_p99_ms"] and run["delay_p99_ms"]:
+        if static["delay_p99_ms"] and run["delay_p99_ms"] and not static["records_per_s"]:  # a backlog: no delay
             out[f"delay_p99_static_over_{mode}"] = static["delay_p99_ms"] / run["delay_p99_ms"]
         if static["records_per_s"] and run["records_per_s"]:
             out[f"throughput_{mode}_over_static"] = run["records_per_s"] / static["records_per_s"]
