@@ -59,6 +59,7 @@ class Params:
     th_sup: float = 0.25  # busy occupancy: a slot's seconds over the batch interval (Spark's ~0.7 s a batch
     th_con: float = 0.12  # outside the slots keeps it well under 1), as in tests/pipelines/job/test_executor_scaling.py
     beta: float = 0.5
+    shrink_after_epochs: int = 3  # supplier-free epochs in a row before a shrink (paper 000: 1)
     executors_hold_s: float = 10.0  # the driver's hysteresis before it releases an executor
     warmup_s: float = 10.0
     drain_s: float = 20.0
@@ -95,8 +96,12 @@ def spec_dict(p: Params, topics: tuple[str, str], workdir: Path, redis_url: str)
 def control_config(p: Params) -> dict[str, Any]:
     return {
         "scaling": "declustering",
-        "declustering": {"beta": p.beta, "min_slots": 1, "max_slots": p.max_executors},
-        "utilisation": {"capacity": 1e12},  # tau ~ 0: no load shedding (the job follows the shed ratio too)
+        "declustering": {
+            "beta": p.beta,
+            "min_slots": 1,
+            "max_slots": p.max_executors,
+            "shrink_after_epochs": p.shrink_after_epochs,
+        },
         "reorganisation": {"occupancy": "busy", "th_sup": p.th_sup, "th_con": p.th_con},
     }
 
