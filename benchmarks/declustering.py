@@ -41,6 +41,7 @@ import numpy as np
 from benchmarks.machine import machine_facts
 from benchmarks.pipeline import generator_lags
 from benchmarks.results_file import write_results
+from benchmarks.rs_spec import rs_eq_join
 
 RESULTS = Path(__file__).parent / "results"
 BATCH_LINE = re.compile(r"^batch (\d+): ([\d,]+) records, ([\d,]+) pairs(.*)$", re.M)
@@ -78,11 +79,7 @@ def spec_dict(p: Params, topics: tuple[str, str], workdir: Path, redis_url: str)
     return {
         "window": {"kind": "time", "size_ms": p.window_ms},
         "allowed_lateness_ms": 2000,
-        "streams": {
-            "R": {"fields": {"k": "int", "x": "int"}, "key": "k", "topic": topics[0]},
-            "S": {"fields": {"k": "int", "a": "int"}, "key": "k", "topic": topics[1]},
-        },
-        "tasks": [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+        **rs_eq_join(topics),
         "partitions": p.partitions,
         "slots": p.max_executors,
         "trigger_ms": p.trigger_ms,

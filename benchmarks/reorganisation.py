@@ -50,6 +50,7 @@ import yaml
 
 from benchmarks.machine import machine_facts
 from benchmarks.params_cli import add_param_flags
+from benchmarks.rs_spec import rs_eq_join
 from benchmarks.teardown import tear_down
 
 RESULTS = Path(__file__).parent / "results"
@@ -108,11 +109,7 @@ def spec_dict(p: Params, topics: tuple[str, str], checkpoint: Path) -> dict[str,
     return {
         "window": {"kind": "time", "size_ms": p.window_ms},
         "allowed_lateness_ms": p.lateness_ms,
-        "streams": {
-            "R": {"fields": {"k": "int", "x": "int"}, "key": "k", "topic": topics[0]},
-            "S": {"fields": {"k": "int", "a": "int"}, "key": "k", "topic": topics[1]},
-        },
-        "tasks": [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+        **rs_eq_join(topics),
         "partitions": p.partitions,
         "slots": p.slots,
         "trigger_ms": 0 if p.backlog_s else p.trigger_ms,
