@@ -21,8 +21,9 @@ disk, or in a request the job has not taken yet, are frozen: no reorganisation o
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -33,6 +34,8 @@ from windjoin.operators.control.memory import MemoryView
 from windjoin.operators.control.policies import POLICIES
 from windjoin.operators.control.reorganise import Move
 from windjoin.operators.partitioning import Group
+
+K = TypeVar("K")  # a damped key: a unit (Group) or a slot (int)
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ def control_step(
     draft = EpochDraft.start(seen)
     for policy in policies:
         draft = policy(draft, seen, config)
+    epoch, hold, units = state.epoch + 1, config.reorganisation.hold_epochs, draft.routing.groups()
+    slots = [s for m in draft.moves for s in (m.source, m.target)]  # both ends of each move settle
     new_state = replace(
         state,
         epoch=state.epoch + 1,
@@ -80,25 +85,18 @@ def control_step(
         sustained=draft.sustained,
         spill=draft.spill,
         forced_bytes=draft.forced_bytes,
-        moved_at=moved_at(state.moved_at, draft, state.epoch + 1, config.reorganisation.hold_epochs),
+        moved_at=last_moved(state.moved_at, (m.group for m in draft.moves), units.__contains__, epoch, hold),
         over_streak=dict(draft.over_streak),
-        slot_moved_at=slot_moved_at(state.slot_moved_at, draft, state.epoch + 1, config.reorganisation.hold_epochs),
+        slot_moved_at=last_moved(state.slot_moved_at, slots, lambda s: s < draft.slots, epoch, hold),
     )
     return Decision(new_state, draft.tau, draft.moves, draft.hot, draft.retuned, tuple(sorted(draft.held)))
 
 
-def moved_at(before: Mapping[Group, int], draft: EpochDraft, epoch: int, hold_epochs: int) -> dict[Group, int]:
-    """The epoch each unit last moved, for the damping: this epoch's moves added, units no longer in the routing
-    (re-cut by fine tuning) and moves older than the hold left out."""
-    units = draft.routing.groups()
-    out = {g: e for g, e in before.items() if g in units and epoch - e < hold_epochs}
-    out.update({m.group: epoch for m in draft.moves if m.group in units})
-    return out
-
-
-def slot_moved_at(before: Mapping[int, int], draft: EpochDraft, epoch: int, hold_epochs: int) -> dict[int, int]:
-    """The epoch each slot last gave or took a unit, for the damping: this epoch's moves added, moves older than
-    the hold and slots released left out."""
-    out = {s: e for s, e in before.items() if s < draft.slots and epoch - e < hold_epochs}
-    out.update({s: epoch for m in draft.moves for s in (m.source, m.target) if s < draft.slots})
+def last_moved(
+    before: Mapping[K, int], moved: Iterable[K], kept: Callable[[K], bool], epoch: int, hold_epochs: int
+) -> dict[K, int]:
+    """The epoch each unit (or slot) last moved, for the damping: this epoch's `moved` added, those older than
+    the hold and those `kept` refuses (units re-cut by fine tuning, slots released) left out."""
+    out = {k: e for k, e in before.items() if kept(k) and epoch - e < hold_epochs}
+    out.update({k: epoch for k in moved if kept(k)})
     return out
