@@ -1,6 +1,8 @@
-"""Issue 5's skew must-show end to end (real Kafka, Redis, Spark): on a b-model (b = 0.7) workload the static
-round-robin placement leaves the slowest slot well above the mean slot's batch time; the controller's moves,
-applied while the job runs, bring it within 1.5x of the mean, and the results still equal the oracle.
+"""Issue 5's skew must-show end to end (real Kafka, Redis, Spark), and issue 22's spread by work.
+
+On a b-model (b = 0.7) workload the static round-robin placement leaves the slowest slot well above the mean
+slot's batch time; the controller's moves, applied while the job runs, bring it within 1.5x of the mean, and the
+results still equal the oracle.
 
 Batch time is each slot's CPU seconds in the join's Python worker (`cpu_seconds` in the slot stats: the
 handler's work, not inflated by waiting for a core on a loaded machine). Both ratios come from the same run:
@@ -23,6 +25,11 @@ tuple and ~0.5 us per output pair, so the static ratio nears the work ratio only
 several times that: batches of ~100k tuples here, whose outputs (millions of pairs) the oracle cannot check
 within a test's time, and whose hottest partition alone then outweighs 1.5 mean slots (only a SplitJoin
 spread relieves it). benchmarks/reorganisation.py measures larger batches.
+
+The second test makes that spread happen: one partition carries most of the join work, more than `th_sup` of all
+the slots' work, so no slot can carry it; the controller spreads it by its measured work (stored at its slot,
+probed at both) rather than moving it, then evens the rest with a whole-partition move; the batch installing the
+spread is replayed, and the results still equal the oracle.
 """
 
 from __future__ import annotations
@@ -104,9 +111,9 @@ def installs_state(outcome: BatchOutcome) -> bool:
     return any(s["moved_in"] for s in outcome.stats)
 
 
-def slowest_over_mean(batches: list[dict[int, float]]) -> float:
+def slowest_over_mean(batches: list[dict[int, float]], slots: int = SLOTS) -> float:
     """The slowest slot's summed CPU seconds over these batches, over the mean slot's."""
-    totals = np.array([sum(b.get(s, 0.0) for b in batches) for s in range(SLOTS)])
+    totals = np.array([sum(b.get(s, 0.0) for b in batches) for s in range(slots)])
     return float(totals.max() / totals.mean())
 
 
@@ -178,3 +185,93 @@ def test_controller_moves_bring_the_slowest_slot_within_1_5x_of_the_mean(
     columns = [got.column(side).chunk(0).field(name).to_numpy() for side, names in FIELDS for name in names]
     assert np.array_equal(sorted_rows(np.column_stack(columns)), sorted_rows(oracle_rows(expected)))
     print(f"{len(expected)} pairs checked in {time.perf_counter() - started:.1f} s")
+
+
+HOT_SHARE, HOT_KEYS, COLD_KEYS = 0.8, 60, 40  # of the events, on keys of one partition; the rest over the others
+SPREAD_CONTROL = {
+    "utilisation": {"capacity": 1e12, "min_workers": 2, "max_workers": 2},
+    "reorganisation": {"occupancy": "cpu", "pick": "balance", "th_sup": 0.55, "th_con": 0.45},
+    "hot": {"spread": True, "max_width": 2},
+}
+
+
+def keys_of(partition: int, partitions: int, n: int, inside: bool) -> np.ndarray:
+    """The first n int keys whose hash partition is (inside) or is not (not inside) `partition`."""
+    candidates = np.arange(20 * n * partitions)
+    chosen = candidates[(partition_of(candidates, partitions) == partition) == inside]
+    return chosen[:n]
+
+
+def hot_partition_events(n: int, partitions: int, hot: int, seed: int) -> list[dict]:
+    """R/S events, 4 per ms, HOT_SHARE of them on keys of partition `hot`."""
+    rng = np.random.default_rng(seed)
+    hot_keys, cold_keys = keys_of(hot, partitions, HOT_KEYS, True), keys_of(hot, partitions, COLD_KEYS, False)
+    keys = np.where(rng.random(n) < HOT_SHARE, rng.choice(hot_keys, n), rng.choice(cold_keys, n))
+    sides, values = rng.random(n) < 0.5, rng.integers(0, 100, n)
+    base = 1_700_000_000_000
+    return [
+        {"stream": "R", "ts": base + i // PER_MS, "k": int(k), "x": int(v)}
+        if r
+        else {"stream": "S", "ts": base + i // PER_MS, "k": int(k), "a": int(v)}
+        for i, (k, r, v) in enumerate(zip(keys, sides, values, strict=True))
+    ]
+
+
+@pytest.mark.slow
+def test_controller_spreads_a_partition_too_heavy_for_any_slot(
+    spark, kafka_bootstrap, redis_url, unique_topic, tmp_path
+):
+    partitions, slots, hot, per_batch, batches = 8, 2, 2, 6_000, 9
+    spec_dict = keyed_eq_spec(unique_topic, tmp_path)
+    spec_dict.update(partitions=partitions, slots=slots, max_offsets_per_trigger=per_batch)
+    spec_dict["window"] = {"kind": "time", "size_ms": WINDOW_MS}
+    events = hot_partition_events(per_batch * batches, partitions, hot, seed=22)
+    produce_events(kafka_bootstrap, spec_dict, events)
+
+    namespace = f"t{uuid.uuid4().hex[:8]}"
+    decisions = DecisionStore(redis_url, namespace)
+    controller = Controller(
+        LoadReports(redis_url, namespace), decisions, parse_control_config(SPREAD_CONTROL), partitions, slots
+    )
+    publish = LoadPublisher(LoadReports(redis_url, namespace), trigger_s=0.0)
+    cpu: list[dict[int, float]] = []
+    trace: list[str] = []
+    installed: list[int] = []  # batch indexes (with input) in which a slot installed handed-over state
+
+    def after(outcome: BatchOutcome) -> None:
+        publish(outcome)
+        if not sum(s["joined"] for s in outcome.stats):
+            return
+        cpu.append({s["slot_index"]: s["cpu_seconds"] for s in outcome.stats})
+        if installs_state(outcome):
+            installed.append(len(cpu) - 1)
+        trace.append(
+            " ".join(f"{s['slot_index']}:{s['cpu_seconds'] * 1e3:.0f}ms/{s['outputs']}" for s in outcome.stats)
+        )
+        if len(cpu) >= 3 and (len(cpu) - 3) % 2 == 0:  # 3 batches on the static placement, then an epoch per 2
+            step = controller.step()
+            if step is not None:
+                trace.append(step.line())
+
+    parquet = ParquetSink(tmp_path / "parquet")
+    _, failed = run_with_one_replay(
+        spark, parse_spec(spec_dict), kafka_bootstrap, [parquet], ControlSource(redis_url, namespace), after,
+        installs_state,
+    )  # fmt: skip
+    print("\n".join(trace))
+    print(f"batch {failed} replayed")
+
+    history = [fields for _, fields in decisions.history()]
+    spread = {p: tuple(holders) for fields in history for p, holders in orjson.loads(fields["routing"])["spread"]}
+    moves = [m for fields in history for m in recorded_moves(fields)]
+    assert set(spread) == {hot} and len(spread[hot]) == slots, f"spread {spread}, moves {moves}"
+    assert not any(group.partition == hot for group, _, _ in moves), moves  # spread, never chased around
+    assert installed, "the job never installed the spread"
+    static, settled = slowest_over_mean(cpu[1:3], slots), slowest_over_mean(cpu[-2:], slots)
+    print(f"slowest/mean slot CPU: static {static:.2f}, spread {settled:.2f}")
+    assert settled < static, (static, settled)
+    expected = oracle_by_key(spec_dict, events)
+    assert len(expected) > 1000
+    got = parquet.read("eq").combine_chunks()
+    columns = [got.column(side).chunk(0).field(name).to_numpy() for side, names in FIELDS for name in names]
+    assert np.array_equal(sorted_rows(np.column_stack(columns)), sorted_rows(oracle_rows(expected)))
