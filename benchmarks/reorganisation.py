@@ -27,7 +27,8 @@ for any slot, and damps its moves (`hold_epochs`); the runs (`--modes`) are stat
 controller undamped (hold_epochs 0), each recording moves per epoch. `--workload throughput` drains a backlog
 (`--backlog-s` seconds of events produced before the job starts, batches of `--batch-rows`) on 2 slots (as many
 as cores: with more, a static placement's batch already takes the whole machine's CPU over the cores, so
-balancing cannot shorten it): records per second, static against the controller.
+balancing cannot shorten it): records per second, static against the controller, and against the floor run:
+the same drain with a 1 ms window (`--modes ...,floor`), next to no join work, which no placement can beat.
 Run: `python -m benchmarks.reorganisation [--workload slots|partitions|hotkeys|throughput] [--pick balance|random]`.
 """
 
@@ -80,6 +81,9 @@ class Params:
     # in batches of `batch_rows` as fast as it can: throughput, not delay (`seconds` is then unused)
     backlog_s: float = 0.0
     batch_rows: int = 140_000
+    # how far (event time) a partition may read ahead of the slowest; a batch then spans at most ~0.8 of it, so a
+    # backlog's batches hold at most ~0.8 * alignment_ms * rate records (10 s: ~96k at 12,000/s)
+    alignment_ms: int = 10_000
     modes: str = "static,controller,undamped"  # the runs, in order, in one benchmark run
 
     @property
@@ -100,14 +104,28 @@ WORKLOADS = {
     "hotkeys": {"keys": 256, "rate": 3000.0, "partitions": 32, "window_ms": 200, "trigger_ms": 1000},
     # throughput: the `slots` skew on as many slots as cores (with more, a static placement's batch already takes
     # about the machine's whole CPU / cores: nothing to gain), draining a backlog
-    "throughput": {"slots": 2, "backlog_s": 240.0, "epoch_s": 6.0, "modes": "static,controller"},
+    # (alignment 20 s: batches of the full 140k rows; the floor run is the same drain with a 1 ms window)
+    "throughput": {
+        "slots": 2,
+        "backlog_s": 240.0,
+        "epoch_s": 6.0,
+        "alignment_ms": 20_000,
+        "modes": "static,controller,floor",
+    },
 }
+# static: round robin, no controller; controller: damped; undamped: hold_epochs 0; floor: static with a 1 ms window
+# (the same read, adapt, shuffle and state path with next to no join work: the most any placement could reach)
+MODES = ("static", "controller", "undamped", "floor")
 SKEW_OVER = {"hotkeys": "keys", "throughput": "slots"}
 
 
-def spec_dict(p: Params, topics: tuple[str, str], checkpoint: Path) -> dict[str, Any]:
+FLOOR_WINDOW_MS = 1  # the floor run's window: next to no pairs, so next to no join work
+
+
+def spec_dict(p: Params, topics: tuple[str, str], checkpoint: Path, window_ms: int | None = None) -> dict[str, Any]:
     return {
-        "window": {"kind": "time", "size_ms": p.window_ms},
+        "window": {"kind": "time", "size_ms": window_ms or p.window_ms},
+        "alignment_ms": p.alignment_ms,
         "allowed_lateness_ms": p.lateness_ms,
         **rs_eq_join(topics),
         "partitions": p.partitions,
@@ -176,14 +194,14 @@ def run_mode(mode: str, p: Params, spark: Any, bootstrap: str, redis_url: str, w
     tag = uuid.uuid4().hex[:8]
     topics = (f"bench-reorg-r-{tag}", f"bench-reorg-s-{tag}")
     create_topics(bootstrap, list(topics), 4)
-    spec = spec_dict(p, topics, workdir / f"ckpt-{mode}-{tag}")
+    spec = spec_dict(p, topics, workdir / f"ckpt-{mode}-{tag}", FLOOR_WINDOW_MS if mode == "floor" else None)
     spec_path = workdir / f"spec-{mode}.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
     batches: list[dict[str, Any]] = []
     delays: list[np.ndarray] = []
     started = time.time()
     control, stepper, publish = None, None, None
-    if mode != "static":
+    if mode in ("controller", "undamped"):
         namespace = f"bench{tag}"
         reorganisation = {"occupancy": "cpu", "pick": p.pick, "th_sup": p.th_sup, "th_con": p.th_con}
         config = parse_control_config(
@@ -403,7 +421,10 @@ def ratios(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "cpu_slowest_over_mean_static": static["cpu_slowest_over_mean"],
         "cpu_slowest_over_mean_static_last_two_thirds": static["cpu_slowest_over_mean_last_two_thirds"],
     }
-    for mode in [m for m in summaries if m != "static"]:
+    floor = summaries.get("floor")
+    if floor and static["records_per_s"] and floor["records_per_s"]:  # no placement of the join can beat it
+        out["throughput_floor_over_static"] = floor["records_per_s"] / static["records_per_s"]
+    for mode in [m for m in summaries if m not in ("static", "floor")]:
         run = summaries[mode]
         out[f"cpu_slowest_over_mean_{mode}_last_two_thirds"] = run["cpu_slowest_over_mean_last_two_thirds"]
         out[f"cpu_slowest_over_mean_{mode}_settled"] = run["cpu_slowest_over_mean_settled"]
@@ -441,8 +462,8 @@ def main() -> None:
     }
     p = Params(**{**WORKLOADS[workload], **given, "workload": workload})
     modes = p.modes.split(",")
-    if modes[0] != "static" or not set(modes) <= {"static", "controller", "undamped"} or len(set(modes)) < len(modes):
-        parser.error(f"--modes: static first, then any of controller, undamped, once each (got {p.modes!r})")
+    if modes[0] != "static" or not set(modes) <= set(MODES) or len(set(modes)) < len(modes):
+        parser.error(f"--modes: static first, then any of controller, undamped, floor, once each (got {p.modes!r})")
     args.out = args.out or RESULTS / f"reorganisation-{workload}.json"
     from windjoin.connectors import services
     from windjoin.connectors.spark_session import build_local_spark
