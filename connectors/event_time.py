@@ -10,9 +10,10 @@ model and Flink (per-split watermarks; watermark alignment, FLIP-182):
   partition in order is never behind its own mark, so it never yields a late tuple, however far others run ahead;
 * a partition is *idle* once it has been read to its end and its end has not moved for `idle_timeout_ms` of
   wall time: it stops holding the watermark back until it gets new records;
-* reading is *aligned*: a partition whose (estimated) mark is more than `alignment_ms` ahead of the slowest
-  partition that is not idle takes no more records than its measured density says fit under that bound, so the
-  state held for the laggards stays bounded while catching up.
+* reading is *aligned*: a partition whose (estimated) mark would end the batch more than `alignment_ms` ahead of
+  where the slowest partition that is not idle ends it takes no more records than its measured density says fit
+  under that bound, so the state held for the laggards stays bounded while catching up. As in Flink, the slowest
+  is never held back: partitions that are all equally behind read as much as the batch's record limit allows.
 
 All of it is planned on the driver with each batch and stored in the batch's offset (`EventTime.to_json`), so a
 batch replayed after a crash judges lateness exactly as the first time. A batch's newest event times are only
@@ -28,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PROBE_RECORDS = 16  # records a partition not read yet may take in one batch while aligned reading is on
-# A density measured over a few dozen records is off by tens of per cent: reading a little under the headroom
-# keeps a partition that turns out sparser than measured within the bound.
+# A density measured over a few dozen records is off by tens of per cent: reading up to this share of the alignment
+# ahead of the slowest partition, not all of it, keeps a partition that turns out sparser than measured within it.
 DENSITY_MARGIN = 0.8
 
 
@@ -145,11 +146,16 @@ def next_event_time(
 def aligned_caps(
     event_time: EventTime,
     positions: Mapping[str, int],
+    reads: Mapping[str, int],
     config: EventTimeConfig,
     done: frozenset[str] = frozenset(),
 ) -> dict[str, int] | None:
-    """How many records each partition may read next so that none runs over `alignment_ms` ahead of the slowest
-    partition that is not idle (nor in `done`: read to the end of a bounded run); None: no alignment.
+    """How many records each partition may read next so that none ends the batch over `alignment_ms` ahead of
+    where the slowest partition that is not idle (nor in `done`: read to the end of a bounded run) ends it, given
+    the records `reads` each would take without alignment (its share of the batch's limit); None: no alignment.
+    Capping a partition leaves more of the limit to the others, so the slowest only ends further on: the bound
+    holds. (Measured from where the slowest starts instead, a batch could never span more than `alignment_ms` of
+    event time, and a job whose trigger is longer than that would fall further behind with every batch.)
 
     A partition never read yet takes `PROBE_RECORDS`, enough to measure its density without running far ahead
     (a sparse partition's equal share of a large batch can span minutes of event time); one read but without a
@@ -167,11 +173,16 @@ def aligned_caps(
     floor_keys = [key for key in estimates if key not in event_time.idle and key not in done]
     if not floor_keys:
         return caps
-    floor = min(estimates[key] for key in floor_keys)
+
+    def batch_end(key: str) -> float:  # the mark estimated after reading its `reads` (no density: no progress)
+        density = event_time.density.get(key)
+        return estimates[key] + (reads.get(key, 0) / density if density else 0.0)
+
+    floor = min(batch_end(key) for key in floor_keys)
     for key, est in estimates.items():
-        headroom = floor + config.alignment_ms - est
-        if headroom <= 0:
+        density = event_time.density.get(key)
+        if est >= floor + config.alignment_ms:
             caps[key] = 0
-        elif event_time.density.get(key):
-            caps[key] = max(1, int(DENSITY_MARGIN * event_time.density[key] * headroom))
+        elif density:  # as far as the slowest ends, then a margin under the bound (so the slowest is never capped)
+            caps[key] = max(0, int(density * (floor + DENSITY_MARGIN * config.alignment_ms - est)))
     return caps

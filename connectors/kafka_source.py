@@ -666,7 +666,9 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
         positions = parse_offset(start)
         event_time = self.next_event_time(start.get("event_time"), positions, bounds)
         max_rows = self.batch_limit(getattr(limit, "max_rows", None), positions, bounds)
-        end = plan_end(positions, bounds, max_rows, self.read_caps(event_time, positions))
+        unaligned = plan_end(positions, bounds, max_rows)
+        reads = {key: unaligned[key] - positions[key] for key in positions if key in unaligned}
+        end = plan_end(positions, bounds, max_rows, self.read_caps(event_time, positions, reads))
         control = self.next_control(start.get("control"))
         if end == positions and not self.control_needs_batch(start.get("control"), control):
             return start
@@ -688,8 +690,11 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
         first). This reader does not decode records, so it tracks none; see pipelines/adapted_source."""
         return None
 
-    def read_caps(self, event_time: dict[str, Any] | None, positions: dict[str, int]) -> dict[str, int] | None:
-        """Per partition, the most records the next batch may read (event-time alignment); None: no caps."""
+    def read_caps(
+        self, event_time: dict[str, Any] | None, positions: dict[str, int], reads: dict[str, int]
+    ) -> dict[str, int] | None:
+        """Per partition, the most records the next batch may read (event-time alignment), given what each would
+        read without (`reads`); None: no caps."""
         return None
 
     def batch_limit(

@@ -137,7 +137,9 @@ class AdaptedStreamReader(KafkaStreamReader):
         now_ms = int(time.time() * 1000)
         return next_event_time(last, reported, positions, bounds, now_ms, self.event_time).to_json()
 
-    def read_caps(self, event_time: dict[str, Any] | None, positions: dict[str, int]) -> dict[str, int] | None:
+    def read_caps(
+        self, event_time: dict[str, Any] | None, positions: dict[str, int], reads: dict[str, int]
+    ) -> dict[str, int] | None:
         if self.event_time is None or event_time is None:
             return None
         # In a bounded run (Trigger.AvailableNow) a partition read to the end gets nothing more: it must not hold
@@ -147,7 +149,7 @@ class AdaptedStreamReader(KafkaStreamReader):
             if self._target is None
             else frozenset(key for key, (_, high) in self._target.items() if positions.get(key, high) >= high)
         )
-        return aligned_caps(EventTime.from_json(event_time), positions, self.event_time, done)
+        return aligned_caps(EventTime.from_json(event_time), positions, reads, self.event_time, done)
 
     def batch_limit(
         self, max_rows: int | None, positions: dict[str, int], bounds: dict[str, tuple[int, int]]

@@ -51,25 +51,44 @@ def test_a_partition_that_has_records_left_to_read_is_never_idle():
     assert later.idle == ()
 
 
-def test_aligned_reading_holds_back_partitions_ahead_of_the_slowest_by_their_density():
+def test_aligned_reading_holds_back_partitions_ahead_of_where_the_slowest_ends_the_batch():
     state = EventTime(
         seq=4,
-        marks={"r:0": 10_000, "r:1": 12_500, "r:2": 11_000},
-        marked_at={"r:0": 100, "r:1": 100, "r:2": 100},
-        density={"r:0": 0.1, "r:1": 0.01, "r:2": 1.0},
+        marks={"r:0": 10_000, "r:1": 12_500, "r:2": 11_000, "r:4": 13_200},
+        marked_at={"r:0": 100, "r:1": 100, "r:2": 100, "r:4": 100},
+        density={"r:0": 0.1, "r:1": 0.1, "r:2": 1.0, "r:4": 0.1},
     )
-    caps = aligned_caps(state, {"r:0": 100, "r:1": 100, "r:2": 100, "r:3": 0}, CONFIG)
-    assert caps["r:1"] == 0  # 2.5 s ahead of the slowest: paused
-    assert caps["r:0"] == int(DENSITY_MARGIN * 0.1 * 2_000)  # the slowest may run one alignment ahead
-    assert caps["r:2"] == int(DENSITY_MARGIN * 1.0 * 1_000)  # 1 s of headroom left
+    at = {"r:0": 100, "r:1": 100, "r:2": 100, "r:3": 0, "r:4": 100}
+    reads = dict.fromkeys(at, 100)  # what each would read without alignment
+    caps = aligned_caps(state, at, reads, CONFIG)
+    # r:0 is the slowest and ends the batch at 11_000 (100 records at 0.1 per ms); the others may end it up to
+    # DENSITY_MARGIN of the 2 s alignment past that
+    assert caps["r:0"] >= reads["r:0"]  # the slowest is never held back
+    assert caps["r:1"] == int(0.1 * (11_000 + DENSITY_MARGIN * 2_000 - 12_500))
+    assert caps["r:2"] == int(1.0 * (11_000 + DENSITY_MARGIN * 2_000 - 11_000))
+    assert caps["r:4"] == 0  # already 2.2 s ahead of where the slowest ends: paused
     assert caps["r:3"] == PROBE_RECORDS  # never read: a probe measures its density first
-    # records read since the last mark count: r:0 is estimated 1 s further on, so r:2 is the slowest now
-    moved = aligned_caps(state, {"r:0": 200, "r:1": 100, "r:2": 100}, CONFIG)
-    assert moved["r:2"] == int(DENSITY_MARGIN * 1.0 * 2_000)
-    # a partition done with a bounded run no longer holds the others back
-    done = aligned_caps(state, {"r:0": 100, "r:1": 100, "r:2": 100}, CONFIG, done=frozenset({"r:0"}))
-    assert done["r:1"] == int(DENSITY_MARGIN * 0.01 * 500)
-    assert aligned_caps(state, {"r:0": 100}, EventTimeConfig(1_000, 5_000, None)) is None
+    # records read since the last mark count: r:0 is estimated 1 s further on (r:2 ends the batch first now)
+    moved = aligned_caps(state, {**at, "r:0": 200}, {}, CONFIG)
+    assert moved["r:1"] == int(0.1 * (11_000 + DENSITY_MARGIN * 2_000 - 12_500))
+    # a partition done with a bounded run no longer holds the others back: r:2 ends the batch at 11_100
+    done = aligned_caps(state, at, reads, CONFIG, done=frozenset({"r:0"}))
+    assert done["r:1"] == int(0.1 * (11_100 + DENSITY_MARGIN * 2_000 - 12_500))
+    assert aligned_caps(state, {"r:0": 100}, reads, EventTimeConfig(1_000, 5_000, None)) is None
+
+
+def test_partitions_equally_behind_read_as_much_as_the_batch_allows():
+    """A backlog spanning far more event time than the alignment, on partitions alike, is read at the batch's
+    limit: the alignment bounds the partitions' spread, not the batch's span (which a longer trigger needs)."""
+    state = EventTime(
+        seq=4,
+        marks={"r:0": 10_000, "r:1": 10_050},
+        marked_at={"r:0": 100, "r:1": 100},
+        density={"r:0": 1.0, "r:1": 1.0},
+    )
+    reads = {"r:0": 70_000, "r:1": 70_000}  # 70 s of event time each, the alignment is 2 s
+    caps = aligned_caps(state, {"r:0": 100, "r:1": 100}, reads, CONFIG)
+    assert all(caps[key] >= reads[key] for key in reads), caps
 
 
 def test_the_plan_takes_no_more_than_the_caps_and_shares_the_rest():
