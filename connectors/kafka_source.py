@@ -675,6 +675,8 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
         offset = make_offset(end, control, event_time)
         if max_rows is not None:
             offset["limit"] = max_rows  # the batch's record limit, as planned (shown by the job)
+        # records the broker held beyond the batch when it was planned: the job's backlog (reported per slot)
+        offset["waiting"] = sum(max(0, int(high) - end.get(key, int(high))) for key, (_, high) in bounds.items())
         self._last_end = offset
         return offset
 

@@ -121,6 +121,7 @@ def slot_batches(entries: Iterable[LoadEntry]) -> list[SlotBatch]:
                 Load(
                     tuples_in=int(report.get("joined", 0)),
                     processing_s=float(report.get("seconds", 0.0)),
+                    backlog=int(report.get("backlog", 0)),
                     state_bytes=int(report.get("state_bytes", 0)),
                     outputs=int(report.get("outputs", 0)),
                     cpu_s=float(report.get("cpu_seconds", 0.0)),

@@ -55,6 +55,7 @@ class Progress:
             f"dead letters {outcome.dead}, window {outcome.window_tuples:,} tuples, slowest slot {slowest:.2f} s"
             f"{_event_time_note(outcome)}{_snapshot_note(outcome)}{_replay_note(outcome)}"
             f"{f', batch limit {outcome.batch_limit:,}' if outcome.batch_limit else ''}"
+            f"{f', {outcome.waiting:,} records waiting' if outcome.waiting else ''}"
             f"{budget_text(outcome.budget, outcome.previous_spark)}"
         )
 

@@ -186,7 +186,13 @@ class AdaptedStreamReader(KafkaStreamReader):
         # the marks too once every input partition has one: a slot may then expire state by what it reads
         complete = event_time.ends and all(key in event_time.marks for key in event_time.ends)
         marks = event_time.marks if complete else None
-        clock = {"seq": event_time.seq, "watermark": event_time.watermark, "marks": marks, "limit": end.get("limit")}
+        clock = {
+            "seq": event_time.seq,
+            "watermark": event_time.watermark,
+            "marks": marks,
+            "limit": end.get("limit"),
+            "waiting": end.get("waiting"),
+        }
         groups = [p.ranges for p in super().partitions(start, end)] or [()]
         return [ControlledPartition(g, control, clock, i == 0) for i, g in enumerate(groups)]
 

@@ -151,6 +151,7 @@ class BatchOutcome:
     # before it (a batch's own exist only once it ended).
     budget: dict[str, float] = field(default_factory=dict)
     batch_limit: int | None = None  # the record limit the source planned the batch with (None: none)
+    waiting: int = 0  # records the topics held beyond the batch when it was planned (the job's backlog)
     previous_spark: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -249,6 +250,7 @@ class BatchSink:
         outcome.state_span_ms = max((s.get("state_span_ms", 0) for s in outcome.stats), default=0)
         outcome.held_span_ms = max((s.get("held_span_ms", 0) for s in outcome.stats), default=0)
         outcome.batch_limit = max((s["batch_limit"] for s in outcome.stats if s.get("batch_limit")), default=None)
+        outcome.waiting = max((s.get("batch_waiting") or 0 for s in outcome.stats), default=0)
         seqs = [s["clock_seq"] for s in outcome.stats if s.get("clock_seq") is not None]
         return max(seqs, default=None)
 

@@ -32,12 +32,16 @@ REPORT_KEYS = (
 
 
 def slot_reports(outcome: BatchOutcome) -> list[dict[str, Any]]:
-    """One report per slot, by slot index (`slot_index`, else the grouping key), ordered by slot."""
+    """One report per slot, by slot index (`slot_index`, else the grouping key), ordered by slot. Its `backlog`
+    is its share of the records left waiting in the topics, by its share of the batch's tuples (the waiting
+    records are not routed yet; the same keys go on arriving where they did)."""
+    joined = sum(int(s.get("joined", 0)) for s in outcome.stats)
     reports = [
         {
             "slot": int(s.get("slot_index", s["slot"])),
             "label": int(s["slot"]),
             **{k: s[k] for k in REPORT_KEYS if k in s},
+            "backlog": round(outcome.waiting * int(s.get("joined", 0)) / joined) if joined else 0,
         }
         for s in outcome.stats
     ]

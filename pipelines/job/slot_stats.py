@@ -56,6 +56,7 @@ def slot_stats(index: int, batch: SlotBatch, meta: SlotMeta, work: BatchWork, wi
         # driver reports their maxima over slots to the next batch's plan), the event-time span of the state
         "clock_seq": clock.get("seq"),
         "batch_limit": clock.get("limit"),  # the record limit the batch was planned with
+        "batch_waiting": clock.get("waiting"),  # records left in the topics when it was planned
         "watermark": meta.watermark,
         "marks": batch.marks,
         "state_span_ms": spans[0],

@@ -309,6 +309,11 @@ def test_max_offsets_per_trigger_splits_the_backlog_into_bounded_batches(
     sizes = [len(rows) for _, rows in sink.batches]
     if HAS_ADMISSION_CONTROL:
         assert sizes == [45, 45, 45, 25]
+        # each planned offset records what the topics held beyond it: the job's backlog
+        planned = [
+            json.loads((tmp_path / "checkpoint" / "offsets" / str(b)).read_text().splitlines()[-1]) for b in range(4)
+        ]
+        assert [offset["waiting"] for offset in planned] == [115, 70, 25, 0]
         # Fair split of the first batch: 15 per partition with data (3 partitions have 90, 20, 50).
         first = sorted({(r[0], r[1]) for r in sink.batches[0][1]})
         assert first == sorted([(left, 0), (left, 2), (right, 1)])

@@ -71,6 +71,18 @@ def test_published_batches_read_back_as_slot_batches_by_slot_index(reports):
     assert set(slot1.groups) == {Group(1), Group(3)}
 
 
+def test_the_records_waiting_in_the_topics_are_each_slots_backlog_by_its_share_of_the_tuples(reports):
+    """Paper 000's occupancy is a slot's input buffer over its capacity: the job's buffer is the topics."""
+    outcome = _outcome(0, 1000.0)
+    outcome.waiting = 600  # slot 0 joined 40 tuples, slot 1 joined 20
+    LoadPublisher(reports, trigger_s=1.0)(outcome)
+    batches = slot_batches(reports.read())
+    assert [b.total.backlog for b in batches] == [400, 200]
+    caught_up = _outcome(1, 1001.0)  # nothing waiting: no backlog
+    LoadPublisher(reports, trigger_s=1.0)(caught_up)
+    assert [b.total.backlog for b in slot_batches(reports.read()) if b.batch_id == 1] == [0, 0]
+
+
 def test_reading_after_a_cursor_returns_only_newer_entries_and_replays_keep_the_latest(reports):
     publish = LoadPublisher(reports, trigger_s=0.0)
     publish(_outcome(0, 10.0))

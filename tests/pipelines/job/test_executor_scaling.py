@@ -200,17 +200,17 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
 # The controller's scaling rules under test, with the load that drives each:
 # - S2J's utilisation: tau = tuples per batch per slot / 100, so a 300-row batch is 1.5, a trickle ~0.02 (one
 #   epoch sustains);
-# - paper 000's declustering: a slot is a supplier when its work takes over th_sup of the batch interval (busy
-#   occupancy), a consumer under th_con; N_sup > beta * N_con grows, no supplier shrinks. Most of a batch's time is
-#   Spark's, outside the slots (~0.7 s a batch, and a backlog's read and shuffle), so even a slot that cannot keep
-#   up is rarely over ~0.4 busy, and a trickle's stayed under ~0.1: th_sup is 0.15. A wave comes in one 2000-row
-#   batch over a 2 s window (~125 partners a row: over a second of one slot's work) so that its slots are
-#   suppliers; its epoch, averaged with the trickle batches beside it, read 0.25-0.41 on one slot (at th_sup 0.25 a
-#   CI run read exactly 0.25 and never grew). The rule shrinks after 3 supplier-free epochs.
+# - paper 000's declustering: a slot is a supplier when its input buffer is over th_sup full, a consumer under
+#   th_con; N_sup > beta * N_con grows, no supplier for 3 epochs in a row shrinks. The buffer is the topics: each
+#   batch reports the records left waiting when it was planned, each slot's share by its tuples, over a capacity
+#   of 300 (occupancy "backlog", the paper's own measure). A wave of 2000 rows read 700 a batch leaves 1300, then
+#   600 waiting (4.3 and 2 capacities in two batches of an epoch of ~6: a supplier however the epochs fall); a
+#   trickle leaves none. (Busy occupancy, a slot's seconds over the batch interval, sees little of a lag: most of
+#   a batch's time is Spark's, outside the slots, and its thresholds had to be set to this machine's readings.)
 #   The job follows the slots too: a shrink drains slot 1 onto slot 0; a growth moves partitions to slot 1 from the
-#   next epoch on, while the load lasts (a one-batch wave is over by then).
+#   next epoch on, while the load lasts (a wave is over by then).
 #   (Relative occupancies, share/cpu/tuples, cannot drive the rule: one slot holds all of the share, 1 > th_sup,
-#   so it never shrinks to one slot; the job reports no backlog, so "backlog" never grows.)
+#   so it never shrinks to one slot.)
 SCALING = {
     "utilisation": {
         "control": {"scaling": "utilisation", "utilisation": {"capacity": 100, "sustain_epochs": 1, "max_workers": 2}},
@@ -222,10 +222,10 @@ SCALING = {
         "control": {
             "scaling": "declustering",
             "declustering": {"beta": 0.5, "min_slots": 1, "max_slots": 2},
-            "reorganisation": {"occupancy": "busy", "th_sup": 0.15, "th_con": 0.06},
+            "reorganisation": {"occupancy": "backlog", "backlog_capacity": 300, "th_sup": 0.3, "th_con": 0.1},
         },
         "window_ms": 2000,
-        "max_offsets": 2000,
+        "max_offsets": 700,
         "routing": True,
     },
 }
