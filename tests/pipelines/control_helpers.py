@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import orjson
 import pytest
@@ -14,13 +15,36 @@ from pyspark.sql import SparkSession
 
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
 from windjoin.connectors.control_decisions import DecisionStore, routing_json
+from windjoin.connectors.load_reports import LoadReports
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
+from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
+from windjoin.pipelines.controller.control_loop import Controller
 from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.job.load_publisher import LoadPublisher
+
+
+class InProcessControl(NamedTuple):
+    """`windjoin controller` stepped in the test's own process, over a Redis namespace of its own."""
+
+    decisions: DecisionStore
+    controller: Controller
+    publish: LoadPublisher  # the driver's side: publish each batch's load as it ends
+    source: ControlSource  # the job's side: follow the decisions
+
+
+def in_process_control(redis_url: str, control: Mapping[str, Any], partitions: int, slots: int) -> InProcessControl:
+    namespace = f"t{uuid.uuid4().hex[:8]}"
+    decisions = DecisionStore(redis_url, namespace)
+    controller = Controller(
+        LoadReports(redis_url, namespace), decisions, parse_control_config(dict(control)), partitions, slots
+    )
+    publish = LoadPublisher(LoadReports(redis_url, namespace), trigger_s=0.0)
+    return InProcessControl(decisions, controller, publish, ControlSource(redis_url, namespace))
 
 
 def record_routing(

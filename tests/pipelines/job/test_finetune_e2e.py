@@ -20,22 +20,18 @@ from __future__ import annotations
 
 import random
 import time
-import uuid
 
 import numpy as np
 import pytest
 
+from tests.pipelines.control_helpers import in_process_control
 from tests.pipelines.job.test_skew_e2e import FIELDS, oracle_by_key, oracle_rows, sorted_rows
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.load_reports import LoadReports
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.partitioning import Group, partition_of
 from windjoin.operators.spec import parse_spec
-from windjoin.pipelines.controller.control_loop import Controller, recorded_moves, state_from_fields
-from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
-from windjoin.pipelines.job.load_publisher import LoadPublisher
+from windjoin.pipelines.controller.control_loop import recorded_moves, state_from_fields
+from windjoin.pipelines.job.join_job import BatchOutcome, start_job
 
 PARTITIONS, SLOTS, HOT = 16, 4, 1  # HOT starts on slot 1
 HOT_KEYS, COLD_KEYS = 32, 6  # keys of HOT; keys of each other partition
@@ -105,12 +101,7 @@ def test_fine_tuning_splits_a_hot_partition_and_moves_its_mini_groups_without_lo
     hot_share = np.mean(partition_of(np.array([e["k"] for e in data[:HOT_EVENTS]]), PARTITIONS) == HOT)
     assert hot_share > 0.45  # an independent count of the events: HOT is hot while it lasts
 
-    namespace = f"t{uuid.uuid4().hex[:8]}"
-    decisions = DecisionStore(redis_url, namespace)
-    controller = Controller(
-        LoadReports(redis_url, namespace), decisions, parse_control_config(CONTROL), PARTITIONS, SLOTS
-    )
-    publish = LoadPublisher(LoadReports(redis_url, namespace), trigger_s=0.0)
+    decisions, controller, publish, control = in_process_control(redis_url, CONTROL, PARTITIONS, SLOTS)
     seen: list[BatchOutcome] = []
     cooled: list[bool] = []  # per recorded decision: whether its reports include batches after HOT cooled
     trace: list[str] = []
@@ -137,7 +128,7 @@ def test_fine_tuning_splits_a_hot_partition_and_moves_its_mini_groups_without_lo
     parquet = ParquetSink(tmp_path / "parquet")
     spec = parse_spec(spec_dict)
     started = time.perf_counter()
-    query = start_job(spark, spec, kafka_bootstrap, [parquet], True, on_batch, ControlSource(redis_url, namespace))
+    query = start_job(spark, spec, kafka_bootstrap, [parquet], True, on_batch, control)
     query.awaitTermination(timeout=600)
     print("\n".join(trace))
     print(f"job: {len(seen)} batches in {time.perf_counter() - started:.1f} s")

@@ -12,23 +12,17 @@ push, a relocation, a clean-up or the replay shows up as a difference.
 
 from __future__ import annotations
 
-import uuid
-
 import orjson
 import pytest
 
-from tests.pipelines.control_helpers import run_with_one_replay
+from tests.pipelines.control_helpers import in_process_control, run_with_one_replay
 from tests.pipelines.job.test_spill_e2e import spill_workload
 from tests.pipelines.pipeline_helpers import parquet_pairs
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.load_reports import LoadReports
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
-from windjoin.pipelines.controller.control_loop import Controller, recorded_moves
-from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
-from windjoin.pipelines.job.load_publisher import LoadPublisher
+from windjoin.pipelines.controller.control_loop import recorded_moves
+from windjoin.pipelines.job.join_job import BatchOutcome, start_job
 
 CONTROL = {
     "utilisation": {"capacity": 1e12, "min_workers": 2, "max_workers": 2},  # no shedding, no scaling
@@ -44,14 +38,10 @@ def test_controller_pushes_relocates_and_cleans_up_without_losing_a_pair(
 ):
     spec_dict, events = spill_workload(unique_topic, tmp_path, kafka_bootstrap, seed=21, lateness_ms=800)
     spec = parse_spec(spec_dict)
-    namespace = f"t{uuid.uuid4().hex[:8]}"
-    decisions = DecisionStore(redis_url, namespace)
     memory = {**CONTROL["memory"], "policy": policy, "query_bytes": 60_000}  # M_q: 2.5x the cluster's budget
-    config = parse_control_config({**CONTROL, "memory": memory})
-    controller = Controller(LoadReports(redis_url, namespace), decisions, config, spec.partitions, spec.slots)
-    publish = LoadPublisher(LoadReports(redis_url, namespace), trigger_s=0.0)
+    control_config = {**CONTROL, "memory": memory}
+    decisions, controller, publish, control = in_process_control(redis_url, control_config, spec.partitions, spec.slots)
     parquet = ParquetSink(tmp_path / "parquet")
-    control = ControlSource(redis_url, namespace)
 
     def after(outcome: BatchOutcome) -> None:  # a control epoch after every committed batch
         publish(outcome)

@@ -9,23 +9,19 @@ so the run is repeatable) and each epoch lets every supplier yield one partition
 from __future__ import annotations
 
 import random
-import uuid
 
 import numpy as np
 import pytest
 
+from tests.pipelines.control_helpers import in_process_control
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.load_reports import LoadReports
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.operators.workloads.b_model import PartitionSkewedKeys
-from windjoin.pipelines.controller.control_loop import Controller, recorded_moves
-from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
-from windjoin.pipelines.job.load_publisher import LoadPublisher
+from windjoin.pipelines.controller.control_loop import recorded_moves
+from windjoin.pipelines.job.join_job import BatchOutcome, start_job
 
 PARTITIONS, SLOTS = 16, 4
 CONTROL = {
@@ -64,12 +60,7 @@ def test_controller_moves_even_out_a_skewed_placement_without_losing_a_pair(
     static = imbalance(dict(enumerate(np.bincount(partition_of(keys, PARTITIONS) % SLOTS, minlength=SLOTS))))
     assert static > 1.6  # the workload is skewed enough to matter (an independent count of the events)
 
-    namespace = f"t{uuid.uuid4().hex[:8]}"
-    decisions = DecisionStore(redis_url, namespace)
-    controller = Controller(
-        LoadReports(redis_url, namespace), decisions, parse_control_config(CONTROL), PARTITIONS, SLOTS
-    )
-    publish = LoadPublisher(LoadReports(redis_url, namespace), trigger_s=0.0)
+    decisions, controller, publish, control = in_process_control(redis_url, CONTROL, PARTITIONS, SLOTS)
     per_batch: list[dict[int, int]] = []
     moved_in: list[int] = []
 
@@ -82,7 +73,7 @@ def test_controller_moves_even_out_a_skewed_placement_without_losing_a_pair(
 
     parquet = ParquetSink(tmp_path / "parquet")
     spec = parse_spec(spec_dict)
-    query = start_job(spark, spec, kafka_bootstrap, [parquet], True, on_batch, ControlSource(redis_url, namespace))
+    query = start_job(spark, spec, kafka_bootstrap, [parquet], True, on_batch, control)
     query.awaitTermination(timeout=900)
     assert query.exception() is None
 

@@ -36,25 +36,20 @@ from __future__ import annotations
 
 import random
 import time
-import uuid
 
 import numpy as np
 import orjson
 import pytest
 
-from tests.pipelines.control_helpers import run_with_one_replay
+from tests.pipelines.control_helpers import in_process_control, run_with_one_replay
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.load_reports import LoadReports
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import oracle_join
 from windjoin.operators.workloads.b_model import PartitionSkewedKeys
-from windjoin.pipelines.controller.control_loop import Controller, recorded_moves
-from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource
-from windjoin.pipelines.job.load_publisher import LoadPublisher
+from windjoin.pipelines.controller.control_loop import recorded_moves
+from windjoin.pipelines.job.join_job import BatchOutcome
 
 PARTITIONS, SLOTS = 64, 8
 KEYS, PER_MS, WINDOW_MS = 800, 4, 1_000  # 12.5 keys per partition, 4 events per ms of event time
@@ -130,12 +125,7 @@ def test_controller_moves_bring_the_slowest_slot_within_1_5x_of_the_mean(
     tuples = np.bincount(partition_of(keys, PARTITIONS) % SLOTS, minlength=SLOTS)
     assert tuples.max() / tuples.mean() > 2.5  # an independent count: the b-model lines up with the slots
 
-    namespace = f"t{uuid.uuid4().hex[:8]}"
-    decisions = DecisionStore(redis_url, namespace)
-    controller = Controller(
-        LoadReports(redis_url, namespace), decisions, parse_control_config(CONTROL), PARTITIONS, SLOTS
-    )
-    publish = LoadPublisher(LoadReports(redis_url, namespace), trigger_s=0.0)
+    decisions, controller, publish, control = in_process_control(redis_url, CONTROL, PARTITIONS, SLOTS)
     cpu: list[dict[int, float]] = []  # per batch with input: slot -> CPU seconds
     trace: list[str] = []
     moved_in: list[tuple[int, int]] = []  # (batch index, partition)
@@ -159,9 +149,7 @@ def test_controller_moves_bring_the_slowest_slot_within_1_5x_of_the_mean(
     parquet = ParquetSink(tmp_path / "parquet")
     spec = parse_spec(spec_dict)
     # the first batch installing moved or spread state fails after its sinks wrote and is replayed after a restart
-    _, failed = run_with_one_replay(
-        spark, spec, kafka_bootstrap, [parquet], ControlSource(redis_url, namespace), after, installs_state
-    )
+    _, failed = run_with_one_replay(spark, spec, kafka_bootstrap, [parquet], control, after, installs_state)
     print("\n".join(trace))
     print(f"batch {failed} replayed")
 
@@ -228,12 +216,7 @@ def test_controller_spreads_a_partition_too_heavy_for_any_slot(
     events = hot_partition_events(per_batch * batches, partitions, hot, seed=22)
     produce_events(kafka_bootstrap, spec_dict, events)
 
-    namespace = f"t{uuid.uuid4().hex[:8]}"
-    decisions = DecisionStore(redis_url, namespace)
-    controller = Controller(
-        LoadReports(redis_url, namespace), decisions, parse_control_config(SPREAD_CONTROL), partitions, slots
-    )
-    publish = LoadPublisher(LoadReports(redis_url, namespace), trigger_s=0.0)
+    decisions, controller, publish, control = in_process_control(redis_url, SPREAD_CONTROL, partitions, slots)
     cpu: list[dict[int, float]] = []
     trace: list[str] = []
     installed: list[int] = []  # batch indexes (with input) in which a slot installed handed-over state
@@ -255,7 +238,7 @@ def test_controller_spreads_a_partition_too_heavy_for_any_slot(
 
     parquet = ParquetSink(tmp_path / "parquet")
     _, failed = run_with_one_replay(
-        spark, parse_spec(spec_dict), kafka_bootstrap, [parquet], ControlSource(redis_url, namespace), after,
+        spark, parse_spec(spec_dict), kafka_bootstrap, [parquet], control, after,
         installs_state,
     )  # fmt: skip
     print("\n".join(trace))
