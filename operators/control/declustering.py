@@ -35,8 +35,8 @@ def declustering_step(classes: Classes, slots: int, config: DeclusteringConfig, 
 
 @dataclass(frozen=True)
 class UtilisationState:
-    """Consecutive epochs spent above tau2 and below tau0 (what "sustained" counts); with paper 000's
-    declustering, `below` counts the epochs in a row without a supplier."""
+    """Consecutive epochs in which the scaling rule's grow (`above`) and shrink (`below`) conditions held: S2J's
+    tau over tau2 and under tau0, or, with paper 000's declustering (which grows at once), no supplier."""
 
     above: int = 0
     below: int = 0
