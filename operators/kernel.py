@@ -50,9 +50,10 @@ def probe_block(probe: Probe, block: Block) -> Matches:
     rows = _rows_reaching(probe, block)
     if len(rows) == 0:
         return Matches(_EMPTY, _EMPTY, 0)
+    if not probe.use_index:
+        return _nested_loop(probe, block, rows)
     window = _window_filter(probe)
-    order = None if window is None else _window_order(window, block, rows)
-    indexed = block.index_for(probe.preds, order) if probe.use_index else None
+    indexed = block.index_for(probe.preds, None if window is None else _window_order(window, block, rows))
     if indexed is None:
         return _nested_loop(probe, block, rows)
     return _indexed(probe, block, *indexed, rows, window)
