@@ -7,20 +7,29 @@ for a fixed time; rates are per core (the process is pinned to one). The nested 
 also expressed as the bytes of stored join columns it reads per second (a: int64 + b: float64 = 16 B per
 comparison), next to the memory read bandwidth measured in the same run.
 
-    python -m benchmarks.kernels [--quick]
+A second case (`--wide-block` alone) is the Spark job's hot partition: an equi-join on 9 hot keys whose stored
+block is one whole batch of 15,000 rows spanning 11.7 s of event time (a 140k-row batch at 12k events/s, one
+partition's share), probed by the next such batch, with windows of 1 ms and 1000 ms. It times, in CPU seconds,
+the kernel (key groups ordered by event time), the kernel with the window ignored when indexing (key groups
+only: the plan before the window-ordered index) and the nested loop.
+
+    python -m benchmarks.kernels [--quick] [--wide-block]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
 from benchmarks.machine import machine_facts, memory_read_bandwidth_gbs, pin_to_one_core
+from windjoin.operators import kernel
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.metrics import DelayHistogram
@@ -28,6 +37,13 @@ from windjoin.operators.spec import parse_spec
 from windjoin.operators.workloads.band import BAND_SPEC, band_columns
 
 RESULTS = Path(__file__).parent / "results" / "kernels.json"
+WIDE_RESULTS = Path(__file__).parent / "results" / "kernels-wide-block.json"
+WIDE_SPEC = {
+    "allowed_lateness_ms": 2000,
+    "streams": {"R": {"fields": {"k": "int", "x": "int"}}, "S": {"fields": {"k": "int", "a": "int"}}},
+    "tasks": [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+}
+WIDE_KEYS, WIDE_ROWS, WIDE_SPAN_MS = 9, 15_000, 11_700
 BYTES_PER_COMPARISON = 16  # the stored join columns a nested-loop comparison reads: a (int64) and b (float64)
 POOL = 8  # distinct pre-generated chunks, cycled, so data generation stays out of the timing
 
@@ -115,6 +131,79 @@ def measure(
     }
 
 
+def wide_batch(t0: int, rng: np.random.Generator) -> dict[str, Arrivals]:
+    """WIDE_ROWS tuples over [t0, t0 + WIDE_SPAN_MS), in event-time order, R or S at random, WIDE_KEYS keys."""
+    ts = np.sort(rng.integers(t0, t0 + WIDE_SPAN_MS, WIDE_ROWS))
+    is_r = rng.random(WIDE_ROWS) < 0.5
+    k = rng.integers(0, WIDE_KEYS, WIDE_ROWS)
+    chunk = {}
+    for stream, rows, field in (("R", is_r, "x"), ("S", ~is_r, "a")):
+        idx = np.flatnonzero(rows)
+        chunk[stream] = Arrivals({"ts": ts[idx], "k": k[idx], field: k[idx]}, idx)
+    return chunk
+
+
+def measure_wide_block(window_ms: int, mode: str, repeats: int = 3) -> dict[str, float]:
+    """CPU seconds (best of `repeats`) to join a batch against the previous one stored as a single block.
+
+    mode: "window" (the kernel), "key" (the window ignored when indexing: key groups only) or "nested_loop".
+    """
+    best, found = float("inf"), {}
+    for _ in range(repeats):
+        rng = np.random.default_rng(1)
+        join = WindowJoin(
+            parse_spec({**WIDE_SPEC, "window": {"kind": "time", "size_ms": window_ms}}), mode != "nested_loop"
+        )
+        join.process(wide_batch(0, rng))
+        batch = wide_batch(WIDE_SPAN_MS, rng)
+        counters = join.counters["eq"]
+        before = counters.comparisons
+        with (
+            mock.patch.object(kernel, "_window_filter", lambda probe: None)
+            if mode == "key"
+            else contextlib.nullcontext()
+        ):
+            started = time.process_time()
+            pairs = len(join.process(batch).pairs[0])
+            elapsed = time.process_time() - started
+        if elapsed < best:
+            best, found = elapsed, {"pairs": pairs, "comparisons": counters.comparisons - before}
+    return {"cpu_s": best, **found}
+
+
+def wide_block_rows(nested_loop: bool = True) -> list[dict]:
+    """The wide-block case at 1 ms and 1000 ms, printed as a table; same pairs in every mode (checked)."""
+    print(f"wide block: {WIDE_ROWS:,} stored rows over {WIDE_SPAN_MS:,} ms, {WIDE_KEYS} keys, probed by as many")
+    header = f"{'window':>8} {'pairs':>10} {'kernel s':>9} {'key-only s':>10} {'NL s':>7} {'key/kernel':>10}"
+    print(header + f" {'cmp kernel':>11} {'cmp key-only':>12}")
+    rows = []
+    for window_ms in (1, 1000):
+        modes = ("window", "key", "nested_loop") if nested_loop else ("window", "key")
+        runs = {mode: measure_wide_block(window_ms, mode) for mode in modes}
+        assert len({r["pairs"] for r in runs.values()}) == 1, runs
+        row = {"window_ms": window_ms, **runs, "key_only_over_kernel": runs["key"]["cpu_s"] / runs["window"]["cpu_s"]}
+        rows.append(row)
+        nl = f"{runs['nested_loop']['cpu_s']:>7.3f}" if nested_loop else f"{'-':>7}"
+        win, key = runs["window"], runs["key"]
+        print(
+            f"{window_ms:>6}ms {win['pairs']:>10,} {win['cpu_s']:>9.3f} {key['cpu_s']:>10.3f} {nl} "
+            f"{row['key_only_over_kernel']:>9.1f}x {win['comparisons']:>11,} {key['comparisons']:>12,}"
+        )
+    return rows
+
+
+def write_wide_block(rows: list[dict], path: Path) -> None:
+    result = {
+        "benchmark": "kernels wide block",
+        "workload": f"equi-join on {WIDE_KEYS} keys, a {WIDE_ROWS}-row block over {WIDE_SPAN_MS} ms probed by the next",
+        "machine": machine_facts(),
+        "rows": rows,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written: {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exponents", type=int, nargs="+", default=[16, 17, 18, 19, 20, 21])
@@ -123,10 +212,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per measurement")
     parser.add_argument("--quick", action="store_true", help="2^16 and 2^18 only, 1 s each (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--wide-block", action="store_true", help="only the hot-key wide-block case (about 15 s)")
+    parser.add_argument("--wide-out", type=Path, default=WIDE_RESULTS)
     args = parser.parse_args()
+    pin_to_one_core()
+    if args.wide_block:
+        write_wide_block(wide_block_rows(), args.wide_out)
+        return
     if args.quick:
         args.exponents, args.seconds = [16, 18], min(args.seconds, 1.0)
-    pin_to_one_core()
     bandwidth = memory_read_bandwidth_gbs()
     print(f"memory read bandwidth (1 core): {bandwidth:.1f} GB/s")
     header = f"{'window':>8} {'indexed t/s':>12} {'NL t/s':>9} {'speedup':>8} {'idx cmp/s':>11} {'NL cmp/s':>11} "
@@ -170,6 +264,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"targets: {result['targets']}\nwritten: {args.out}")
+    write_wide_block(wide_block_rows(nested_loop=not args.quick), args.wide_out)
 
 
 if __name__ == "__main__":

@@ -244,7 +244,9 @@ class WindowJoin:
             seen = np.full(len(probes), counts_before[other], dtype=np.int64)  # opposite arrivals before each probe
             if other_batch is not None:
                 seen += np.searchsorted(other_batch.seq, probes.seq)
-            return earlier, RangeFilter(SSEQ, seen - window.size, np.full(len(probes), inf))
+            # stored partners arrived before the probe exactly when their sseq < seen: the same bound as `earlier`,
+            # on the column a count window's index is ordered by
+            return earlier, RangeFilter(SSEQ, seen - window.size, seen - 1)
         ts = probes.ts.astype(np.int64)
         return earlier, RangeFilter(TS, ts - window.size_ms, ts + window.size_ms)
 

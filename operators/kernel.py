@@ -6,13 +6,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from windjoin.operators.index import BlockIndex, IndexPlan
+from windjoin.operators.index import BlockIndex, IndexPlan, WindowOrder
 from windjoin.operators.predicates import ProbePredicate
-from windjoin.operators.window import Block
+from windjoin.operators.window import SSEQ, TS, Block
 
 MAX_CANDIDATES = 1 << 21  # candidate pairs expanded at once: bounds memory on hot keys
 TILE_PROBES = 16  # nested-loop tile: TILE_PROBES x TILE_ROWS temporaries stay in L2
 TILE_ROWS = 4096
+WINDOW_COLUMNS = (TS, SSEQ)  # system columns a window bounds (time, count): an index may be ordered by them
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -49,10 +50,26 @@ def probe_block(probe: Probe, block: Block) -> Matches:
     rows = _rows_reaching(probe, block)
     if len(rows) == 0:
         return Matches(_EMPTY, _EMPTY, 0)
-    indexed = block.index_for(probe.preds) if probe.use_index else None
+    if not probe.use_index:
+        return _nested_loop(probe, block, rows)
+    window = _window_filter(probe)
+    indexed = block.index_for(probe.preds, None if window is None else _window_order(window, block, rows))
     if indexed is None:
         return _nested_loop(probe, block, rows)
-    return _indexed(probe, block, *indexed, rows)
+    return _indexed(probe, block, *indexed, rows, window)
+
+
+def _window_filter(probe: Probe) -> RangeFilter | None:
+    """The probe's window range (event time or count), which an index may order a block by."""
+    return next((f for f in probe.filters if f.column in WINDOW_COLUMNS), None)
+
+
+def _window_order(window: RangeFilter, block: Block, rows: np.ndarray) -> WindowOrder:
+    """The window as the plan sees it. Its width is the widest range among the probe rows, rounded up to a power
+    of two, so a block caches a few plans however the widths vary (an n-way join's partial results)."""
+    zmin, zmax = block.zone[window.column]
+    width = float(np.max(np.minimum(window.hi[rows], zmax) - np.maximum(window.lo[rows], zmin)))
+    return WindowOrder(window.column, float(2.0 ** np.ceil(np.log2(max(width, 0.0) + 1.0))), zmax - zmin)
 
 
 def _rows_reaching(probe: Probe, block: Block) -> np.ndarray:
@@ -64,8 +81,11 @@ def _rows_reaching(probe: Probe, block: Block) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
-def _indexed(probe: Probe, block: Block, plan: IndexPlan, index: BlockIndex, rows: np.ndarray) -> Matches:
-    prow, start, stop = index.ranges(plan, probe.columns, rows)
+def _indexed(
+    probe: Probe, block: Block, plan: IndexPlan, index: BlockIndex, rows: np.ndarray, window: RangeFilter | None
+) -> Matches:
+    bounds = None if window is None else (window.lo, window.hi)
+    prow, start, stop = index.ranges(plan, probe.columns, rows, bounds)
     counts = stop - start
     ends = np.cumsum(counts)
     found_p, found_q, compared, first = [], [], 0, 0

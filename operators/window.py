@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from windjoin.operators.batch import TupleBatch
-from windjoin.operators.index import BlockIndex, IndexPlan, choose_plan
+from windjoin.operators.index import BlockIndex, IndexPlan, WindowOrder, choose_plan
 from windjoin.operators.predicates import ProbePredicate
 from windjoin.operators.spec import CountWindow, TimeWindow
 
@@ -27,7 +27,7 @@ class Block:
     def __init__(self, tuples: TupleBatch) -> None:
         self.tuples = tuples
         self.zone = {name: (int(self.column(name).min()), int(self.column(name).max())) for name in (SEQ, SSEQ, TS)}
-        self._plans: dict[tuple[ProbePredicate, ...], IndexPlan | None] = {}
+        self._plans: dict[tuple[tuple[ProbePredicate, ...], WindowOrder | None], IndexPlan | None] = {}
         self._indexes: dict[tuple[object, ...], BlockIndex] = {}
 
     def __len__(self) -> int:
@@ -42,15 +42,21 @@ class Block:
             return self.tuples.ts
         return self.tuples.columns[name]
 
-    def index_for(self, preds: tuple[ProbePredicate, ...]) -> tuple[IndexPlan, BlockIndex] | None:
-        """The plan for these predicates on this block and its index (None: nested loop); equal keys share."""
-        if preds not in self._plans:
-            self._plans[preds] = choose_plan(list(preds), dict(self.tuples.columns))
-        plan = self._plans[preds]
+    def index_for(
+        self, preds: tuple[ProbePredicate, ...], window: WindowOrder | None = None
+    ) -> tuple[IndexPlan, BlockIndex] | None:
+        """The plan for these predicates (and this window) on this block and its index (None: nested loop);
+        equal keys share."""
+        if (preds, window) not in self._plans:
+            self._plans[preds, window] = choose_plan(list(preds), dict(self.tuples.columns), window)
+        plan = self._plans[preds, window]
         if plan is None:
             return None
         if plan.key not in self._indexes:
-            self._indexes[plan.key] = BlockIndex(plan, dict(self.tuples.columns))
+            columns = dict(self.tuples.columns)
+            if plan.window is not None:
+                columns[plan.window] = self.column(plan.window)
+            self._indexes[plan.key] = BlockIndex(plan, columns)
         return plan, self._indexes[plan.key]
 
 
