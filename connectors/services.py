@@ -4,6 +4,12 @@ Each service runs on loopback, in its own process group; its PID, port and log f
 `<state_dir>/services.json` so that `down` and `status` work from any process. The file also remembers each
 service's last port after `down`: the next `up` takes it again when it is free (else a free one), so the
 addresses a spec was written with (the demo's) stay valid across a restart of the services.
+
+Redis bound beyond loopback (the caller's choice, e.g. for Spark workers in network namespaces) requires a
+password: generated once per state dir into `<state_dir>/redis.password` (0600) and handed to redis-server in a
+0600 config file, never on its command line (visible in `ps`). The URL stays the server only (the project's
+rule: a password in a URL ends up in specs and logs); clients read the file (`RunningService.auth`, or a spec's
+`sinks.redis.password_file`).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import importlib.resources
 import ipaddress
 import json
 import os
+import secrets
 import shutil
 import time
 from collections.abc import Iterator, Sequence
@@ -22,12 +29,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from windjoin.connectors import processes
+from windjoin.connectors.redis_client import RedisAuth, redis_client
 
 KAFKA = "kafka"
 REDIS = "redis"
 SERVICE_NAMES = (KAFKA, REDIS)
 DEFAULT_STATE_DIR = Path("var/services")
 STATE_FILE = "services.json"
+REDIS_PASSWORD_FILE = "redis.password"
 _PORT_IN_USE_MARKERS = ("AddrInUse", "Address already in use", "Address in use")
 _PORT_ATTEMPTS = 3
 
@@ -68,13 +77,19 @@ class RunningService:
     argv: list[str] = field(default_factory=list)
     start_ticks: int | None = None
     started_at: float = 0.0
+    password_file: str | None = None  # Redis beyond loopback: the file holding its password
 
     @property
     def url(self) -> str:
-        """Kafka: the bootstrap address `host:port`; Redis: `redis://host:port/0`."""
+        """Kafka: the bootstrap address `host:port`; Redis: `redis://host:port/0` (the server only, no password)."""
         if self.name == REDIS:
             return f"redis://{self.host}:{self.port}/0"
         return f"{self.host}:{self.port}"
+
+    @property
+    def auth(self) -> RedisAuth:
+        """How a client logs in: the password file when there is one, else nothing."""
+        return RedisAuth(password_file=self.password_file)
 
 
 class Started(NamedTuple):
@@ -125,11 +140,11 @@ def kafka_ready(bootstrap: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def redis_ready(url: str, timeout_s: float = 1.0) -> bool:
-    """True when Redis answers PING."""
+def redis_ready(url: str, timeout_s: float = 1.0, auth: RedisAuth | None = None) -> bool:
+    """True when Redis answers PING (logged in with `auth`)."""
     import redis
 
-    client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+    client = redis_client(url, auth, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
     try:
         return bool(client.ping())
     except redis.RedisError:
@@ -139,7 +154,7 @@ def redis_ready(url: str, timeout_s: float = 1.0) -> bool:
 
 
 def _ready(service: RunningService) -> bool:
-    return kafka_ready(service.url) if service.name == KAFKA else redis_ready(service.url)
+    return kafka_ready(service.url) if service.name == KAFKA else redis_ready(service.url, auth=service.auth)
 
 
 # ---- state file --------------------------------------------------------------------------------------------
@@ -196,6 +211,35 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def _private_file(path: Path, text: str) -> None:
+    """Write `text` to `path` readable by its owner only (0600 from creation: never briefly world-readable)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.chmod(path, 0o600)  # an older file of the same name may have had other modes
+
+
+def redis_password_file(state_dir: Path) -> Path:
+    """The password file of `state_dir`'s Redis, generated (256 random bits) when missing; kept across restarts so
+    that clients given its path keep logging in."""
+    path = state_dir / REDIS_PASSWORD_FILE
+    if not path.exists():
+        _private_file(path, secrets.token_urlsafe(32) + "\n")
+    return path
+
+
+def _redis_password(config: ServicesConfig, state_dir: Path) -> Path | None:
+    """The password file of a Redis bound beyond loopback; None on loopback (protected mode keeps others out)."""
+    return None if _loopback(config.host) else redis_password_file(state_dir)
+
+
+def _auth_conf(data_dir: Path, password_file: Path) -> Path:
+    """A 0600 redis-server config file requiring the password (a file, not an argument: argv shows in `ps`)."""
+    conf = data_dir / "auth.conf"
+    _private_file(conf, f"requirepass {password_file.read_text(encoding='utf-8').strip()}\n")
+    return conf
+
+
 def _argv(name: str, config: ServicesConfig, port: int, state_dir: Path) -> list[str]:
     if name == KAFKA:
         url = f"tcp://{config.host}:{port}"
@@ -211,17 +255,19 @@ def _argv(name: str, config: ServicesConfig, port: int, state_dir: Path) -> list
         ]
     data_dir = state_dir / "redis-data"
     data_dir.mkdir(parents=True, exist_ok=True)
-    # Redis's protected mode (no password) answers only loopback clients; a non-loopback `host` is the caller's
-    # explicit choice to serve others (e.g. Spark workers in network namespaces on a private bridge).
-    protected = "yes" if _loopback(config.host) else "no"
+    # Protected mode stays on: it refuses non-loopback clients only of a password-less server, and a Redis bound
+    # beyond loopback has a password (in its config file, the first argument: redis-server's config-file slot).
+    password_file = _redis_password(config, state_dir)
+    conf = [] if password_file is None else [str(_auth_conf(data_dir, password_file))]
     return [
         config.redis_bin or redis_binary(),
+        *conf,
         "--port",
         str(port),
         "--bind",
         config.host,
         "--protected-mode",
-        protected,
+        "yes",
         "--save",
         "",
         "--appendonly",
@@ -241,6 +287,7 @@ def _start_one(name: str, config: ServicesConfig, state_dir: Path, port: int | N
         if port is None or attempt > 1 or not processes.port_free(config.host, port):
             port = processes.free_port(config.host)
         argv = _argv(name, config, port, state_dir)
+        password_file = _redis_password(config, state_dir) if name == REDIS else None
         log_start = log.stat().st_size if log.exists() else 0
         try:
             pid = processes.spawn(argv, log, env={**os.environ, "NO_COLOR": "1"})
@@ -255,6 +302,7 @@ def _start_one(name: str, config: ServicesConfig, state_dir: Path, port: int | N
             argv=argv,
             start_ticks=processes.start_ticks(pid),
             started_at=time.time(),
+            password_file=None if password_file is None else str(password_file),
         )
         problem = _wait_ready(service, config.ready_timeout_s, log_start)
         if problem is None:

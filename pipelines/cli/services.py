@@ -10,6 +10,11 @@ from windjoin.connectors import services as svc
 from windjoin.pipelines.cli.options import STATE_DIR_OPTION
 
 
+def _login(service: svc.RunningService) -> str:
+    """Where a client finds the password (the file, never the password itself), if the service has one."""
+    return f", password in {service.password_file}" if service.password_file else ""
+
+
 @click.group("services")
 def services() -> None:
     """Start, stop and inspect the local broker and Redis (loopback, free ports)."""
@@ -29,7 +34,7 @@ def up(state_dir: Path, kafka: bool, redis: bool, timeout: float) -> None:
         raise click.ClickException(str(exc)) from exc
     for service, reused in started:
         note = "already running" if reused else "started"
-        click.echo(f"{service.name}: {service.url}  (pid {service.pid}, {note}, log {service.log})")
+        click.echo(f"{service.name}: {service.url}  (pid {service.pid}, {note}, log {service.log}{_login(service)})")
 
 
 @services.command()
@@ -53,6 +58,6 @@ def status(state_dir: Path) -> None:
         click.echo("nothing running")
     for service, running, reachable in statuses:
         state = "reachable" if reachable else ("running, NOT answering" if running else "NOT running")
-        click.echo(f"{service.name}: {service.url}  (pid {service.pid}, {state}, log {service.log})")
+        click.echo(f"{service.name}: {service.url}  (pid {service.pid}, {state}, log {service.log}{_login(service)})")
     if not statuses or not all(s.reachable for s in statuses):
         raise SystemExit(1)

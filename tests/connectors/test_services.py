@@ -245,9 +245,58 @@ def test_failed_start_rolls_back_services_started_in_the_same_call(tmp_path: Pat
     assert _live_children().keys() <= before.keys()  # ... and was stopped again
 
 
-@pytest.mark.parametrize(("host", "protected"), [("127.0.0.1", "yes"), ("localhost", "yes"), ("10.231.0.1", "no")])
-def test_redis_serves_other_clients_only_when_bound_beyond_loopback(tmp_path: Path, host: str, protected: str):
-    """Redis's protected mode refuses non-loopback clients of a password-less server: kept on loopback, off on an
-    address the caller chose for others to reach (e.g. workers in network namespaces)."""
+def _non_loopback_address() -> str:
+    """An address of this machine beyond loopback (the one its default route leaves from); skip without one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("203.0.113.1", 9))  # UDP: no packet is sent
+        except OSError as err:
+            pytest.skip(f"no route beyond loopback: {err}")
+        address = probe.getsockname()[0]
+    if address.startswith("127."):
+        pytest.skip("this machine has no address beyond loopback")
+    return address
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "10.231.0.1"])
+def test_redis_keeps_protected_mode_and_has_a_password_only_beyond_loopback(tmp_path: Path, host: str):
+    """Protected mode stays on everywhere; beyond loopback the password is in a 0600 config file, not in argv."""
     argv = services._argv(services.REDIS, services.ServicesConfig(host=host, redis_bin="redis-server"), 6379, tmp_path)
-    assert argv[argv.index("--protected-mode") + 1] == protected
+    assert argv[argv.index("--protected-mode") + 1] == "yes"
+    password_file = tmp_path / services.REDIS_PASSWORD_FILE
+    if host != "10.231.0.1":
+        assert argv[1] == "--port" and not password_file.exists()
+        return
+    password = password_file.read_text().strip()
+    assert len(password) >= 32 and not any(password in arg for arg in argv)
+    conf = Path(argv[1])
+    assert conf.read_text() == f"requirepass {password}\n"
+    assert stat.S_IMODE(password_file.stat().st_mode) == stat.S_IMODE(conf.stat().st_mode) == 0o600
+
+
+def test_redis_beyond_loopback_refuses_clients_without_its_password(tmp_path: Path) -> None:
+    """Every endpoint authenticates: a Redis serving others (a non-loopback address) answers only clients that
+    give the password from its file; the reported URL (server only) with that file works; nothing prints it."""
+    host = _non_loopback_address()
+    config = services.ServicesConfig(state_dir=tmp_path / "svc", kafka=False, host=host)
+    try:
+        [started] = services.up(config)
+        service = started.service
+        password = Path(service.password_file).read_text().strip()
+        assert service.url == f"redis://{host}:{service.port}/0"  # the server only: specs and logs show it
+        with pytest.raises(redis.AuthenticationError):  # NOAUTH
+            redis.Redis.from_url(service.url, socket_timeout=5).ping()
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis.from_url(service.url, password="not-" + password, socket_timeout=5).ping()
+        assert services.redis_ready(service.url, auth=service.auth)
+        assert [(s.running, s.reachable) for s in services.status(config.state_dir)] == [(True, True)]
+        assert password not in Path(f"/proc/{service.pid}/cmdline").read_text()
+        assert password not in (config.state_dir / services.STATE_FILE).read_text()
+        result = CliRunner().invoke(services_cli, ["status", "--state-dir", str(config.state_dir)])
+        assert result.exit_code == 0 and f"password in {service.password_file}" in result.output, result.output
+        assert password not in result.output
+        again = services.up(config)  # reused: the same file still logs in
+        assert again[0].reused and again[0].service.password_file == service.password_file
+    finally:
+        services.down(config.state_dir)
+    assert not (config.state_dir / "redis-data").exists()  # its config file (holding the password) went with it

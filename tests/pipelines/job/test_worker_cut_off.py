@@ -1,11 +1,14 @@
 """A fault a cluster really meets: one Spark worker cut off the network mid-run while the controller scales.
 
 Each standalone Worker runs in its own network namespace (a veth pair to a bridge in the root namespace; see
-bridged_namespaces), the Master, the broker, Redis and the driver listen on the bridge's address. The job runs
-following `windjoin controller`'s executor count while events keep arriving; after some batches one worker's
-link goes down with a batch in flight. Spark must notice the lost executor (heartbeat timeout), rerun its tasks
-on the other worker and go on; all results must equal the oracle. The test prints how long the batch in flight
-took to commit after the cut, with the timeouts that bound it.
+bridged_namespaces), the Master, the broker, Redis (with a password: it serves the bridge) and the driver listen
+on the bridge's address. The job follows `windjoin controller`'s executor count: under a trickle the controller
+releases one executor and the job goes on on the other; then the load steps up, and as soon as the job scales
+back up (the driver asks for a second executor) the link of the worker holding the one running executor, with
+the job's work and a batch in flight, goes down. Spark must notice the lost executor (heartbeat timeout), and
+the new executor, coming up on the other worker, must take the work over (its state from the checkpoint); all
+results must equal the oracle. The test prints how long the batch in flight took to commit after the cut, with
+the timeouts that bound it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from windjoin.operators.testing.oracle import as_multiset, oracle_join
 # replacement executor there).
 HEARTBEAT, NETWORK_TIMEOUT, TIMEOUT_INTERVAL, WORKER_TIMEOUT = "1s", "8s", "1s", "6"
 BATCH_LINE = re.compile(r"^batch (\d+): ", re.MULTILINE)
+# The driver's line for an applied executor target (pipelines/cli/run.py): "executors: target 2, live 1 ['1']".
+TARGET_LINE = re.compile(r"^executors: target (\d+), live \d+ \[(.*)\]", re.MULTILINE)
+TRICKLE, STEADY, CAPACITY = 1, 100, 40  # events per 0.5 s, and the controller's W; see the test's docstring
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +53,9 @@ def net() -> Iterator[BridgedNamespaces]:
 
 
 @pytest.fixture(scope="module")
-def bridged_services(net, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """The embedded broker and Redis on the bridge's address (the workers reach nothing else): (bootstrap, url)."""
+def bridged_services(net, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
+    """The embedded broker and Redis on the bridge's address (the workers reach nothing else): (bootstrap, url,
+    Redis's password file)."""
     state_dir = tmp_path_factory.mktemp("bridged-services")
     try:
         started = {s.service.name: s.service for s in services.up(services.ServicesConfig(state_dir, host=net.host_ip))}
@@ -56,7 +63,8 @@ def bridged_services(net, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         services.down(state_dir)
         pytest.skip(f"the services did not start on {net.host_ip}: {err}")
     try:
-        yield started[services.KAFKA].url, started[services.REDIS].url
+        redis_service = started[services.REDIS]
+        yield started[services.KAFKA].url, redis_service.url, redis_service.password_file
     finally:
         services.down(state_dir)
 
@@ -80,25 +88,55 @@ def cluster(net, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalon
         started.stop()
 
 
+def _text(log: Path) -> str:
+    return log.read_text(errors="replace").replace("\r", "\n")
+
+
 def _batches(log: Path) -> list[int]:
-    return [int(b) for b in BATCH_LINE.findall(log.read_text(errors="replace").replace("\r", "\n"))]
+    return [int(b) for b in BATCH_LINE.findall(_text(log))]
+
+
+def _targets(log: Path) -> list[tuple[int, list[str]]]:
+    """The executor targets the driver applied, in order, each with the executor ids live just after."""
+    return [(int(t), re.findall(r"'([^']+)'", live)) for t, live in TARGET_LINE.findall(_text(log))]
+
+
+def _shrunk(log: Path) -> int | None:
+    """How many of the targets precede the shrink to one executor (None: not shrunk yet)."""
+    targets = [t for t, _ in _targets(log)]
+    return next((i + 1 for i, t in enumerate(targets) if t == 1), None)
+
+
+def _busy_worker(cluster: StandaloneCluster) -> str | None:
+    """The host of the only ALIVE worker running an executor (None unless exactly one does)."""
+    busy = [w["host"] for w in cluster.status()["workers"] if w.get("state") == "ALIVE" and w.get("coresused", 0)]
+    return busy[0] if len(busy) == 1 else None
 
 
 @pytest.mark.slow
-def test_job_recovers_when_a_worker_is_cut_off(net, bridged_services, cluster, unique_topic, tmp_path, record_property):
-    bootstrap, url = bridged_services
+def test_job_recovers_when_a_worker_is_cut_off_while_scaling_up(
+    net, bridged_services, cluster, unique_topic, tmp_path, record_property
+):
+    """Trickle until the controller has released one executor and the job committed batches on the other; then
+    STEADY, and cut the busy worker when the driver applies target 2. The controller's tau (S2J's utilisation,
+    W = CAPACITY) read ~0.5 for 100 events per 0.5 s on one slot at W = 100, under tau2 0.9 (no growth: a first
+    run waited 90 s): at W = 40 it is ~1.25 on one slot (grow to ceil(1.25 / tau* 0.4) -> max 2) and ~0.6 on
+    two (held, over tau0 0.2); the trickle, 1 event per 0.5 s, stays well under tau0 (4 read 0.13 at W = 100)."""
+    bootstrap, url, password_file = bridged_services
     spec = keyed_eq_spec(unique_topic, tmp_path)
     spec.update(
         trigger_ms=500,
         max_offsets_per_trigger=300,
-        sinks={"parquet": {"path": str(tmp_path / "parquet")}, "redis": {"url": url}},
+        sinks={
+            "parquet": {"path": str(tmp_path / "parquet")},
+            "redis": {"url": url, "password_file": password_file},  # the driver, controller and executors log in
+        },
     )
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(json.dumps(spec))
-    control = tmp_path / "control.yaml"  # tau = tuples per batch per slot / 100: a steady 150/s keeps two slots busy
-    control.write_text(
-        json.dumps({"scaling": "utilisation", "utilisation": {"capacity": 100, "sustain_epochs": 1, "max_workers": 2}})
-    )
+    control = tmp_path / "control.yaml"
+    utilisation = {"capacity": CAPACITY, "sustain_epochs": 1, "max_workers": 2}
+    control.write_text(json.dumps({"scaling": "utilisation", "utilisation": utilisation}))
     rng, events, lock = random.Random(22), [], threading.Lock()
     produce_events(bootstrap, spec, [])
     log, control_log = tmp_path / "driver.log", tmp_path / "controller.log"
@@ -118,28 +156,55 @@ def test_job_recovers_when_a_worker_is_cut_off(net, bridged_services, cluster, u
     controller_argv = [sys.executable, "-m", "windjoin.pipelines", "controller", str(spec_path), "--config"]
     controller = processes.spawn([*controller_argv, str(control), "--epoch-s", "3"], control_log, cwd=tmp_path)
     sink = ParquetSink(tmp_path / "parquet")
-    producing = threading.Event()
+    producing, load = threading.Event(), {"per_tick": TRICKLE}
     timings: dict[str, float] = {}
+    at_cut: dict = {}
 
-    def produce(n: int) -> None:
-        with lock:
-            new = _events(len(events), n, rng)
-            events.extend(new)
-            produce_events(bootstrap, spec, new)
-
-    def steady() -> None:
+    def produce() -> None:
         while producing.is_set():
-            produce(75)
+            with lock:
+                new = _events(len(events), load["per_tick"], rng)
+                events.extend(new)
+                produce_events(bootstrap, spec, new)
             time.sleep(0.5)
 
-    producer = threading.Thread(target=steady, daemon=True)
+    def shrunk_and_committed() -> bool:
+        """One executor left (the master and the driver agree) and 2 batches committed since the shrink."""
+        shrink = _shrunk(log)
+        if shrink is None or watch.now != 1:
+            return False
+        text = _text(log)
+        after = text[text.index("executors: target 1") :]
+        return len(BATCH_LINE.findall(after)) >= 2
+
+    def scaling_up() -> bool:
+        targets = _targets(log)
+        return any(t == 2 for t, _ in targets[shrink_index:])
+
+    producer = threading.Thread(target=produce, daemon=True)
     try:
-        timings["start: 2 executors"] = _wait("the job on 2 executors", lambda: watch.now == 2, 120, log)
         producing.set()
         producer.start()
-        _wait("3 batches committed on 2 executors", lambda: len(_batches(log)) >= 3 and watch.now == 2, 150, log)
-        in_flight = max(_batches(log)) + 1
-        net.cut(1)
+        timings["trickle: down to 1 executor, 2 batches on it"] = _wait(
+            "one executor released under the trickle, 2 batches committed on the other", shrunk_and_committed, 150, log
+        )
+        shrink_index = _shrunk(log)
+        busy = _busy_worker(cluster)
+        assert busy in net.ips, f"one worker should run the remaining executor: {cluster.status()['workers']}"
+        load["per_tick"] = STEADY
+        stepped = time.monotonic()
+        timings["step up: driver asks for 2 executors"] = _wait(
+            "the job scaling up to 2 executors under the steady load", scaling_up, 90, control_log, stepped
+        )
+        at_cut.update(
+            executors_master=watch.now,
+            changes=list(watch.changes),
+            workers={w["host"]: w.get("coresused", 0) for w in cluster.status()["workers"]},
+            live_at_target_2=next(live for t, live in _targets(log)[shrink_index:] if t == 2),
+            busy=busy,
+        )
+        in_flight = max(_batches(log), default=-1) + 1
+        net.cut(net.ips.index(busy))
         cut = time.monotonic()
         timings["recovery: batch in flight at the cut committed"] = _wait(
             f"batch {in_flight} (in flight at the cut) committed", lambda: in_flight in _batches(log), 90, log, cut
@@ -155,17 +220,27 @@ def test_job_recovers_when_a_worker_is_cut_off(net, bridged_services, cluster, u
         processes.stop(driver, grace_s=10.0)
     workers = {w["host"]: w["state"] for w in cluster.status()["workers"]}
     print(
-        f"seconds: {timings}; executors seen by the master: {watch.changes}; workers: {workers}; timeouts: "
-        f"heartbeat {HEARTBEAT}, spark.network.timeout {NETWORK_TIMEOUT} (checked every {TIMEOUT_INTERVAL}), "
-        f"spark.worker.timeout {WORKER_TIMEOUT} s"
+        f"seconds: {timings}; executors seen by the master: {watch.changes}; at the cut: {at_cut}; "
+        f"workers after: {workers}; timeouts: heartbeat {HEARTBEAT}, spark.network.timeout {NETWORK_TIMEOUT} "
+        f"(checked every {TIMEOUT_INTERVAL}), spark.worker.timeout {WORKER_TIMEOUT} s"
     )
     print(processes.log_tail(log, 40))
     record_property("recovery_s", round(timings["recovery: batch in flight at the cut committed"], 1))
 
-    # The cut cost the job the executor on the cut worker (noticed by its missing heartbeats), not the other one.
-    lost = re.findall(r"Lost executor \S+ on (\S+): (.*)", log.read_text(errors="replace"))
-    assert [host for host, _ in lost] == [net.ips[1]], lost
-    assert workers[net.ips[1]] == "DEAD" and workers[net.ips[0]] == "ALIVE", workers
+    # The cut fell in a scale-up: the job had run on one executor (the master saw it), the driver had just asked
+    # for a second, and the one it had then was the only one live.
+    assert 1 in at_cut["changes"], at_cut
+    assert len(at_cut["live_at_target_2"]) == 1, at_cut
+    # The cut cost the job the executor that held its work, on the cut worker, noticed by its missing heartbeats
+    # (the driver's, or the master's for the worker: "worker lost: Not receiving heartbeat for 6 seconds"); no
+    # other executor was lost (the shrink's removal, if logged at all, says the driver killed it).
+    lost = re.findall(r"Lost executor (\S+) on (\S+): (.*)", _text(log))
+    timed_out = [(executor, host) for executor, host, reason in lost if "heartbeat" in reason.lower()]
+    assert timed_out == [(at_cut["live_at_target_2"][0], busy)], lost
+    assert all("heartbeat" in reason.lower() or "killed by driver" in reason.lower() for *_, reason in lost), lost
+    other = next(host for host in net.ips if host != busy)
+    assert workers[busy] == "DEAD" and workers[other] == "ALIVE", workers
+    assert max(_batches(log)) >= in_flight + 3  # it went on committing after the cut
     expected, late = oracle_join(spec, events)
     assert not late and len(expected) > 1000
     assert as_multiset(parquet_pairs(sink, spec)) == as_multiset(expected)
