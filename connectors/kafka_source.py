@@ -666,9 +666,11 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
         positions = parse_offset(start)
         event_time = self.next_event_time(start.get("event_time"), positions, bounds)
         max_rows = self.batch_limit(getattr(limit, "max_rows", None), positions, bounds)
-        unaligned = plan_end(positions, bounds, max_rows)
-        reads = {key: unaligned[key] - positions[key] for key in positions if key in unaligned}
-        end = plan_end(positions, bounds, max_rows, self.read_caps(event_time, positions, reads))
+        end = plan_end(positions, bounds, max_rows)  # unaligned: what each partition would read
+        reads = {key: end[key] - positions[key] for key in positions if key in end}
+        caps = self.read_caps(event_time, positions, reads)
+        if caps is not None:
+            end = plan_end(positions, bounds, max_rows, caps)
         control = self.next_control(start.get("control"))
         if end == positions and not self.control_needs_batch(start.get("control"), control):
             return start
