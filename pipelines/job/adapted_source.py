@@ -47,6 +47,7 @@ from windjoin.operators.control.job_epoch import (
 from windjoin.operators.spec import TimeWindow
 from windjoin.pipelines.job.adapter import Adapter
 from windjoin.pipelines.job.control_feed import REFUSALS_OPTION, DecisionFeed, RefusalCounts, auth_from_options
+from windjoin.pipelines.job.slot_pieces import PIECE_SCHEMA, PieceBuffer
 
 log = logging.getLogger(__name__)
 
@@ -197,10 +198,12 @@ class AdaptedStreamReader(KafkaStreamReader):
         return [ControlledPartition(g, control, clock, i == 0) for i, g in enumerate(groups)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The task's adapted rows as Arrow IPC pieces per slot (`slot_pieces`), its timing row last."""
         assert isinstance(partition, ControlledPartition)
         epoch = ControlEpoch.from_json(partition.control)
+        pieces = PieceBuffer(self.adapter.schema)
         if partition.with_control:
-            yield self.adapter.control_rows(epoch, partition.clock)
+            yield from pieces.add(self.adapter.control_rows(epoch, partition.clock))
         if partition.ranges:
             timing = {"read_ms": 0.0, "adapt_ms": 0.0, "records": 0}
             records = read_ranges(self.options, partition.ranges)
@@ -211,11 +214,12 @@ class AdaptedStreamReader(KafkaStreamReader):
                 timing["read_ms"] += (read - started) * 1000
                 if batch is None:
                     break
-                adapted = self.adapter.adapt(batch, epoch)
+                packed = list(pieces.add(self.adapter.adapt(batch, epoch)))
                 timing["adapt_ms"] += (time.perf_counter() - read) * 1000
                 timing["records"] += batch.num_rows
-                yield adapted
-            yield self.adapter.timing_row(timing)
+                yield from packed
+            yield from pieces.add(self.adapter.timing_row(timing))
+        yield from pieces.flush()  # packing the last pieces is an IPC write: a copy, left out of the timing
 
 
 class AdaptedKafkaSource(KafkaDataSource):
@@ -226,7 +230,7 @@ class AdaptedKafkaSource(KafkaDataSource):
         return ADAPTED_SOURCE_NAME
 
     def schema(self) -> Any:
-        return from_arrow_schema(decode_adapter(self.options).schema)
+        return from_arrow_schema(PIECE_SCHEMA)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         adapter = decode_adapter(self.options)
@@ -255,7 +259,8 @@ class AdaptedKafkaSource(KafkaDataSource):
 
 
 def read_adapted(spark: SparkSession, adapter: Adapter, options: dict[str, str]) -> DataFrame:
-    """A streaming DataFrame of adapted rows (`adapter.schema`) from the topics of `adapter.spec`."""
+    """A streaming DataFrame of adapted rows (`adapter.schema`) from the topics of `adapter.spec`, packed in
+    Arrow IPC pieces per slot (`slot_pieces.PIECE_SCHEMA`)."""
     spark.dataSource.register(AdaptedKafkaSource)
     topics = ",".join(s.topic for s in adapter.spec.streams.values() if s.topic)
     reader = spark.readStream.format(ADAPTED_SOURCE_NAME).option("topics", topics)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from windjoin.connectors.codec import Codec
 from windjoin.connectors.codec_errors import DecodeError
@@ -146,106 +147,118 @@ class Adapter:
 
     def adapt(self, batch: pa.RecordBatch, epoch: ControlEpoch | None = None) -> pa.RecordBatch:
         """Adapted rows of one Kafka partition's records, routed and shed as `epoch` says (default: the
-        adapter's own routing, no shedding)."""
+        adapter's own routing, no shedding). Columnar throughout: a batch of plain records costs a few Arrow
+        calls, not a Python step per record."""
         epoch = epoch or ControlEpoch(self.routing)
         if self._codecs is None:
             self._codecs = stream_codecs(self.spec)
-        cols = batch.to_pydict()
         n = batch.num_rows
-        stream_of = [self.topics.get(t) for t in cols["topic"]]
-        out = {name: [None] * n for name in self.schema.names}
-        out["topic"], out["kpartition"], out["koffset"] = cols["topic"], cols["partition"], cols["offset"]
-        out["stream"] = stream_of
-        accepted: dict[str, list[int]] = {name: [] for name in self.spec.streams}
-        if not self._adapt_columns(batch, stream_of, out, accepted):
-            self._adapt_records(cols, stream_of, out, accepted)
-        hashes = self._record_hashes(cols) if epoch.shed_ratio > 0 or epoch.routing.spread else None
-        shed = self._shed(accepted, hashes, epoch.shed_ratio)
-        self._route(out, accepted, cols, epoch)
-        for rows in accepted.values():
-            for i in rows:
-                out["stored"][i] = True
-        adapted = pa.Table.from_batches([pa.RecordBatch.from_pydict(out, schema=self.schema)])
+        topics = batch.column("topic")
+        stream = pc.take(pa.array(list(self.topics.values()) + [None], pa.string()), _topic_codes(topics, self.topics))
+        decoded = self._decode_columns(batch, stream) or self._decode_records(batch, stream)
+        hashes = _record_hashes(batch) if epoch.shed_ratio > 0 or epoch.routing.spread else None
+        shed = self._shed(decoded.accepted, hashes, epoch.shed_ratio)
+        accepted = np.zeros(n, dtype=bool)
+        for rows in decoded.accepted.values():
+            accepted[rows] = True
+        part, slot = self._route(decoded, batch.column("partition"), epoch)
+        columns = {
+            "slot": pa.array(slot, pa.int32()),
+            "part": pa.array(part, pa.int32()),
+            "stream": stream,
+            "ts": decoded.ts,
+            "topic": topics,
+            "kpartition": batch.column("partition"),
+            "koffset": batch.column("offset"),
+            "reason": decoded.reason,
+            "detail": decoded.detail,
+            "stored": pa.array(accepted, pa.bool_(), mask=~accepted),
+            **decoded.fields,
+        }
+        arrays = [columns.get(f.name) for f in self.schema]
+        arrays = [pa.nulls(n, f.type) if a is None else a for a, f in zip(arrays, self.schema, strict=True)]
+        adapted = pa.Table.from_arrays(arrays, schema=self.schema)
         parts = [adapted]
         if shed:
             dropped = np.zeros(n, dtype=bool)
             for rows in shed.values():
                 dropped[rows] = True
             parts = [adapted.filter(pa.array(~dropped))]
-            counts = {stream: len(rows) for stream, rows in shed.items()}
-            parts.append(pa.Table.from_batches([self._shed_summary(counts, cols, epoch)]))
+            counts = {s: len(rows) for s, rows in shed.items()}
+            parts.append(pa.Table.from_batches([self._shed_summary(counts, batch, epoch)]))
             hashes = hashes[~dropped]
         if epoch.routing.spread:
             parts[0] = self._spread(parts[0], hashes, epoch)
         table = pa.concat_tables(parts).combine_chunks()
         return table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=self.schema)
 
-    def _adapt_records(self, cols: dict, stream_of: list, out: dict, accepted: dict[str, list[int]]) -> None:
+    def _decode_records(self, batch: pa.RecordBatch, stream: pa.Array) -> Decoded:
         """Decode and check record by record: each bad one gets its own reason."""
         assert self._codecs is not None
         schemas = self.stream_schemas
-        for i in range(len(stream_of)):
-            stream = stream_of[i]
+        n = batch.num_rows
+        topics, values = batch.column("topic").to_pylist(), batch.column("value").to_pylist()
+        record_ms, stream_of = batch.column("timestamp").to_pylist(), stream.to_pylist()
+        ts, reason, detail = [None] * n, [None] * n, [None] * n
+        fields = {field_column(s, f): [None] * n for s, sch in schemas.items() for f in sch.columns[1:]}
+        accepted: dict[str, list[int]] = {name: [] for name in self.spec.streams}
+        for i in range(n):
+            name = stream_of[i]
             try:
-                if stream is None:
-                    raise RecordError(UNKNOWN_TOPIC, f"topic {cols['topic'][i]!r} belongs to no stream")
-                record = self._codecs[stream].decode(cols["value"][i])
-                row = schemas[stream].check(record)
-                self._check_not_future(row[0], cols["timestamp"][i])
+                if name is None:
+                    raise RecordError(UNKNOWN_TOPIC, f"topic {topics[i]!r} belongs to no stream")
+                row = schemas[name].check(self._codecs[name].decode(values[i]))
+                self._check_not_future(row[0], record_ms[i])
             except (DecodeError, RecordError) as err:
-                out["reason"][i] = err.reason
-                out["detail"][i] = getattr(err, "detail", None) or str(err)
+                reason[i] = err.reason
+                detail[i] = getattr(err, "detail", None) or str(err)
                 continue
-            out["ts"][i] = row[0]
-            if self.punctuation is not None and self._is_punctuation(stream, row):
-                out["reason"][i] = PUNCTUATION
+            ts[i] = row[0]
+            if self.punctuation is not None and self._is_punctuation(name, row):
+                reason[i] = PUNCTUATION
                 continue
-            for name, value in zip(schemas[stream].columns[1:], row[1:], strict=True):
-                out[field_column(stream, name)][i] = value
-            accepted[stream].append(i)
+            for field, value in zip(schemas[name].columns[1:], row[1:], strict=True):
+                fields[field_column(name, field)][i] = value
+            accepted[name].append(i)
+        types = {f.name: f.type for f in self.schema}
+        return Decoded(
+            ts=pa.array(ts, pa.int64()),
+            reason=pa.array(reason, pa.string()),
+            detail=pa.array(detail, pa.string()),
+            fields={c: pa.array(v, types[c]) for c, v in fields.items()},
+            accepted={s: np.asarray(rows, dtype=np.int64) for s, rows in accepted.items()},
+        )
 
-    def _adapt_columns(self, batch: pa.RecordBatch, stream_of: list, out: dict, accepted: dict[str, list[int]]) -> bool:
-        """Decode and check a batch of one JSON stream's records at once (connectors.json_columns); False, with
-        `out` untouched, when any record needs `_adapt_records` (bad, future, not JSON, or several streams)."""
+    def _decode_columns(self, batch: pa.RecordBatch, stream: pa.Array) -> Decoded | None:
+        """Decode and check a batch of one JSON stream's records at once (connectors.json_columns); None when
+        any record needs `_decode_records` (bad, future, not JSON, or several streams)."""
         assert self._codecs is not None
-        stream = stream_of[0] if stream_of else None
-        codec = self._codecs.get(stream) if stream is not None else None
-        if not isinstance(codec, JsonCodec) or stream_of.count(stream) != len(stream_of):
-            return False
-        schema = self.stream_schemas[stream]
+        n = batch.num_rows
+        name = stream[0].as_py() if n else None
+        codec = self._codecs.get(name) if name is not None else None
+        if not isinstance(codec, JsonCodec) or stream.null_count or pc.count_distinct(stream).as_py() != 1:
+            return None
+        schema = self.stream_schemas[name]
         columns = decode_columns(batch.column("value"), schema, codec.max_message_bytes)
         if columns is None:
-            return False
-        ts = columns[schema.timestamp].to_numpy()
+            return None
+        ts = columns[schema.timestamp]
         limit, record_ms = self.spec.max_future_ms, batch.column("timestamp").to_numpy(zero_copy_only=False)
-        if limit is not None and ((record_ms >= 0) & (ts > record_ms + limit)).any():
-            return False
-        out["ts"] = ts.tolist()
-        for name in schema.columns[1:]:
-            out[field_column(stream, name)] = columns[name].to_pylist()
-        rows = np.arange(len(stream_of))
-        if self.punctuation is not None and self.punctuation[0] == stream:
+        if limit is not None and ((record_ms >= 0) & (ts.to_numpy() > record_ms + limit)).any():
+            return None
+        fields = {field_column(name, f): columns[f] for f in schema.columns[1:]}
+        reason = pa.nulls(n, pa.string())
+        rows = np.arange(n, dtype=np.int64)
+        if self.punctuation is not None and self.punctuation[0] == name:
             _, position, value = self.punctuation
-            found = out["ts"] if position == 0 else out[field_column(stream, schema.columns[position])]
+            found = (ts if position == 0 else columns[schema.columns[position]]).to_pylist()
             marks = np.array([v == value and isinstance(v, bool) == isinstance(value, bool) for v in found], bool)
-            for i in np.flatnonzero(marks).tolist():  # as `_adapt_records`: the reason and event time only
-                out["reason"][i] = PUNCTUATION
-                for name in schema.columns[1:]:
-                    out[field_column(stream, name)][i] = None
-            rows = rows[~marks]
-        accepted[stream] = rows.tolist()
-        return True
-
-    def _record_hashes(self, cols: dict) -> np.ndarray:
-        """`record_hash` of every record: the replay-deterministic source of per-record choices."""
-        hashes = np.zeros(len(cols["offset"]), dtype=np.uint64)
-        sources = np.asarray([f"{t}\x00{p}" for t, p in zip(cols["topic"], cols["partition"], strict=True)])
-        offsets = np.asarray(cols["offset"], dtype=np.int64)
-        for source in np.unique(sources):  # the reader's batches hold one Kafka partition; tests may mix
-            rows = sources == source
-            topic, partition = source.split("\x00")
-            hashes[rows] = record_hash(topic, int(partition), offsets[rows])
-        return hashes
+            if marks.any():  # as `_decode_records`: the reason and event time only
+                mark = pa.array(marks)
+                reason = pc.if_else(mark, pa.scalar(PUNCTUATION), reason)
+                fields = {c: pc.if_else(mark, pa.scalar(None, a.type), a) for c, a in fields.items()}
+                rows = rows[~marks]
+        return Decoded(ts, reason, pa.nulls(n, pa.string()), fields, {name: rows})
 
     def _spread(self, adapted: pa.Table, hashes: np.ndarray, epoch: ControlEpoch) -> pa.Table:
         """Rows of a spread partition go to each of its slots: stored at the one chosen by the record's hash,
@@ -269,7 +282,7 @@ class Adapter:
                 pieces.append(copy_j.set_column(stored_at, "stored", pa.array(chosen == j)))
         return pa.concat_tables(pieces)
 
-    def _shed(self, accepted: dict[str, list[int]], hashes: np.ndarray | None, ratio: float) -> dict[str, list[int]]:
+    def _shed(self, accepted: dict[str, np.ndarray], hashes: np.ndarray | None, ratio: float) -> dict[str, np.ndarray]:
         """Take the records to shed out of `accepted`: per stream, their row numbers. The decision is a pure
         function of (topic, partition, offset) and the epoch's ratio, so a replayed batch sheds the same."""
         if ratio <= 0 or hashes is None or not len(hashes):
@@ -277,15 +290,15 @@ class Adapter:
         mask = shed_mask_of_hashes(ratio, hashes)
         shed = {}
         for stream, rows in accepted.items():
-            gone = [i for i in rows if mask[i]]
-            if gone:
-                shed[stream] = gone
-                accepted[stream] = [i for i in rows if not mask[i]]
+            gone = mask[rows]
+            if gone.any():
+                shed[stream] = rows[gone]
+                accepted[stream] = rows[~gone]
         return shed
 
-    def _shed_summary(self, counts: dict[str, int], cols: dict, epoch: ControlEpoch) -> pa.RecordBatch:
+    def _shed_summary(self, counts: dict[str, int], batch: pa.RecordBatch, epoch: ControlEpoch) -> pa.RecordBatch:
         rows = {name: [None] * len(counts) for name in self.schema.names}
-        rows["slot"] = [self._dead_slot(cols["partition"][0], epoch.slots())] * len(counts)
+        rows["slot"] = [self._dead_slot(batch.column("partition")[0].as_py(), epoch.slots())] * len(counts)
         rows["part"] = [-1] * len(counts)
         rows["stream"] = list(counts)
         rows["koffset"] = list(counts.values())
@@ -312,27 +325,54 @@ class Adapter:
                 f"{record_ms} (max_future_ms={limit})",
             )
 
-    def _route(self, out: dict, accepted: dict[str, list[int]], cols: dict, epoch: ControlEpoch) -> None:
-        """Partition and slot of each join row (a split partition's row by its mini-group); dead rows go to the
-        slot of their Kafka partition."""
+    def _route(self, decoded: Decoded, kpartition: pa.Array, epoch: ControlEpoch) -> tuple[np.ndarray, np.ndarray]:
+        """Partition and slot (label) of each row: a join row's by its key (a split partition's by its
+        mini-group); rows that join nothing go to the slot of their Kafka partition."""
         labels = np.asarray(self.slot_labels, dtype=np.int32)
         slots = epoch.slots()  # once per batch: a flood of bad records must not cost a routing-table walk each
-        for i, reason in enumerate(out["reason"]):
-            if reason is not None:
-                out["part"][i] = -1
-                out["slot"][i] = self._dead_slot(cols["partition"][i], slots)
-        for stream, rows in accepted.items():
-            if not rows:
+        part = np.full(len(kpartition), -1, dtype=np.int32)
+        slot = labels[kpartition.to_numpy(zero_copy_only=False) % slots]
+        for stream, rows in decoded.accepted.items():
+            if not len(rows):
                 continue
             if self.spec.streams[stream].key is None:
-                parts = np.zeros(len(rows), dtype=np.int32)
-                slots = epoch.routing.slots(parts)
+                part[rows] = 0
+                slot[rows] = labels[epoch.routing.slots(np.zeros(len(rows), dtype=np.int32))]
             else:
-                column = out[key_column(self.spec, stream)]
-                hashes = key_hash(np.asarray([column[i] for i in rows]))
-                parts = partition_of_hash(hashes, self.spec.partitions)
-                slots = epoch.routing.route(hashes)  # mini-groups of a split partition included
-            slot_labels = labels[slots]
-            for i, p, s in zip(rows, parts.tolist(), slot_labels.tolist(), strict=True):
-                out["part"][i] = p
-                out["slot"][i] = s
+                keys = decoded.fields[key_column(self.spec, stream)] if key_column(self.spec, stream) != "ts" else None
+                column = decoded.ts if keys is None else keys
+                hashes = key_hash(column.take(pa.array(rows)).to_numpy(zero_copy_only=False))
+                part[rows] = partition_of_hash(hashes, self.spec.partitions)
+                slot[rows] = labels[epoch.routing.route(hashes)]  # mini-groups of a split partition included
+        return part, slot
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A batch's records decoded and checked: columns in the adapted layout, and the rows to join per stream."""
+
+    ts: pa.Array
+    reason: pa.Array
+    detail: pa.Array
+    fields: dict[str, pa.Array]  # adapted field columns (field_column); a stream's missing ones are all null
+    accepted: dict[str, np.ndarray]  # per stream, the rows to join (punctuations and refused rows are not)
+
+
+def _topic_codes(topics: pa.Array, known: dict[str, str]) -> pa.Array:
+    """Each record's position in `known`'s topics, or len(known) for a topic of no stream."""
+    codes = pc.index_in(topics, value_set=pa.array(list(known), pa.string()))
+    return pc.fill_null(codes, len(known))
+
+
+def _record_hashes(batch: pa.RecordBatch) -> np.ndarray:
+    """`record_hash` of every record: the replay-deterministic source of per-record choices."""
+    offsets = batch.column("offset").to_numpy(zero_copy_only=False).astype(np.int64)
+    hashes = np.zeros(len(offsets), dtype=np.uint64)
+    sources = pa.table({"topic": batch.column("topic"), "partition": batch.column("partition")})
+    # the reader's batches hold one Kafka partition; tests may mix
+    for source in sources.group_by(["topic", "partition"]).aggregate([]).to_pylist():
+        topic, partition = source["topic"], source["partition"]
+        rows = pc.and_(pc.equal(sources["topic"], topic), pc.equal(sources["partition"], partition))
+        rows = rows.to_numpy(zero_copy_only=False)
+        hashes[rows] = record_hash(topic, int(partition), offsets[rows])
+    return hashes

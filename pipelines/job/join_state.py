@@ -26,11 +26,13 @@ from windjoin.operators.control.slot_load import GroupLoadMeter
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.schema import LATE
 from windjoin.operators.spec import JoinSpec
+from windjoin.pipelines.job.adapter import adapter_schema
 from windjoin.pipelines.job.hand_over import HandOver, check_held
 from windjoin.pipelines.job.segment_store import SegmentStore, expiry_watermark
 from windjoin.pipelines.job.slot_batch import DEAD_COLUMNS, SlotBatch, StreamColumns, pairs_table, rows_by_partition
 from windjoin.pipelines.job.slot_meta import SlotMeta
 from windjoin.pipelines.job.slot_output import SlotOutputs, current_batch_id, write_slot
+from windjoin.pipelines.job.slot_pieces import open_pieces
 from windjoin.pipelines.job.slot_spill import SlotSpill, SpillReport
 from windjoin.pipelines.job.slot_stats import BatchWork, slot_stats
 from windjoin.pipelines.job.slot_windows import SlotWindows, cached_windows, keep_windows
@@ -58,6 +60,7 @@ class JoinProcessor(StatefulProcessor):
         self.initial_routing = initial_routing or RoutingTable.round_robin(spec.partitions, spec.slots)
         self.move_root = move_root
         self.spill_root = spill_root  # where pushed generations are written (paper 004)
+        self.schema = adapter_schema(spec)  # the layout of the rows in the slot's pieces
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         # this job's shared window files (pipelines.job.window_cache), named after its state folders; made here,
@@ -71,7 +74,7 @@ class JoinProcessor(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         slot = int(key[0])
         index = self.slot_index.get(slot, slot)
-        frame = pd.concat(list(rows), ignore_index=True)
+        frame = open_pieces((p for f in rows for p in f["piece"]), self.schema).to_pandas()
         started, cpu_started = time.perf_counter(), time.process_time()
         meta = SlotMeta.from_stored(self.meta_state.get()[0]) if self.meta_state.exists() else SlotMeta()
         windows = cached_windows(slot, meta.nonce, self.window_files) or self.segments.windows(meta)

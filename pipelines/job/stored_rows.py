@@ -34,7 +34,8 @@ def to_ipc(table: pa.Table) -> bytes:
 
 
 def from_ipc(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(data).read_all()
+    """An IPC stream's table, its buffers pointing into `data` (no copy)."""
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
 def operator_columns(spec: JoinSpec, rows: pd.DataFrame, stream: str) -> dict[str, np.ndarray]:
