@@ -219,6 +219,11 @@ class _StreamSource:
         self.start_ms = config.start_ms
 
     def columns(self, until_s: float) -> tuple[np.ndarray, dict[str, list[Any]]]:
+        offsets, cols = self.arrays(until_s)
+        return offsets, {name: col.tolist() for name, col in cols.items()}
+
+    def arrays(self, until_s: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The arrivals before ``until_s`` not yet drawn and their columns (the timestamp, then the fields)."""
         offsets = self.clock.until(until_s)
         n = offsets.size
         cols: dict[str, np.ndarray] = {
@@ -229,7 +234,7 @@ class _StreamSource:
                 cols[field] = _key_column(self.keys.sample(n, self.key_rng), ftype)
             else:
                 cols[field] = uniform_column(ftype, n, self.field_rngs[field])
-        return offsets, {name: col.tolist() for name, col in cols.items()}
+        return offsets, cols
 
 
 def _stable_id(text: str) -> int:
@@ -322,6 +327,14 @@ class Workload:
             _StreamSource(name, stream, self.join_attributes[name], self.keys, config)
             for name, stream in spec.streams.items()
         ]
+
+    def column_slices(self) -> Iterator[tuple[float, dict[str, dict[str, np.ndarray]]]]:
+        """Per slice: its end (schedule s) and each stream's columns as arrays, in arrival order per stream: the
+        same draws as `slices` (use one or the other on a workload), for callers that encode whole columns."""
+        n_slices = max(1, int(np.ceil(self.config.duration_s / CHUNK_S - 1e-9)))
+        for i in range(n_slices):
+            end = min((i + 1) * CHUNK_S, self.config.duration_s)
+            yield end, {source.name: source.arrays(end)[1] for source in self._sources}
 
     def slices(self) -> Iterator[Slice]:
         """Consecutive slices covering [0, duration_s); each holds the events scheduled inside it."""

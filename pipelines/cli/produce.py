@@ -1,7 +1,8 @@
 """`windjoin produce` (a JSON Lines file onto a stream's topic) and `windjoin generate` (the paper's workload).
 
 Both encode events with the stream's codec (`connectors.stream_encoder`), create missing topics, produce with
-delivery checked (a failed delivery ends the run with an error), and show a tqdm bar on stderr.
+delivery checked (a failed delivery ends the run with an error), and show a tqdm bar on stderr. `generate --pace
+--preencode` encodes its whole schedule before the schedule starts (`preencoded`), so that pacing only sends.
 Register with: ``from windjoin.pipelines.cli.produce import generate, produce``.
 """
 
@@ -12,9 +13,11 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
+import numpy as np
 from tqdm import tqdm
 
 from windjoin.connectors.codec_errors import DecodeError
@@ -46,6 +49,7 @@ from windjoin.pipelines.cli.options import (
     load_spec_or_fail,
     resolve_bootstrap,
 )
+from windjoin.pipelines.cli.preencoded import encode_schedule, lead_s
 
 DEFAULT_TOPIC_PARTITIONS = 4
 PRODUCE_BATCH = 20_000  # records per delivery check when reading a file
@@ -245,6 +249,13 @@ def _batches(workload: Workload, encoders: dict[str, StreamEncoder], target: int
     "partitions themselves (hot partitions, keys uniform inside each).",
 )
 @click.option("--pace/--no-pace", default=True, show_default=True, help="Real time, or as fast as possible.")
+@click.option(
+    "--preencode/--no-preencode",
+    default=False,
+    show_default=True,
+    help="With --pace: encode the whole schedule first and start it after that, so that the paced loop only "
+    "sends (keeps the schedule beside a busy consumer; holds every record in memory).",
+)
 @BOOTSTRAP_OPTION
 @STATE_DIR_OPTION
 @_PARTITIONS
@@ -258,6 +269,7 @@ def generate(
     keys: int,
     skew_over: str,
     pace: bool,
+    preencode: bool,
     bootstrap: str | None,
     state_dir: Path,
     topic_partitions: int,
@@ -278,43 +290,87 @@ def generate(
     bootstrap = resolve_bootstrap(bootstrap, state_dir)
     # Created first: the idempotent producer's id is fetched in the background while the topics are set up.
     security = client_security(spec)
-    with BatchProducer(bootstrap, {**PRODUCER_CONFIG, **security}) as producer:
+    # Pre-encoded: delivery reports for failures only (a Python callback per record costs the loop its time).
+    reports = {"delivery.report.only.error": True} if pace and preencode else {}
+    with BatchProducer(bootstrap, {**PRODUCER_CONFIG, **reports, **security}) as producer:
         topics = [e.topic for e in encoders.values()]
         _say_topics(ensure_topics(bootstrap, topics, topic_partitions, security))  # type: ignore[arg-type]
-        _generate(producer, spec, encoders, rate, duration, seed, skew, keys, skew_over, pace, progress)
+        schedule = Schedule(rate, duration, seed, skew, keys, skew_over, pace, pace and preencode)
+        _generate(producer, spec, encoders, schedule, progress)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What `generate` produces and how: per-stream rate, length, seed, key skew; paced; encoded in advance."""
+
+    rate: float
+    duration: float
+    seed: int
+    skew: float
+    keys: int
+    skew_over: str
+    pace: bool
+    preencode: bool
+
+    def workload(self, spec: JoinSpec, start_ms: int) -> Workload:
+        config = WorkloadConfig(
+            rate=self.rate,
+            duration_s=self.duration,
+            seed=self.seed,
+            bias=self.skew,
+            n_keys=self.keys,
+            start_ms=start_ms,
+            skew_over=self.skew_over,
+        )
+        return Workload(spec, config)
+
+
+def _prepared(spec: JoinSpec, encoders: dict[str, StreamEncoder], schedule: Schedule) -> tuple[Workload, Iterator]:
+    """The workload from schedule time 0 on, and its batches; pre-encoded ones are ready when this returns, and
+    time 0 is set just after (waiting for it is left to the caller)."""
+    if not schedule.preencode:
+        workload = schedule.workload(spec, int(time.time() * 1000))
+        return workload, _batches(workload, encoders, 1 if schedule.pace else PRODUCE_BATCH)
+    began = time.perf_counter()
+    lead = lead_s(schedule.workload(spec, 0), encoders)
+    workload = schedule.workload(spec, int((time.time() + lead) * 1000))
+    encoded = encode_schedule(workload, encoders)
+    total = sum(len(r) for _, per_stream in encoded for r in per_stream.values())
+    click.echo(
+        f"pre-encoded: {total} events in {time.perf_counter() - began:.2f} s; schedule time 0 at "
+        f"{workload.config.start_ms} ms since the epoch (lead {lead:.2f} s)",
+        err=True,
+    )
+    return workload, iter(encoded)
 
 
 def _generate(
     producer: BatchProducer,
     spec: JoinSpec,
     encoders: dict[str, StreamEncoder],
-    rate: float,
-    duration: float,
-    seed: int,
-    skew: float,
-    keys: int,
-    skew_over: str,
-    pace: bool,
+    schedule: Schedule,
     progress: bool | None,
 ) -> None:
-    start_ms, started_wall = int(time.time() * 1000), time.perf_counter()  # schedule time 0
-    began = started_wall
+    began = time.perf_counter()
     try:
-        config = WorkloadConfig(
-            rate=rate, duration_s=duration, seed=seed, bias=skew, n_keys=keys, start_ms=start_ms, skew_over=skew_over
-        )
-        workload = Workload(spec, config)
+        workload, batches = _prepared(spec, encoders, schedule)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
+    rate, duration, pace = schedule.rate, schedule.duration, schedule.pace
+    # schedule time 0 on the monotonic clock (pre-encoded: in the future)
+    started_wall = time.perf_counter() + workload.config.start_ms / 1000 - time.time()
     skewed = {name: field or "(none)" for name, field in workload.join_attributes.items()}
-    click.echo(f"join keys (b-model b={skew} over {skew_over}, {keys} values): {skewed}", err=True)
+    click.echo(
+        f"join keys (b-model b={schedule.skew} over {schedule.skew_over}, {schedule.keys} values): {skewed}",
+        err=True,
+    )
 
     counts: Counter[str] = Counter()
     lags: list[float] = []  # per batch: acknowledged this long after its last event was due
-    target = 1 if pace else PRODUCE_BATCH  # paced: every slice as soon as it is due
     disable = None if progress is None else not progress
+    sending_from = max(time.perf_counter(), started_wall)
     with tqdm(total=round(rate * duration * len(encoders)), unit="ev", desc="generating", disable=disable) as bar:
-        for due_s, per_stream in _batches(workload, encoders, target):
+        for due_s, per_stream in batches:
             if pace:
                 wait = due_s - (time.perf_counter() - started_wall)
                 if wait > 0:
@@ -329,7 +385,7 @@ def _generate(
                 if len(lags) == 1 and lags[0] > 0:
                     started_wall += lags[0]  # start-up delay: pace from here (event times stay as scheduled)
                 bar.set_postfix(lag_s=f"{lags[-1]:.3f}", refresh=False)
-    seconds = time.perf_counter() - began
+    seconds = time.perf_counter() - (sending_from if schedule.preencode else began)
     total = sum(counts.values())
     click.echo(
         f"{total} events in {seconds:.2f} s ({total / seconds:,.0f} events/s); "
@@ -342,7 +398,8 @@ def _generate(
         steady = lags[1:] or [0.0]
         click.echo(
             f"start-up: first batch acknowledged {max(lags[0], 0.0):.3f} s after it was due (pacing re-based); "
-            f"then acknowledged behind schedule by mean {sum(steady) / len(steady):.3f} s, max {max(steady):.3f} s "
+            f"then acknowledged behind schedule by mean {sum(steady) / len(steady):.3f} s, "
+            f"p99 {float(np.percentile(steady, 99)):.3f} s, max {max(steady):.3f} s "
             f"(slices of {CHUNK_S * 1000:g} ms)",
             err=True,
         )

@@ -321,18 +321,24 @@ def without_ts(events: list[dict[str, Any]]) -> Counter:
     return Counter(orjson.dumps({k: v for k, v in e.items() if k != "ts"}, option=orjson.OPT_SORT_KEYS) for e in events)
 
 
-@pytest.mark.parametrize("pace", [False, True], ids=["no-pace", "paced"])
+@pytest.mark.parametrize(
+    ("pace", "preencode"), [(False, False), (True, False), (True, True)], ids=["no-pace", "paced", "pre-encoded"]
+)
 def test_generate_produces_the_workload_to_every_topic(
-    kafka_bootstrap: str, topics: tuple[str, str], tmp_path: Path, pace: bool
+    kafka_bootstrap: str, topics: tuple[str, str], tmp_path: Path, pace: bool, preencode: bool
 ) -> None:
     """The events on each topic are exactly the pure generator's for the same seed (timestamps aside), with
-    event times from the start of the run, and the count is near rate x duration (Poisson, 5 sigma)."""
+    event times from the start of the run (pre-encoded: from the announced schedule time 0), and the count is near
+    rate x duration (Poisson, 5 sigma)."""
     spec_path = write_spec(tmp_path, *topics)
     rate, duration, seed = 400.0, 1.5, 3
     args = ["--rate", str(rate), "--duration", str(duration), "--seed", str(seed), "--keys", "1000", "--skew", "0.8"]
+    args += ["--pace" if pace else "--no-pace", "--preencode" if preencode else "--no-preencode"]
     started_ms = time.time() * 1000
     began = time.perf_counter()
-    result = run(generate, [str(spec_path), *args, "--bootstrap", kafka_bootstrap, "--pace" if pace else "--no-pace"])
+    result = run(generate, [str(spec_path), *args, "--bootstrap", kafka_bootstrap])
+    if preencode:  # the schedule starts once every event is encoded, at the time it announces
+        started_ms = int(re.search(r"schedule time 0 at (\d+) ms", result.stderr).group(1))
     elapsed = time.perf_counter() - began
     assert result.exit_code == 0, result.output
     expected = workload_events(
