@@ -2,7 +2,8 @@
 
 Workload: paper 000's (4,000 tuples/s per stream, b-model keys with bias 0.7 over [0, 10^7], equi-join R.k = S.k,
 time window 10 s, lateness 2 s; 4 topic partitions, 64 join partitions, 2 slots), produced live by `windjoin
-generate --pace` (event time = scheduled arrival), with the job's real output path: Parquet and Redis sinks.
+generate --pace --preencode` (event time = scheduled arrival), with the job's real output path: Parquet and Redis
+sinks.
 Each variant runs on fresh topics and a fresh checkpoint for `--seconds`; pairs whose result time falls in the
 first `--warmup` seconds are left out. Delays are corrected by the generator's start-up lag (it re-bases its
 pacing after its first batch, so arrivals trail event times by that constant).
@@ -11,10 +12,19 @@ Variants: the spec's default trigger (1 s), batches back to back (`trigger_ms: 0
 `latency_target_ms`. Two delays per pair: to `emitted_at` (stamped in the slot when the pair is made) and to the
 batch's end on the driver (after the sinks committed it: when a query can see it).
 
+The peer, same rate, topics and source: Spark's built-in stream-stream join (`benchmarks.builtin_peer`) in both of
+its configurations (default store with join state format 2; RocksDB with format 4), batches back to back into a
+foreachBatch that counts pairs by result time; delay to commit = to the end of the batch that holds the pair
+(Spark's progress report), and its batch times. The baseline is the configuration with the lower p99 delay.
+The load is encoded before each run starts (`windjoin generate --preencode`); a run whose generator fell behind
+its schedule is marked void (`benchmarks.paced_load.verdict`).
+
 The floor, measured in the same run on the same SparkSession (`../shared/probes/spark_batch_floor.py`'s shape):
 Spark's rate source into a noop sink, and the rate source through `groupBy(slot).transformWithStateInPandas`
 holding one value per slot (RocksDB, changelog checkpointing, 2 slots) into a noop sink, batches back to back
 at 2,000 rows/s: the median batch time of a trivial query of the job's shape.
+
+Whatever happens (an error, Ctrl-C, SIGTERM), the broker, Redis, the generator and Spark are stopped (`teardown`).
 
     python -m benchmarks.latency [--quick]
 
@@ -34,19 +44,20 @@ from typing import Any
 import numpy as np
 import yaml
 
+from benchmarks.builtin_peer import CONFIGS, BuiltinSink, best, evidence, start_builtin
+from benchmarks.delays import DelayHistogram
 from benchmarks.machine import machine_facts
-from benchmarks.pipeline import (
-    RESULTS,
-    DelayHistogram,
-    Params,
+from benchmarks.paced_load import (
     generate_cmd,
     generator_lags,
-    load_avg,
-    new_topics,
     run_generator,
+    schedule_start_ms,
     stop_process,
+    verdict,
 )
+from benchmarks.pipeline import RESULTS, Params, load_avg, new_topics, progress_rows
 from benchmarks.spark_floor import floor
+from benchmarks.teardown import exit_on_sigterm, tear_down
 
 PAPER_RATE = 8_000.0  # events/s over both streams: paper 000's 4,000 tuples/s per stream
 
@@ -87,14 +98,16 @@ def run_variant(
     outcomes: list = []
     log = workdir / f"generator-{label}.log"
     query = start_job(spark, loaded, bootstrap, build_sinks(loaded), on_batch=outcomes.append, fresh_sinks=True)
-    time.sleep(3)  # the source plans its first batch on empty topics
-    started_ms = int(time.time() * 1000)
-    generator = run_generator(generate_cmd(path, bootstrap, params, args.rate, args.seconds, pace=True), log)
+    generator = None
     try:
-        generator.wait(args.seconds + 60)
+        time.sleep(3)  # the source plans its first batch on empty topics
+        generator = run_generator(generate_cmd(path, bootstrap, params, args.rate, args.seconds, pace=True), log)
+        started_ms = schedule_start_ms(log, generator)  # the load is encoded first; its schedule starts then
+        generator.wait(max(0.0, started_ms / 1000 - time.time()) + args.seconds + 60)
         time.sleep(5)  # the last records' batch
     finally:
-        stop_process(generator)
+        if generator is not None:
+            stop_process(generator)
         query.stop()
     lag_s, steady_lag = generator_lags(log)
     since_ms = started_ms + int(args.warmup * 1000)
@@ -124,6 +137,7 @@ def run_variant(
         "delay_to_commit": visible.summary(),
         "generator_start_lag_s": lag_s,
         "generator_lag": steady_lag,
+        **verdict(steady_lag),
         "batch_ms_median": statistics.median(totals) if totals else None,
         "batch_ms_p99": float(np.percentile(totals, 99)) if totals else None,
         "budget_ms_median": {
@@ -145,7 +159,88 @@ def run_variant(
     return result
 
 
-def main() -> None:
+def run_builtin(spark: Any, bootstrap: str, workdir: Path, config: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One paced run of Spark's built-in join in configuration `config`: delays to the sink and to the batch's
+    end, batch times, what ran."""
+    params = Params()
+    topics = new_topics(f"bi-{config}")
+    spec = {
+        "window": {"kind": "time", "size_ms": 10_000},
+        "streams": {
+            "R": {"fields": {"k": "int", "x": "int"}, "topic": topics[0], "key": "k"},
+            "S": {"fields": {"k": "int", "a": "int"}, "topic": topics[1], "key": "k"},
+        },
+        "tasks": [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+    }
+    path = workdir / f"spec-bi-{config}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    from windjoin.pipelines.cli.produce import ensure_topics
+
+    ensure_topics(bootstrap, list(topics), params.topic_partitions)
+    sink, checkpoint = BuiltinSink(since_ms=2**62), workdir / f"ckpt-bi-{config}"
+    log = workdir / f"generator-bi-{config}.log"
+    query = start_builtin(spark, config, topics, bootstrap, sink, checkpoint, params.max_offsets, 10_000, 2000)
+    generator = None
+    try:
+        time.sleep(3)  # the first (empty) batch
+        generator = run_generator(generate_cmd(path, bootstrap, params, args.rate, args.seconds, pace=True), log)
+        started_ms = schedule_start_ms(log, generator)
+        sink.since_ms = started_ms + int(args.warmup * 1000)
+        generator.wait(max(0.0, started_ms / 1000 - time.time()) + args.seconds + 60)
+        time.sleep(5)  # the last records' batch
+    finally:
+        if generator is not None:
+            stop_process(generator)
+        query.stop()
+    lag_s, steady_lag = generator_lags(log)
+    ends = batch_ends_ms(progress_rows(query))
+    committed = DelayHistogram()
+    for batch_id, (t, n) in sink.groups.items():
+        if batch_id in ends:
+            committed.add(ends[batch_id] - t - int(lag_s * 1000), n)
+    kept = [p for p in progress_rows(query) if int(p["numInputRows"]) > 0 and ends[p["batchId"]] >= sink.since_ms]
+    totals = [p["durationMs"]["triggerExecution"] for p in kept]
+    result = {
+        "config": config,
+        "evidence": evidence(config, checkpoint),
+        "batches": len(kept),
+        "rows_per_batch_median": statistics.median(int(p["numInputRows"]) for p in kept) if kept else None,
+        "delay_to_sink": _shifted(sink.received, lag_s).summary(),
+        "delay_to_commit": committed.summary(),
+        "generator_start_lag_s": lag_s,
+        "generator_lag": steady_lag,
+        **verdict(steady_lag),
+        "batch_ms_median": statistics.median(totals) if totals else None,
+        "batch_ms_p99": float(np.percentile(totals, 99)) if totals else None,
+        "load_avg_end": load_avg(),
+    }
+    print(
+        f"built-in {config}: {result['batches']} batches, median {result['rows_per_batch_median']} rows, batch "
+        f"median {result['batch_ms_median']} ms; delay to commit p50 {committed.summary()['p50_ms']} p99 "
+        f"{committed.summary()['p99_ms']} ms; {result['why']}; ran with {result['evidence']}",
+        flush=True,
+    )
+    return result
+
+
+def batch_ends_ms(progress: list[dict[str, Any]]) -> dict[int, int]:
+    """Each batch's end (epoch ms): its start in the progress report plus its trigger execution time."""
+    from datetime import datetime
+
+    return {
+        int(p["batchId"]): int(datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000)
+        + int(p["durationMs"].get("triggerExecution", 0))
+        for p in progress
+    }
+
+
+def _shifted(hist: DelayHistogram, lag_s: float) -> DelayHistogram:
+    from benchmarks.delays import shifted
+
+    return shifted(hist, int(round(lag_s * 1000)))
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="defaults of 20 s runs, 5 s warm-up, 10 s floor probes")
     parser.add_argument("--rate", type=float, default=PAPER_RATE, help="events/s over both streams")
@@ -154,7 +249,7 @@ def main() -> None:
     parser.add_argument("--floor-seconds", type=float, help="each floor probe's length (default 30, quick 10)")
     parser.add_argument("--target-ms", type=int, default=1000)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     quick = {"seconds": 20.0, "warmup": 5.0, "floor_seconds": 10.0}  # given values win over --quick's defaults
     full = {"seconds": 60.0, "warmup": 15.0, "floor_seconds": 30.0}
     for name, value in (quick if args.quick else full).items():
@@ -165,35 +260,59 @@ def main() -> None:
     from windjoin.pipelines.job.join_job import STATE_CONF
 
     workdir = Path(tempfile.mkdtemp(prefix="windjoin-bench-latency-"))
-    started = services.up(services.ServicesConfig(state_dir=workdir / "services"))
-    urls = {s.service.name: s.service.url for s in started}
-    spark = build_local_spark(app_name="windjoin-latency", conf={**STATE_CONF, "spark.ui.showConsoleProgress": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
+    state_dir = workdir / "services"
     result: dict[str, Any] = {"machine": machine_facts(), "load_avg_start": load_avg(), "rate": args.rate}
-    result["floor"] = floor(spark, args.floor_seconds, workdir)
-    variants = {
-        "default_trigger": {},
-        "back_to_back": {"trigger_ms": 0},
-        "latency_target": {"trigger_ms": 0, "latency_target_ms": args.target_ms},
-    }
-    result["runs"] = {
-        label: run_variant(spark, urls[services.KAFKA], urls[services.REDIS], workdir, label, overrides, args)
-        for label, overrides in variants.items()
-    }
-    best = min(result["runs"].values(), key=lambda r: r["delay_to_commit"]["p99_ms"] or float("inf"))
-    stateful_floor = result["floor"]["stateful"]["batch_ms_median"]
-    result["targets"] = {
-        "p99_delay_at_most_1s_at_paper_rate": (best["delay_to_commit"]["p99_ms"] or float("inf")) <= 1000,
-        "fixed_cost_at_most_0_6s": (best["fitted_fixed_ms"] or float("inf")) <= 600,
-        "batch_time_over_floor": None if not stateful_floor else best["batch_ms_median"] / stateful_floor,
-    }
-    result["load_avg_end"] = load_avg()
+    spark = None
+    exit_on_sigterm()
+    try:  # whatever happens, the broker, Redis, the generator and Spark stop (tear_down)
+        started = services.up(services.ServicesConfig(state_dir=state_dir))
+        urls = {s.service.name: s.service.url for s in started}
+        conf = {**STATE_CONF, "spark.ui.showConsoleProgress": "false"}
+        spark = build_local_spark(app_name="windjoin-latency", conf=conf)
+        spark.sparkContext.setLogLevel("ERROR")
+        result["floor"] = floor(spark, args.floor_seconds, workdir)
+        variants = {
+            "default_trigger": {},
+            "back_to_back": {"trigger_ms": 0},
+            "latency_target": {"trigger_ms": 0, "latency_target_ms": args.target_ms},
+        }
+        result["runs"] = {
+            label: run_variant(spark, urls[services.KAFKA], urls[services.REDIS], workdir, label, overrides, args)
+            for label, overrides in variants.items()
+        }
+        result["builtin"] = {c: run_builtin(spark, urls[services.KAFKA], workdir, c, args) for c in CONFIGS}
+    finally:
+        tear_down(spark, state_dir, workdir)
+    summarise(result)
     out = args.out
     previous = json.loads(out.read_text()) if out.exists() else {}
     previous["latency"] = result
     out.write_text(json.dumps(previous, indent=2) + "\n")  # the full run's plot stays as it is
     print(f"written: {out} (key 'latency')")
-    services.down(workdir / "services")
+
+
+def summarise(result: dict[str, Any]) -> None:
+    """The targets, and windjoin's best run against the built-in join's better configuration (lower p99)."""
+    p99 = lambda run: run["delay_to_commit"]["p99_ms"]  # noqa: E731
+    best_run = min(result["runs"].values(), key=lambda r: p99(r) or float("inf"))
+    stateful_floor = result["floor"]["stateful"]["batch_ms_median"]
+    result["targets"] = {
+        "p99_delay_at_most_1s_at_paper_rate": (p99(best_run) or float("inf")) <= 1000,
+        "fixed_cost_at_most_0_6s": (best_run["fitted_fixed_ms"] or float("inf")) <= 600,
+        "batch_time_over_floor": None if not stateful_floor else best_run["batch_ms_median"] / stateful_floor,
+    }
+    baseline = best(result["builtin"], p99, lower=True)
+    peer = result["builtin"][baseline]
+    result["baseline"] = {
+        "builtin_config": baseline,
+        "windjoin_p99_over_builtin_p99": p99(best_run) / p99(peer) if p99(best_run) and p99(peer) else None,
+        "windjoin_batch_over_builtin_batch": best_run["batch_ms_median"] / peer["batch_ms_median"]
+        if best_run["batch_ms_median"] and peer["batch_ms_median"]
+        else None,
+        "void_runs": [k for k, r in {**result["runs"], **result["builtin"]}.items() if r["void"]],
+    }
+    result["load_avg_end"] = load_avg()
+    print(f"baseline: built-in {baseline}; {result['baseline']}", flush=True)
 
 
 if __name__ == "__main__":

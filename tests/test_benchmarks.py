@@ -40,6 +40,10 @@ def test_latency_benchmark_quick_run(tmp_path):
         assert run["batches"] > 0 and run["delay_to_commit"]["pairs"] > 0
         assert run["delay_to_commit"]["p99_ms"] >= run["delay_to_emit"]["p99_ms"] > 0
         assert set(run["budget_ms_median"]) >= {"read", "adapt", "join", "sink_stage", "spark", "plan", "commit"}
+    for name, run in latency["builtin"].items():  # the peer at the same rate, both configurations in effect
+        assert run["evidence"]["in_effect"] and run["delay_to_commit"]["pairs"] > 0, name
+        assert run["batch_ms_median"] > 0 and isinstance(run["void"], bool)
+    assert latency["baseline"]["builtin_config"] in latency["builtin"]
     assert set(latency["targets"]) == {
         "p99_delay_at_most_1s_at_paper_rate",
         "fixed_cost_at_most_0_6s",

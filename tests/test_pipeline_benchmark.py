@@ -30,6 +30,14 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         paced = result[system]["paced"]
         assert paced["produced"] > 0 and paced["pairs"] > 0
         assert paced["delay_sink"]["p99_ms"] is not None
+        assert "p99_s" in paced["generator_lag"] and isinstance(paced["void"], bool)  # the load's own lag judged
+    # the built-in join in both of its configurations, each shown to be in effect; the faster is the baseline
+    configs = result["builtin_configs"]
+    assert set(configs) == {"hdfs_v2", "rocksdb_v4"}
+    for name, run in configs.items():
+        assert run["throughput"]["rows_per_s"] > 0 and all(row["evidence"]["in_effect"] for row in run["sweep"]), name
+    assert result["builtin"]["config"] == max(configs, key=lambda c: configs[c]["throughput"]["rows_per_s"])
+    assert result["builtin"]["paced_own"]["config"] == result["builtin"]["config"]
     assert result["windjoin"]["paced"]["delay_emitted"]["p50_ms"] is not None
     assert result["ratio_throughput"] > 0
     for kind in ("noop", "stateful"):  # Spark's own floor at the job's batch size, same run
