@@ -208,6 +208,7 @@ def run_mode(mode: str, p: Params, cluster: Any, bootstrap: str, redis_url: str,
         argv += ["--config", str(workdir / "control.yaml"), "--epoch-s", str(p.epoch_s)]
         controller = processes.spawn(argv, control_log, cwd=workdir, env=env)
     steps, lags = [], []
+    pid = None  # the step's generator
     try:
         deadline = time.monotonic() + 180
         while not watch.batches or not watch.executors or not watch.executors[-1][1]:  # batch 0 (Spark's start)
@@ -224,12 +225,15 @@ def run_mode(mode: str, p: Params, cluster: Any, bootstrap: str, redis_url: str,
             pid = processes.spawn(gen, gen_log, cwd=workdir)
             while processes.is_alive(pid):
                 time.sleep(0.2)
+            pid = None  # ended: its PID may be reused, never signal it again
             steps[-1]["end"] = time.time() - started
             lags.append(generator_lags(gen_log))
         caught_up = _catch_up(watch, bootstrap, topics, steps[-1]["end"] + p.drain_s, started)
     finally:
         watch.halt.set()
         watch.join()
+        if pid is not None:
+            processes.stop(pid, grace_s=5.0)  # a step's generator still running when something failed
         if controller is not None:
             processes.stop(controller, grace_s=5.0)
         processes.stop(driver, grace_s=15.0)

@@ -215,7 +215,7 @@ def run(args: argparse.Namespace, pinning: tuple[list[int], list[int]] | None) -
 
     workdir = Path(tempfile.mkdtemp(prefix="windjoin-bench-query-storm-"))
     state = workdir / "services"
-    pid = None
+    pid = child = None
     result: dict[str, Any] = {}
     everywhere = os.sched_getaffinity(0)
     try:
@@ -292,6 +292,9 @@ def run(args: argparse.Namespace, pinning: tuple[list[int], list[int]] | None) -
         print(json.dumps(result["queries"]), flush=True)
     finally:
         os.sched_setaffinity(0, everywhere)
+        if child is not None and child.poll() is None:  # the storm's clients, if a phase failed under them
+            child.kill()
+            child.wait()
         if pid is not None:
             processes.stop(pid)
         services.down(state)

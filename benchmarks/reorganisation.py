@@ -52,7 +52,7 @@ import yaml
 from benchmarks.machine import machine_facts
 from benchmarks.params_cli import add_param_flags
 from benchmarks.rs_spec import rs_eq_join
-from benchmarks.teardown import tear_down
+from benchmarks.teardown import tear_down, track
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -146,7 +146,7 @@ def generator(spec_path: Path, bootstrap: str, p: Params, log: Path) -> subproce
         "--no-progress",
     ]
     with open(log, "ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        return track(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT))  # stopped by tear_down if left
 
 
 class ControllerThread(threading.Thread):
