@@ -23,7 +23,7 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         "--catchup-events": "20000",
     }
     args = [arg for pair in tiny.items() for arg in pair]
-    result, _ = run_benchmark("pipeline", out, "--quick", *args, timeout=420)
+    result, _ = run_benchmark("pipeline", out, "--quick", *args, timeout=720)  # both built-in configurations
     assert result["machine"]["cpu_model"] and result["date"]
     for system in ("windjoin", "builtin"):
         assert result[system]["throughput"]["rows_per_s"] > 0
