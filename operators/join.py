@@ -20,6 +20,7 @@ import numpy as np
 
 from windjoin.operators.batch import Arrivals, TupleBatch, check_arrival_order
 from windjoin.operators.kernel import Probe, RangeFilter, probe_block
+from windjoin.operators.lateness import in_arrival_order, running_max_late
 from windjoin.operators.metrics import TaskCounters
 from windjoin.operators.predicates import ProbePredicate
 from windjoin.operators.schema import StreamSchema
@@ -196,21 +197,12 @@ class WindowJoin:
         if isinstance(self.spec.window, CountWindow) or not chunk:
             return everything, {s: np.zeros(0, dtype=np.int64) for s in chunk}
         streams = list(chunk)
-        order = np.concatenate([np.asarray(chunk[s].order, dtype=np.int64) for s in streams])
-        ts = np.concatenate([chunk[s].columns[self.spec.streams[s].timestamp] for s in streams]).astype(np.int64)
-        owner = np.repeat(np.arange(len(streams)), [len(chunk[s]) for s in streams])
-        row = np.concatenate([everything[s] for s in streams])
-        by_arrival = np.argsort(order, kind="stable")
-        ts, owner, row = ts[by_arrival], owner[by_arrival], row[by_arrival]
+        ts, owner, row = in_arrival_order(chunk, {s: self.spec.streams[s].timestamp for s in streams})
         if len(ts) == 0:
             return everything, {s: np.zeros(0, dtype=np.int64) for s in chunk}
-        start = self._max_ts if self._max_ts is not None else ts[0]
-        running = np.maximum.accumulate(np.concatenate([[start], ts]))
-        if not self._given_watermark:
-            is_late = ts < running[:-1] - self.spec.allowed_lateness_ms
-        else:
+        is_late, self._max_ts = running_max_late(ts, self._max_ts, self.spec.allowed_lateness_ms)
+        if self._given_watermark:
             is_late = ts < (self._watermark if self._watermark is not None else np.iinfo(np.int64).min)
-        self._max_ts = int(running[-1])
         accepted = {s: np.sort(row[(owner == i) & ~is_late]) for i, s in enumerate(streams)}
         late = {s: np.sort(row[(owner == i) & is_late]) for i, s in enumerate(streams)}
         return accepted, late

@@ -26,6 +26,12 @@ class DelayHistogram:
         self.total += len(delays_ns)
         self.max_ns = max(self.max_ns, int(delays_ns.max()))
 
+    def add(self, other: DelayHistogram) -> None:
+        """Count `other`'s delays too (histograms of joins that split one input)."""
+        self.counts += other.counts
+        self.total += other.total
+        self.max_ns = max(self.max_ns, other.max_ns)
+
     def quantile_ns(self, q: float) -> int:
         """Upper bound of the bucket holding the q-quantile (0 when nothing was recorded)."""
         if self.total == 0:
@@ -47,6 +53,14 @@ class TaskCounters:
     def efficiency(self) -> float:
         """S2J's P = outputs / comparisons (1.0 when nothing was compared)."""
         return self.outputs / self.comparisons if self.comparisons else 1.0
+
+    def add(self, other: TaskCounters) -> None:
+        """Count what `other` did too (the same task joined over another share of the input)."""
+        for stream, n in other.tuples_in.items():
+            self.tuples_in[stream] = self.tuples_in.get(stream, 0) + n
+        self.comparisons += other.comparisons
+        self.outputs += other.outputs
+        self.delay.add(other.delay)
 
     def summary(self) -> dict[str, object]:
         return {

@@ -13,7 +13,7 @@ from windjoin.operators.spec import load_spec
 from windjoin.operators.workloads.band import BAND_SPEC, band_events
 from windjoin.pipelines.cli.bench import bench
 from windjoin.pipelines.cli.controller import controller
-from windjoin.pipelines.cli.join_file import DEFAULT_CHUNK, JoinFileReport, Refusal, join_file
+from windjoin.pipelines.cli.join_file import DEFAULT_CHUNK, JoinFileReport, Refusal, default_workers, join_file
 from windjoin.pipelines.cli.options import SPEC_ARGUMENT, load_spec_or_fail
 from windjoin.pipelines.cli.plan import plan
 from windjoin.pipelines.cli.produce import generate, produce
@@ -23,6 +23,7 @@ from windjoin.pipelines.cli.redis_acl import redis_acl
 from windjoin.pipelines.cli.run import run
 from windjoin.pipelines.cli.services import services
 from windjoin.pipelines.cli.sites import sites
+from windjoin.pipelines.cli.worker_pool import WorkerError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -53,11 +54,25 @@ cli.add_command(redis_acl)
     type=click.IntRange(min=1),
     default=DEFAULT_CHUNK,
     show_default=True,
-    help="Events joined per vectorised step; results do not depend on it.",
+    help="Lines decoded, and events each worker joins, per vectorised step; results do not depend on it.",
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=default_workers,
+    show_default="this machine's cores",
+    help="Processes that decode and join hash partitions of the events (1: all in this process); the results, "
+    "their order and the refusals do not depend on it. A join that cannot be split exactly runs on one.",
+)
 def join_file_command(
-    spec_path: Path, events: Path, out: Path | None, dead_letter: Path | None, chunk_size: int, progress: bool | None
+    spec_path: Path,
+    events: Path,
+    out: Path | None,
+    dead_letter: Path | None,
+    chunk_size: int,
+    progress: bool | None,
+    workers: int,
 ) -> None:
     """Join the events of a JSON Lines file (one event per line, in arrival order) as SPEC says.
 
@@ -65,7 +80,7 @@ def join_file_command(
     reported on stderr with its line number and reason, and the run goes on.
     """
     spec = load_spec_or_fail(spec_path)
-    report = _run_join_file(spec, events, out, dead_letter, chunk_size, progress)
+    report = _run_join_file(spec, events, out, dead_letter, chunk_size, progress, workers)
     _print_summary(report, out)
 
 
@@ -105,11 +120,11 @@ def _offline_demo(n_events: int, out_dir: Path) -> None:
             f.write(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE))
     click.echo(f"spec: {spec_path}\nevents: {events_path} ({n_events} events)", err=True)
     results = out_dir / "results.jsonl"
-    report = _run_join_file(load_spec(spec_path), events_path, results, None, DEFAULT_CHUNK, None)
+    report = _run_join_file(load_spec(spec_path), events_path, results, None, DEFAULT_CHUNK, None, default_workers())
     _print_summary(report, results)
 
 
-def _run_join_file(spec, events, out, dead_letter, chunk_size, progress) -> JoinFileReport:
+def _run_join_file(spec, events, out, dead_letter, chunk_size, progress, workers) -> JoinFileReport:
     dl_file = dead_letter.open("wb") if dead_letter else None
 
     def on_refusal(refusal: Refusal) -> None:
@@ -119,9 +134,11 @@ def _run_join_file(spec, events, out, dead_letter, chunk_size, progress) -> Join
 
     try:
         if out is None:
-            return join_file(spec, events, sys.stdout.buffer, on_refusal, chunk_size, progress)
+            return join_file(spec, events, sys.stdout.buffer, on_refusal, chunk_size, progress, workers)
         with out.open("wb") as sink:
-            return join_file(spec, events, sink, on_refusal, chunk_size, progress)
+            return join_file(spec, events, sink, on_refusal, chunk_size, progress, workers)
+    except WorkerError as err:
+        raise click.ClickException(str(err)) from None
     finally:
         if dl_file:
             dl_file.close()
