@@ -100,6 +100,18 @@ class WindowStore:
         hi = max(older.zone[TS][1], newer.zone[TS][1])
         return hi - lo <= self.max_block_span_ms
 
+    def drop_where(self, column: str, value: int) -> None:
+        """Remove the tuples whose `column` equals `value` (a partition leaving a window that pools several):
+        the blocks holding some are replaced by blocks of the rest, in the same order."""
+        blocks = []
+        for block in self.blocks:
+            keep = block.tuples.columns[column] != value
+            if keep.all():
+                blocks.append(block)
+            elif keep.any():
+                blocks.append(Block(block.tuples.take(np.flatnonzero(keep))))
+        self.blocks = blocks
+
     def expire(self, watermark_ms: int | None) -> None:
         """Drop blocks no future tuple can join: by count, or (time) wholly older than watermark - size."""
         if isinstance(self.window, CountWindow):

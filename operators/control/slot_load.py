@@ -67,9 +67,22 @@ def join_state(join: WindowJoin) -> tuple[int, int]:
     return tuples, state
 
 
+@dataclass(frozen=True)
+class PartState:
+    """What a partition's windows hold after a batch: tuples, approximate bytes, tuples by the FINE_DEPTH low mini
+    bits of their key hash."""
+
+    tuples: int
+    bytes: int
+    fine: np.ndarray
+
+
 # Blocks are immutable and the job keeps its windows between batches, so each block is hashed once (a block
 # belongs to one stream of one join, so its key field and partition count never change), not every batch.
 _BLOCK_FINE: weakref.WeakKeyDictionary[Block, np.ndarray] = weakref.WeakKeyDictionary()
+_BLOCK_PARTS: weakref.WeakKeyDictionary[Block, tuple[np.ndarray, np.ndarray, np.ndarray, int]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def fine_bins(keys: np.ndarray, partitions: int) -> np.ndarray:
@@ -94,6 +107,49 @@ def fine_histogram(join: WindowJoin) -> np.ndarray:
             for block in store.blocks:
                 out += block_fine(block, key, join.spec.partitions)
     return out
+
+
+def partition_state(join: WindowJoin) -> PartState:
+    """What one partition's own join holds."""
+    tuples, state = join_state(join)
+    return PartState(tuples, state, fine_histogram(join))
+
+
+def block_parts(block: Block, part_field: str, key: str | None, partitions: int) -> tuple:
+    """A block of several partitions' tuples (each one's partition in `part_field`): its partitions, their tuple
+    counts, their tuples by mini bits (rows aligned on the partitions; zeros without a key) and the block's bytes."""
+    if block not in _BLOCK_PARTS:
+        parts, codes = np.unique(block.tuples.columns[part_field], return_inverse=True)
+        counts = np.bincount(codes, minlength=len(parts))
+        fine = np.zeros((len(parts), 1 << FINE_DEPTH), dtype=np.int64)
+        if key is not None:
+            np.add.at(fine, (codes, fine_bins(block.tuples.columns[key], partitions)), 1)
+        _BLOCK_PARTS[block] = (parts, counts, fine, block_bytes(block))
+    return _BLOCK_PARTS[block]
+
+
+def pooled_state(join: WindowJoin, part_field: str) -> dict[int, PartState]:
+    """What a join holding several partitions holds of each (a block's bytes shared by its tuples)."""
+    parts, counts, fine, size = [], [], [], []
+    for name, store in join.stores.items():
+        key = join.spec.streams[name].key
+        for block in store.blocks:
+            p, n, bits, nbytes = block_parts(block, part_field, key, join.spec.partitions)
+            parts.append(p)
+            counts.append(n)
+            fine.append(bits)
+            size.append(n * (nbytes / len(block)))
+    if not parts:
+        return {}
+    found, codes = np.unique(np.concatenate(parts), return_inverse=True)
+    tuples = np.bincount(codes, weights=np.concatenate(counts), minlength=len(found)).astype(np.int64)
+    state = np.bincount(codes, weights=np.concatenate(size), minlength=len(found)).astype(np.int64)
+    by_bits = np.zeros((len(found), 1 << FINE_DEPTH), dtype=np.int64)
+    np.add.at(by_bits, codes, np.concatenate(fine))
+    return {
+        p: PartState(n, b, bits)
+        for p, n, b, bits in zip(found.tolist(), tuples.tolist(), state.tolist(), by_bits, strict=True)
+    }
 
 
 @dataclass
@@ -122,25 +178,24 @@ class GroupLoadMeter:
         if fine_in is not None:
             self.fine_in[part] = self.fine_in.get(part, 0) + np.asarray(fine_in, dtype=np.int64)
 
-    def report(self, joins: Mapping[int, WindowJoin], total_seconds: float, total_cpu: float = 0.0) -> dict[str, list]:
-        """The columns GROUP_FIELDS over every partition measured or holding windows, by partition number."""
-        parts = sorted(set(joins) | set(self.tuples_in))
+    def report(self, held: Mapping[int, PartState], total_seconds: float, total_cpu: float = 0.0) -> dict[str, list]:
+        """The columns GROUP_FIELDS over every partition measured or holding windows (`held`), by partition."""
+        parts = sorted(set(held) | set(self.tuples_in))
         tuples_in = np.asarray([self.tuples_in.get(p, 0) for p in parts], dtype=np.int64)
         outputs = np.asarray([self.outputs.get(p, 0) for p in parts], dtype=np.int64)
-        held = np.asarray([join_state(joins[p]) if p in joins else (0, 0) for p in parts], dtype=np.int64)
-        held = held.reshape(len(parts), 2)
+        none = PartState(0, 0, np.zeros(1 << FINE_DEPTH, dtype=np.int64))
+        states = [held.get(p, none) for p in parts]
         empty = [0] * (1 << FINE_DEPTH)
-        fine = [fine_histogram(joins[p]).tolist() if p in joins else empty for p in parts]
         rows = tuples_in + outputs  # what the slot's other work grows with: rows stored, pairs written
         return {
             "part": parts,
             "tuples_in": tuples_in.tolist(),
             "outputs": outputs.tolist(),
-            "window_tuples": held[:, 0].tolist(),
-            "state_bytes": held[:, 1].tolist(),
+            "window_tuples": [h.tuples for h in states],
+            "state_bytes": [h.bytes for h in states],
             "seconds": _with_remainder([self.seconds.get(p, 0.0) for p in parts], total_seconds, rows).tolist(),
             "cpu": _with_remainder([self.cpu.get(p, 0.0) for p in parts], total_cpu, rows).tolist(),
-            "fine": fine,
+            "fine": [h.fine.tolist() for h in states],
             "fine_in": [self.fine_in[p].tolist() if p in self.fine_in else empty for p in parts],
         }
 

@@ -71,7 +71,7 @@ class HandOver:
             handed = [m for m in store.get_all(routing.version, unit.partition) if unit.covers(m.group)]
             if _share(set(here) | {m.group for m in handed}) != _share([unit]):
                 raise store.missing(routing.version, unit)
-            windows.take_positions(self.spec, meta, unit.partition, [m.positions for m in handed])
+            windows.take_positions(meta, unit.partition, [m.positions for m in handed])
             if holders[0] == index:
                 self.segments.take_rows(meta, windows, unit.partition, [m.rows for m in handed])
             changed.append(unit)

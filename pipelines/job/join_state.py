@@ -19,23 +19,22 @@ from typing import Any
 import numpy as np
 import orjson
 import pandas as pd
-import pyarrow as pa
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
-from windjoin.operators.control.slot_load import GroupLoadMeter
-from windjoin.operators.partitioning import RoutingTable
+from windjoin.operators.control.slot_load import PartState
+from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.schema import LATE
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.job.adapter import adapter_schema
 from windjoin.pipelines.job.hand_over import HandOver, check_held
 from windjoin.pipelines.job.segment_store import SegmentStore, expiry_watermark
-from windjoin.pipelines.job.slot_batch import DEAD_COLUMNS, SlotBatch, StreamColumns, pairs_table, rows_by_partition
+from windjoin.pipelines.job.slot_batch import DEAD_COLUMNS, SlotBatch, StreamColumns, pairs_table
 from windjoin.pipelines.job.slot_meta import SlotMeta
 from windjoin.pipelines.job.slot_output import SlotOutputs, current_batch_id, write_slot
 from windjoin.pipelines.job.slot_pieces import open_pieces
 from windjoin.pipelines.job.slot_spill import SlotSpill, SpillReport
 from windjoin.pipelines.job.slot_stats import BatchWork, slot_stats
-from windjoin.pipelines.job.slot_windows import SlotWindows, cached_windows, keep_windows
+from windjoin.pipelines.job.slot_windows import cached_windows, keep_windows
 from windjoin.pipelines.job.window_cache import WindowFiles
 
 OUTPUT_DDL = "slot int, stats binary"  # one row per slot and batch: its summary as JSON (results leave elsewhere)
@@ -82,32 +81,18 @@ class JoinProcessor(StatefulProcessor):
         batch = SlotBatch.classify(frame)
         epoch = batch.epoch
         meta.take_watermark(batch.clock.get("watermark"))
-        for join in windows.joins.values():  # every partition's window expires, whether rows came for it or not
-            join.set_watermark(meta.watermark)
+        windows.set_watermark(meta.watermark)  # every partition's window expires, whether rows came for it or not
         self.spill.forget_retired(meta)
         moved_in = self.moves.install(index, meta, windows, epoch) if epoch is not None else []
         check_held(self.spec, index, meta, batch.live)
-        pairs_by_task: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
-        columns = StreamColumns(self.spec, batch.live)
-        late_rows, kept_rows = [], []
-        meter = GroupLoadMeter()
         join_started = time.perf_counter()
-        for part, rows_p in rows_by_partition(batch.live["part"].to_numpy()):
-            part_started, part_cpu = time.perf_counter(), time.thread_time()
-            tables, late = self._join_partition(windows, meta, part, columns, rows_p)
-            outputs = sum(len(table) for _, table in tables)
-            wall, cpu = time.perf_counter() - part_started, time.thread_time() - part_cpu
-            meter.record(part, len(rows_p), outputs, wall, cpu, columns.fine_in(rows_p))
-            for task, table in tables:
-                pairs_by_task[task].append(table)
-            late_rows.append(rows_p[late])
-            kept_rows.append(np.delete(rows_p, late))
+        joined = windows.join_batch(meta, StreamColumns(self.spec, batch.live), batch.live["part"].to_numpy(np.int32))
         phases["join_ms"] = (time.perf_counter() - join_started) * 1000
-        kept = batch.live.iloc[np.concatenate([np.zeros(0, np.int64), *kept_rows])]
+        pairs_by_task = joined.tables
+        kept = batch.live.iloc[np.delete(np.arange(len(batch.live)), joined.late)]
         write_started = time.perf_counter()
-        self.segments.append(
-            meta, kept[kept["stored"].astype(bool)]
-        )  # a spread partition's probe-only copies: not here
+        self.segments.append(meta, kept[kept["stored"].astype(bool)])  # a spread partition's probe-only copies: not
+
         phases["state_write_ms"] = (time.perf_counter() - write_started) * 1000
         spill_report = SpillReport()
         if epoch is not None and epoch.spill:
@@ -115,17 +100,14 @@ class JoinProcessor(StatefulProcessor):
         if epoch is not None and epoch.cleanup:
             for pairs in self.spill.cleanup(meta, windows, epoch.cleanup, spill_report):
                 pairs_by_task[pairs.task].append(pairs_table(self.spec, pairs))
-        late = batch.live.iloc[np.concatenate([np.zeros(0, np.int64), *late_rows])]
+        late = batch.live.iloc[joined.late]
         # a late tuple of a spread partition is reported once, by the slot that would have stored it
         late = late[late["stored"].astype(bool)][DEAD_COLUMNS].assign(reason=LATE, detail=_late_detail(meta))
         dead_rows = pd.concat([batch.dead, late])
         # The slot's results leave from here, as its piece of the batch (numbered by the slot's index).
         emitted_at = int(time.time() * 1000)
         output = write_slot(self.outputs, self.spec, current_batch_id(), index, pairs_by_task, dead_rows, emitted_at)
-        # The windows as joined, reported below: a piece handed over after this batch is counted where it was
-        # joined (its new holder reports it from the next batch on), so its state never vanishes from the reports
-        # while in flight.
-        joined = dict(windows.joins)
+        joined_held = windows.held()
         moved_out = self.moves.hand_over(index, meta, windows, epoch) if epoch is not None else []
         horizon = expiry_watermark(meta.watermark, batch.clock.get("marks"), batch.marks, self.spec)
         write_started = time.perf_counter()
@@ -140,7 +122,7 @@ class JoinProcessor(StatefulProcessor):
             moved_out=moved_out,
             dead=len(dead_rows),
             horizon=horizon,
-            groups=meter.report(joined, seconds, cpu_seconds),
+            groups=joined.meter.report(_reported(joined_held, windows.held(), moved_out), seconds, cpu_seconds),
             phases=phases,
             seconds=seconds,
             cpu_seconds=cpu_seconds,
@@ -153,17 +135,13 @@ class JoinProcessor(StatefulProcessor):
     def close(self) -> None:
         pass
 
-    def _join_partition(
-        self, windows: SlotWindows, meta: SlotMeta, part: int, columns: StreamColumns, rows: np.ndarray
-    ) -> tuple[list[tuple[str, pa.Table]], np.ndarray]:
-        """Join one partition's rows (positions in the batch, in arrival order): its result tables and which of
-        its rows (positions in `rows`) were late."""
-        join = windows.join(self.spec, part)
-        join.set_watermark(meta.watermark)
-        result = join.process(columns.chunk(rows))
-        windows.note_positions(meta, part)
-        tables = [(pairs.task, pairs_table(self.spec, pairs)) for pairs in result.pairs if len(pairs)]
-        return tables, columns.late_rows(rows, result.late)
+
+def _reported(joined: dict[int, PartState], held: dict[int, PartState], moved_out: list[Group]) -> dict[int, PartState]:
+    """The state to report per partition: what the slot holds after the batch, and a piece handed over after
+    this batch as it was joined here (its new holder reports it from the next batch on), so its state never
+    vanishes from the reports while in flight."""
+    gone = {g.partition for g in moved_out if g.partition in joined and g.partition not in held}
+    return {**{p: joined[p] for p in gone}, **held}
 
 
 def _late_detail(meta: SlotMeta) -> str:

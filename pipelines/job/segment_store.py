@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 from windjoin.operators.partitioning import Group
 from windjoin.operators.spec import CountWindow, JoinSpec
 from windjoin.pipelines.job.slot_meta import PartKey, SegmentInfo, SlotMeta
-from windjoin.pipelines.job.slot_windows import SlotWindows
-from windjoin.pipelines.job.stored_rows import from_ipc, preload, segment_schema, stored_mini_bits, to_ipc
+from windjoin.pipelines.job.slot_windows import SlotWindows, new_windows
+from windjoin.pipelines.job.stored_rows import from_ipc, segment_schema, stored_mini_bits, to_ipc
 
 
 class SegmentStore:
@@ -36,16 +36,10 @@ class SegmentStore:
 
     def windows(self, meta: SlotMeta) -> SlotWindows:
         """The slot's windows rebuilt from its segments and positions, for the stored state version."""
-        windows = SlotWindows(meta.nonce)
+        windows = new_windows(self.spec, meta.nonce)
         for segment in meta.segments:
-            table = self._read(segment).to_pandas()
-            for part, rows_p in table.groupby("part", sort=True):
-                preload(self.spec, windows.join(self.spec, int(part)), rows_p)
-        for part, max_ts in meta.max_ts.items():
-            windows.join(self.spec, int(part)).advance_event_time(max_ts)
-        for part in meta.counts:
-            windows.join(self.spec, int(part))
-            windows.recount(meta, int(part))
+            windows.load(self._read(segment).to_pandas())
+        windows.restore_positions(meta)
         return windows
 
     def append(self, meta: SlotMeta, kept: pd.DataFrame) -> None:
@@ -73,10 +67,7 @@ class SegmentStore:
         if not tables:
             return
         rows = pa.concat_tables(tables).to_pandas()
-        preload(self.spec, windows.join(self.spec, part), rows)
-        forgotten = windows.forgotten.setdefault(part, {})
-        for stream, n in rows["stream"].value_counts().items():
-            forgotten[stream] = forgotten.get(stream, 0) - int(n)
+        windows.add_rows(part, rows)
         self.append(meta, rows)
 
     def partition_rows(self, meta: SlotMeta, part: int) -> pa.Table:
@@ -124,14 +115,13 @@ class SegmentStore:
     def rebuild(self, meta: SlotMeta, windows: SlotWindows, part: int, rests: list[pa.Table]) -> None:
         """Partition `part`'s window rebuilt from the rows `cut` left of it."""
         rows = [rest.filter(pc.equal(rest.column("part"), part)).to_pandas() for rest in rests]
-        windows.rebuild(self.spec, meta, part, rows)
+        windows.rebuild(meta, part, rows)
 
     def expire(self, meta: SlotMeta, windows: SlotWindows, watermark: int | None) -> None:
         """Drop segments (and window blocks) no future tuple of any of their partitions can join: by count, or
         (time) wholly older than `watermark` (at most every later batch's watermark) less the window."""
         window = self.spec.window
-        for join in windows.joins.values():
-            join.expire(watermark)
+        windows.expire(watermark)
         live = []
         for segment in meta.segments:
             if isinstance(window, CountWindow):

@@ -103,6 +103,7 @@ class StreamColumns:
             self.rank[mine] = np.arange(len(mine))
             self.columns[name] = operator_columns(spec, live.iloc[mine], name)
         self.stored = live["stored"].to_numpy(dtype=bool)
+        self.ts = live["ts"].to_numpy(dtype=np.int64)
         # each keyed row's FINE_DEPTH low mini bits (-1: a stream without a key), hashed once for the batch
         self.fine_bins = np.full(len(live), -1, dtype=np.int64)
         for name, code in self.code.items():
@@ -116,8 +117,18 @@ class StreamColumns:
         bins = self.fine_bins[rows]
         return np.bincount(bins[bins >= 0], minlength=1 << FINE_DEPTH)
 
-    def chunk(self, rows: np.ndarray) -> dict[str, Arrivals]:
-        """The operator's input for some rows (positions), per stream in arrival order."""
+    def fine_in_by_part(self, rows: np.ndarray, parts: np.ndarray) -> dict[int, np.ndarray]:
+        """`fine_in` of each partition's rows among `rows` (`parts`: their partitions), in one pass."""
+        bins = self.fine_bins[rows]
+        keyed = bins >= 0
+        found, codes = np.unique(parts[keyed], return_inverse=True)
+        counts = np.zeros((len(found), 1 << FINE_DEPTH), dtype=np.int64)
+        np.add.at(counts, (codes, bins[keyed]), 1)
+        return dict(zip(found.tolist(), counts, strict=True))
+
+    def chunk(self, rows: np.ndarray, extra: dict[str, np.ndarray] | None = None) -> dict[str, Arrivals]:
+        """The operator's input for some rows (positions), per stream in arrival order; `extra` columns (one value
+        per row of `rows`) go to every stream."""
         codes = self.stream_codes[rows]
         stored = self.stored[rows]
         spread = not stored.all()  # a spread partition: some rows only probe here
@@ -127,8 +138,10 @@ class StreamColumns:
             if not mask.any():
                 continue
             ranks = self.rank[rows[mask]]
+            columns = {column: values[ranks] for column, values in self.columns[name].items()}
+            columns.update({column: values[mask] for column, values in (extra or {}).items()})
             out[name] = Arrivals(
-                {column: values[ranks] for column, values in self.columns[name].items()},
+                columns,
                 np.flatnonzero(mask),
                 stored=stored[mask] if spread else None,
             )

@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 
 from windjoin.connectors.spill_files import SpillFiles
 from windjoin.operators.control.job_epoch import check_spillable
-from windjoin.operators.control.slot_load import join_state
 from windjoin.operators.join import Pairs
 from windjoin.operators.partitioning import Group
 from windjoin.operators.spec import JoinSpec
@@ -80,6 +79,7 @@ class SlotSpill:
             return
         files = self._files()
         groups = [Group(p) for p in mine]
+        held = windows.held()
         rows_by_piece, rests = self.segments.cut(meta, groups)
         for group in groups:
             part = group.partition
@@ -99,7 +99,7 @@ class SlotSpill:
             spill.pushed_tuples += table.num_rows
             spill.pushed_bytes += size
             # the window bytes pushed, as the load reports count them: what a clean-up brings back into memory
-            spill.reload_bytes += join_state(windows.joins[part])[1] if part in windows.joins else 0
+            spill.reload_bytes += held[part].bytes if part in held else 0
             report.pushed_tuples += table.num_rows
             report.pushed_bytes += size
             report.pushed.append([part, gen])

@@ -10,9 +10,16 @@ from hypothesis import strategies as st
 
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.control.finetune import FINE_DEPTH
-from windjoin.operators.control.slot_load import GROUP_FIELDS, GroupLoadMeter, join_state
+from windjoin.operators.control.slot_load import (
+    GROUP_FIELDS,
+    GroupLoadMeter,
+    PartState,
+    join_state,
+    partition_state,
+    pooled_state,
+)
 from windjoin.operators.join import WindowJoin
-from windjoin.operators.partitioning import key_hash
+from windjoin.operators.partitioning import key_hash, partition_of
 from windjoin.operators.spec import parse_spec
 
 SPEC = {
@@ -31,6 +38,10 @@ def _filled(n_r: int, n_s: int, name: str) -> WindowJoin:
     return join
 
 
+def _held(joins: dict[int, WindowJoin]) -> dict[int, PartState]:
+    return {part: partition_state(join) for part, join in joins.items()}
+
+
 def test_state_bytes_count_numeric_columns_exactly_and_strings_by_length():
     tuples, state = join_state(_filled(100, 50, "abcd"))
     assert tuples == 150
@@ -44,7 +55,7 @@ def test_groups_seconds_add_up_to_the_slot_and_unfed_partitions_still_report_the
     meter = GroupLoadMeter()
     meter.record(3, 20, 20, 0.1, 0.05)
     meter.record(7, 60, 0, 0.2, 0.15)
-    report = meter.report(joins, total_seconds=0.5, total_cpu=0.4)
+    report = meter.report(_held(joins), total_seconds=0.5, total_cpu=0.4)
     assert set(report) == set(GROUP_FIELDS)
     assert report["part"] == [3, 7, 9]
     assert report["tuples_in"] == [20, 60, 0]
@@ -61,12 +72,12 @@ def test_rows_in_are_reported_by_mini_bits_beside_the_window_tuples():
     arrivals = np.arange(1 << FINE_DEPTH)
     meter.record(3, int(arrivals.sum()), 0, 0.1, 0.1, arrivals)
     meter.record(3, int(arrivals.sum()), 0, 0.1, 0.1, arrivals)  # a partition joined twice in a batch adds up
-    report = meter.report({3: _filled(1, 1, "x"), 4: _filled(1, 1, "x")}, 0.2, 0.2)
+    report = meter.report(_held({3: _filled(1, 1, "x"), 4: _filled(1, 1, "x")}), 0.2, 0.2)
     assert report["fine_in"] == [(2 * arrivals).tolist(), [0] * (1 << FINE_DEPTH)]
 
 
 def test_an_idle_batch_spreads_its_seconds_evenly():
-    report = GroupLoadMeter().report({1: _filled(1, 1, "x"), 2: _filled(1, 1, "x")}, total_seconds=0.4)
+    report = GroupLoadMeter().report(_held({1: _filled(1, 1, "x"), 2: _filled(1, 1, "x")}), total_seconds=0.4)
     assert report["seconds"] == pytest.approx([0.2, 0.2])
     assert GroupLoadMeter().report({}, 0.3) == dict.fromkeys(GROUP_FIELDS, [])
 
@@ -136,7 +147,43 @@ def test_fine_column_counts_the_windows_keys_by_mini_bits(batches):
         held = [
             v for name, col in KEY.items() for blk in join.stores[name].blocks for v in blk.tuples.columns[col].tolist()
         ]
-        report = GroupLoadMeter().report({2: join}, total_seconds=0.0)
+        report = GroupLoadMeter().report(_held({2: join}), total_seconds=0.0)
         assert report["fine"] == [_expected_fine(held, 6)]
         unkeyed = sum(len(blk) for name in "TU" for blk in join.stores[name].blocks)
         assert sum(report["fine"][0]) == report["window_tuples"][0] - unkeyed
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(st.tuples(st.sampled_from("RSABTU"), st.integers(-50, 50), st.integers(0, 40)), max_size=60),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_a_join_pooling_partitions_reports_each_as_its_own_join_would(batches):
+    """`pooled_state` of one join holding every partition (each tuple's partition in a column) against
+    `partition_state` of one join per partition fed the same tuples: tuples and mini-bit counts exactly, bytes
+    within the rounding of a block's bytes shared by its tuples."""
+    spec = parse_spec(KEYED)
+    pooled, apart = WindowJoin(spec), {}
+    for b, rows in enumerate(batches):
+        for name in "RSABTU":
+            mine = [(k, 30 * b + dt) for s, k, dt in rows if s == name]
+            if not mine:
+                continue
+            columns = _columns(name, [k for k, _ in mine], [t for _, t in mine])
+            key = KEY.get(name)
+            parts = np.zeros(len(mine), np.int32) if key is None else partition_of(columns[key], 6)
+            pooled.preload(name, {**columns, "@part": parts})
+            for part in np.unique(parts).tolist():
+                rows_p = np.flatnonzero(parts == part)
+                apart.setdefault(part, WindowJoin(spec)).preload(name, {c: v[rows_p] for c, v in columns.items()})
+    got = pooled_state(pooled, "@part")
+    want = {p: partition_state(j) for p, j in apart.items()}
+    assert sorted(got) == sorted(want)
+    for part, state in want.items():
+        assert got[part].tuples == state.tuples
+        assert got[part].fine.tolist() == state.fine.tolist()
+        # the pooled blocks also hold the 4-byte partition column
+        assert abs(got[part].bytes - state.bytes - 4 * state.tuples) <= 2 + state.bytes // 10

@@ -1,0 +1,141 @@
+"""The slot's stateful join run in this process: Spark's state calls answered by dicts, its pieces made by the
+real adapter and packer, its results caught by an in-memory sink. Milliseconds a batch, no Spark."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from windjoin.connectors.kafka_source import ARROW_SCHEMA
+from windjoin.operators.control.job_epoch import ControlEpoch
+from windjoin.operators.partitioning import RoutingTable
+from windjoin.operators.spec import JoinSpec
+from windjoin.pipelines.job import join_state
+from windjoin.pipelines.job.adapter import Adapter
+from windjoin.pipelines.job.join_state import JoinProcessor
+from windjoin.pipelines.job.slot_output import SlotOutputs
+from windjoin.pipelines.job.slot_pieces import PieceBuffer
+
+
+class ValueState:
+    def __init__(self) -> None:
+        self.value: tuple | None = None
+
+    def exists(self) -> bool:
+        return self.value is not None
+
+    def get(self) -> tuple | None:
+        return self.value
+
+    def update(self, value: Sequence[Any]) -> None:
+        self.value = tuple(value)
+
+
+class MapState:
+    def __init__(self) -> None:
+        self.values: dict[tuple, tuple] = {}
+
+    def getValue(self, key: tuple) -> tuple:  # noqa: N802 - Spark's names
+        return self.values[key]
+
+    def updateValue(self, key: tuple, value: Sequence[Any]) -> None:  # noqa: N802
+        self.values[key] = tuple(value)
+
+    def removeKey(self, key: tuple) -> None:  # noqa: N802
+        self.values.pop(key, None)
+
+
+class Handle:
+    """One slot's state, as `StatefulProcessorHandle` gives it (Spark keys it by the grouping key)."""
+
+    def getValueState(self, *args: Any, **kwargs: Any) -> ValueState:  # noqa: N802
+        return ValueState()
+
+    def getMapState(self, *args: Any, **kwargs: Any) -> MapState:  # noqa: N802
+        return MapState()
+
+
+class MemorySink:
+    """Keeps what the slots stage, per batch and task."""
+
+    name = "memory"
+
+    def __init__(self) -> None:
+        self.staged: dict[int, dict[str, list[pa.Table]]] = {}
+
+    def stage(self, batch_id: int, piece: int, tables: Mapping[str, pa.Table]) -> dict[str, int]:
+        batch = self.staged.setdefault(batch_id, {})
+        for task, table in tables.items():
+            batch.setdefault(task, []).append(table)
+        return {task: t.num_rows for task, t in tables.items()}
+
+    def commit(self, batch_id: int, pieces: Any, *, schemas: Any, batch_max: Any) -> list[str]:
+        return list(pieces)
+
+    def rows(self, task: str) -> list[dict[str, Any]]:
+        return [row for batch in self.staged.values() for t in batch.get(task, []) for row in t.to_pylist()]
+
+
+class SlotRun:
+    """A job's slots fed batches of events, each batch adapted, packed and joined as the Spark job does it."""
+
+    def __init__(self, spec: JoinSpec, monkeypatch: Any) -> None:
+        self.spec = spec
+        slot_labels = tuple(range(spec.slots))  # Spark's hash partitioner is not in the way here
+        self.routing = RoutingTable.round_robin(spec.partitions, len(slot_labels))
+        self.adapter = Adapter(spec, self.routing, slot_labels)
+        self.sink = MemorySink()
+        self.slots = {}
+        for label in slot_labels:
+            processor = JoinProcessor(spec, slot_labels, self.routing, outputs=SlotOutputs((self.sink,)))
+            processor.init(Handle())
+            self.slots[label] = processor
+        self.batch_id = 0
+        self.offsets: dict[str, int] = {}
+        monkeypatch.setattr(join_state, "current_batch_id", lambda: self.batch_id)
+
+    def run(self, events: Sequence[Mapping[str, Any]], watermark: int | None) -> list[dict[str, Any]]:
+        """Join one batch of events (dicts naming their "stream"); the slots' summaries."""
+        epoch = ControlEpoch(self.routing)
+        clock = {"seq": self.batch_id, "watermark": watermark, "marks": None, "limit": None, "waiting": 0}
+        pieces = PieceBuffer(self.adapter.schema)
+        packed = list(pieces.add(self.adapter.control_rows(epoch, clock)))
+        for stream, records in _by_stream(events).items():
+            packed += pieces.add(self.adapter.adapt(self._kafka_batch(stream, records), epoch))
+        packed += pieces.flush()
+        table = pa.Table.from_batches(packed)
+        stats = []
+        for label, processor in self.slots.items():
+            mine = table.filter(pa.compute.equal(table.column("slot"), label)).to_pandas()
+            (out,) = processor.handleInputRows((label,), iter([mine]), None)
+            stats.append(orjson.loads(out["stats"].iloc[0]))
+        self.batch_id += 1
+        return stats
+
+    def _kafka_batch(self, stream: str, records: list[Mapping[str, Any]]) -> pa.RecordBatch:
+        topic = self.spec.streams[stream].topic
+        first = self.offsets.get(topic, 0)
+        self.offsets[topic] = first + len(records)
+        ts = self.spec.streams[stream].timestamp
+        n = len(records)
+        return pa.RecordBatch.from_pydict(
+            {
+                "topic": [topic] * n,
+                "partition": [0] * n,
+                "offset": list(range(first, first + n)),
+                "key": [None] * n,
+                "value": [orjson.dumps({k: v for k, v in r.items() if k != "stream"}) for r in records],
+                "timestamp": [r[ts] for r in records],
+            },
+            schema=ARROW_SCHEMA,
+        )
+
+
+def _by_stream(events: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for event in events:
+        out.setdefault(event["stream"], []).append(event)
+    return out
