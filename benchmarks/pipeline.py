@@ -226,7 +226,38 @@ def start_windjoin(
 
 
 def progress_rows(query: Any) -> list[dict[str, Any]]:
-    return [json.loads(p.json) if hasattr(p, "json") else p for p in query.recentProgress]
+    """The query's progress reports, `numInputRows` being the Kafka records each batch read (`records_read`)."""
+    out = []
+    for report in query.recentProgress:
+        p = json.loads(report.json) if hasattr(report, "json") else dict(report)
+        read = records_read(p)
+        if read is not None:
+            p["numInputRows"] = read
+        out.append(p)
+    return out
+
+
+def records_read(progress: dict[str, Any]) -> int | None:
+    """Kafka records a batch read, from its sources' offsets (`{"partitions": {"topic:p": next offset}}`; a first
+    batch starts at 0: fresh topics); None when a source's offsets are not of that form. Spark's numInputRows counts
+    rows out of the source, and windjoin's reader hands the job Arrow pieces (a few rows a batch), not records."""
+    total = 0
+    for source in progress.get("sources", []):
+        start, end = (_partitions(source.get(key)) for key in ("startOffset", "endOffset"))
+        if end is None:
+            return None
+        total += sum(end.values()) - sum((start or {}).get(k, 0) for k in end)
+    return total if progress.get("sources") else None
+
+
+def _partitions(offset: Any) -> dict[str, int] | None:
+    if isinstance(offset, str):
+        try:
+            offset = json.loads(offset)
+        except ValueError:
+            return None
+    parts = offset.get("partitions") if isinstance(offset, dict) else None
+    return {k: int(v) for k, v in parts.items()} if isinstance(parts, dict) else None
 
 
 def processed_rows(query: Any) -> int:

@@ -49,3 +49,17 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         "windjoin_at_least_2x_builtin_throughput",
         "windjoin_p99_delay_under_2s_at_80pct",
     }
+
+
+def test_records_read_come_from_the_sources_offsets():
+    """windjoin's reader hands Spark a few Arrow pieces a batch: rows/s are counted in Kafka records read."""
+    from benchmarks.pipeline import records_read
+
+    first = {"startOffset": None, "endOffset": {"partitions": {"r:0": 10, "r:1": 5}, "control": {}}}
+    later = {
+        "startOffset": '{"partitions": {"r:0": 10, "r:1": 5}}',
+        "endOffset": '{"partitions": {"r:0": 12, "r:1": 9}}',
+    }
+    assert records_read({"numInputRows": 2, "sources": [first]}) == 15
+    assert records_read({"numInputRows": 2, "sources": [later, first]}) == 6 + 15  # the built-in join's two sources
+    assert records_read({"numInputRows": 7, "sources": [{"startOffset": None, "endOffset": {"0": 7}}]}) is None
