@@ -8,10 +8,11 @@ received nothing this batch (its state still counts). Measures:
 - `outputs`: result pairs it produced, over all tasks;
 - `window_tuples`, `state_bytes`: what its windows hold after the batch; bytes are the stored columns'
   (timestamp and declared fields: numeric columns exactly, strings by a sampled mean length), approximate;
-- `seconds`: the wall time spent joining the partition (probing, building its result tables), measured, plus
-  its share of the slot's other work (state reads and writes, expiry, output encoding and staging) apportioned
-  by its rows in plus its output pairs (each is a row the slot stores or writes; evenly when there are none), so
-  the groups' seconds add up to the slot's;
+- `seconds`: the wall time spent joining the partition (probing, building its result tables), measured when
+  it has a join of its own, plus its share of the slot's other work (state reads and writes, expiry, output
+  encoding and staging) apportioned by its rows in plus its output pairs (each is a row the slot stores or
+  writes; evenly when there are none), so the groups' seconds add up to the slot's. A slot that joins all its
+  partitions in one pass measures none per partition: all its time is shared that way;
 - `cpu`: the same in CPU seconds of the slot's worker thread (not inflated by waiting for a core), adding up to
   the slot's `cpu_seconds`: the partition's join work, what the controller balances (`control.load`). A hot
   partition's output pairs weigh here, where tuples in alone would miss them;

@@ -14,7 +14,6 @@ import functools
 from collections.abc import Iterable
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from windjoin.connectors.move_store import MovedGroup, MoveStore
@@ -24,7 +23,7 @@ from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.job.segment_store import SegmentStore
 from windjoin.pipelines.job.slot_meta import HeldJson, SlotMeta, group_of, held_json
 from windjoin.pipelines.job.slot_windows import SlotWindows
-from windjoin.pipelines.job.stored_rows import key_table, segment_schema, stored_mini_bits
+from windjoin.pipelines.job.stored_rows import segment_schema, stored_mini_bits
 
 
 class HandOver:
@@ -117,19 +116,21 @@ class HandOver:
         return leaving
 
 
-def check_held(spec: JoinSpec, index: int, meta: SlotMeta, live: pd.DataFrame) -> None:
+def check_held(spec: JoinSpec, index: int, meta: SlotMeta, live: pa.Table) -> None:
     """Refuse a batch carrying tuples of units this slot does not hold: joining them would lose pairs."""
-    if meta.held is None:
+    if meta.held is None or not live.num_rows:
         return
-    stray = set(live["part"].unique().tolist()) - {int(k.partition(".")[0]) for k in meta.held}
+    parts = live.column("part").to_numpy()
+    held = {int(k.partition(".")[0]) for k in meta.held}
+    stray = set(np.unique(parts).tolist()) - held
     minis = [group_of(k) for k in meta.held if "." in k]
-    rows = live[live["part"].isin({g.partition for g in minis})] if minis else live.iloc[:0]
-    if len(rows):  # tuples of a partition this slot holds only some mini-groups of: theirs?
-        parts, bits = rows["part"].to_numpy(), stored_mini_bits(spec, key_table(spec, rows))
+    if minis:  # tuples of a partition this slot holds only some mini-groups of: theirs?
+        rows = np.flatnonzero(np.isin(parts, [g.partition for g in minis]))
+        bits = stored_mini_bits(spec, live.take(pa.array(rows)))
         owned = np.zeros(len(rows), dtype=bool)
         for g in minis:
-            owned |= g.contains(parts, bits)
-        stray |= set(parts[~owned].tolist())
+            owned |= g.contains(parts[rows], bits)
+        stray |= set(parts[rows][~owned].tolist())
     if stray:
         raise RuntimeError(
             f"slot {index} got tuples of partitions {sorted(stray)} (or of their mini-groups) whose state it does "

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from windjoin.operators.control.slot_load import PartState
@@ -73,12 +74,12 @@ class JoinProcessor(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         slot = int(key[0])
         index = self.slot_index.get(slot, slot)
-        frame = open_pieces((p for f in rows for p in f["piece"]), self.schema).to_pandas()
+        table = open_pieces((p for f in rows for p in f["piece"]), self.schema)
         started, cpu_started = time.perf_counter(), time.process_time()
         meta = SlotMeta.from_stored(self.meta_state.get()[0]) if self.meta_state.exists() else SlotMeta()
         windows = cached_windows(slot, meta.nonce, self.window_files) or self.segments.windows(meta)
         phases = {"state_load_ms": (time.perf_counter() - started) * 1000}
-        batch = SlotBatch.classify(frame)
+        batch = SlotBatch.classify(table)
         epoch = batch.epoch
         meta.take_watermark(batch.clock.get("watermark"))
         windows.set_watermark(meta.watermark)  # every partition's window expires, whether rows came for it or not
@@ -86,12 +87,15 @@ class JoinProcessor(StatefulProcessor):
         moved_in = self.moves.install(index, meta, windows, epoch) if epoch is not None else []
         check_held(self.spec, index, meta, batch.live)
         join_started = time.perf_counter()
-        joined = windows.join_batch(meta, StreamColumns(self.spec, batch.live), batch.live["part"].to_numpy(np.int32))
+        parts = batch.live.column("part").to_numpy().astype(np.int32)
+        joined = windows.join_batch(meta, StreamColumns(self.spec, batch.live), parts)
         phases["join_ms"] = (time.perf_counter() - join_started) * 1000
         pairs_by_task = joined.tables
-        kept = batch.live.iloc[np.delete(np.arange(len(batch.live)), joined.late)]
+        kept = np.ones(batch.live.num_rows, dtype=bool)
+        kept[joined.late] = False
+        kept &= batch.live.column("stored").to_numpy().astype(bool)  # a spread partition's probe-only copies: not
         write_started = time.perf_counter()
-        self.segments.append(meta, kept[kept["stored"].astype(bool)])  # a spread partition's probe-only copies: not
+        self.segments.append(meta, batch.live.filter(pa.array(kept)))
 
         phases["state_write_ms"] = (time.perf_counter() - write_started) * 1000
         spill_report = SpillReport()
@@ -100,10 +104,7 @@ class JoinProcessor(StatefulProcessor):
         if epoch is not None and epoch.cleanup:
             for pairs in self.spill.cleanup(meta, windows, epoch.cleanup, spill_report):
                 pairs_by_task[pairs.task].append(pairs_table(self.spec, pairs))
-        late = batch.live.iloc[joined.late]
-        # a late tuple of a spread partition is reported once, by the slot that would have stored it
-        late = late[late["stored"].astype(bool)][DEAD_COLUMNS].assign(reason=LATE, detail=_late_detail(meta))
-        dead_rows = pd.concat([batch.dead, late])
+        dead_rows = pa.concat_tables([batch.dead, _late_rows(batch.live, joined.late, meta)])
         # The slot's results leave from here, as its piece of the batch (numbered by the slot's index).
         emitted_at = int(time.time() * 1000)
         output = write_slot(self.outputs, self.spec, current_batch_id(), index, pairs_by_task, dead_rows, emitted_at)
@@ -144,8 +145,15 @@ def _reported(joined: dict[int, PartState], held: dict[int, PartState], moved_ou
     return {**{p: joined[p] for p in gone}, **held}
 
 
-def _late_detail(meta: SlotMeta) -> str:
-    return (
+def _late_rows(live: pa.Table, late: np.ndarray, meta: SlotMeta) -> pa.Table:
+    """The live rows refused as late, as dead rows; a late tuple of a spread partition is reported once, by the
+    slot that would have stored it."""
+    rows = live.take(pa.array(late))
+    rows = rows.filter(rows.column("stored")).select(DEAD_COLUMNS)
+    detail = (
         f"event time is behind the watermark {meta.watermark} (the newest event time of the slowest "
         "input partition, less allowed_lateness_ms)"
     )
+    n = rows.num_rows
+    rows = rows.set_column(rows.schema.get_field_index("reason"), "reason", pa.array([LATE] * n, pa.string()))
+    return rows.set_column(rows.schema.get_field_index("detail"), "detail", pa.array([detail] * n, pa.string()))

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -38,25 +37,31 @@ class SegmentStore:
         """The slot's windows rebuilt from its segments and positions, for the stored state version."""
         windows = new_windows(self.spec, meta.nonce)
         for segment in meta.segments:
-            windows.load(self._read(segment).to_pandas())
+            windows.load(self._read(segment))
         windows.restore_positions(meta)
         return windows
 
-    def append(self, meta: SlotMeta, kept: pd.DataFrame) -> None:
-        """Append accepted tuples as one segment, with what decides its expiry per partition."""
-        if kept.empty:
+    def append(self, meta: SlotMeta, kept: pa.Table) -> None:
+        """Append accepted tuples (stored or adapted layout) as one segment, with what decides its expiry per
+        partition."""
+        if not kept.num_rows:
             return
         seg_id = meta.next_segment
         meta.next_segment += 1
-        table = pa.Table.from_pandas(kept[segment_schema(self.spec).names], preserve_index=False)
+        table = kept.select(segment_schema(self.spec).names)
         self.state.updateValue((seg_id,), (to_ipc(table),))
-        by_part = kept.groupby("part")
+        spans = table.group_by("part").aggregate([("ts", "max"), ("ts", "min")]).to_pylist()
+        streams = table.group_by(["part", "stream"]).aggregate([]).to_pylist()
+        ends: dict[str, dict[str, int]] = {}
+        for row in streams:
+            p = str(row["part"])
+            ends.setdefault(p, {})[row["stream"]] = meta.counts[p][row["stream"]]
         meta.segments.append(
             SegmentInfo(
                 id=seg_id,
-                max_ts={str(p): int(ts) for p, ts in by_part["ts"].max().items()},
-                ends={str(p): {s: meta.counts[str(p)][s] for s in g["stream"].unique()} for p, g in by_part},
-                min_ts={str(p): int(ts) for p, ts in by_part["ts"].min().items()},
+                max_ts={str(r["part"]): int(r["ts_max"]) for r in spans},
+                ends=ends,
+                min_ts={str(r["part"]): int(r["ts_min"]) for r in spans},
             )
         )
 
@@ -66,7 +71,7 @@ class SegmentStore:
         tables = [t for t in tables if t.num_rows]
         if not tables:
             return
-        rows = pa.concat_tables(tables).to_pandas()
+        rows = pa.concat_tables(tables)
         windows.add_rows(part, rows)
         self.append(meta, rows)
 
@@ -114,7 +119,7 @@ class SegmentStore:
 
     def rebuild(self, meta: SlotMeta, windows: SlotWindows, part: int, rests: list[pa.Table]) -> None:
         """Partition `part`'s window rebuilt from the rows `cut` left of it."""
-        rows = [rest.filter(pc.equal(rest.column("part"), part)).to_pandas() for rest in rests]
+        rows = [rest.filter(pc.equal(rest.column("part"), part)) for rest in rests]
         windows.rebuild(meta, part, rows)
 
     def expire(self, meta: SlotMeta, windows: SlotWindows, watermark: int | None) -> None:

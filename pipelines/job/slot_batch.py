@@ -3,7 +3,7 @@
 The adapter (`pipelines.job.adapter`) sends a slot, besides its tuples, rows that only carry facts: the batch's
 control epoch, shed counts, punctuations and the read tasks' timings; rows it refused arrive with their reason.
 The live tuples are sorted into arrival order (deterministic on replay) and converted once to numpy columns per
-stream, which the join slices per partition.
+stream. Everything stays Arrow until the join's numpy columns: no row passes through pandas.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 import orjson
-import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.control.finetune import FINE_DEPTH
@@ -35,8 +35,8 @@ DEAD_COLUMNS = ["stream", "topic", "kpartition", "koffset", "reason", "detail"]
 class SlotBatch:
     """One batch's rows at a slot, by kind."""
 
-    live: pd.DataFrame  # tuples to join, in arrival order
-    dead: pd.DataFrame  # rows the adapter refused (DEAD_COLUMNS)
+    live: pa.Table  # tuples to join, in arrival order
+    dead: pa.Table  # rows the adapter refused (DEAD_COLUMNS)
     epoch: ControlEpoch | None  # the batch's control epoch, if it came with one
     clock: dict[str, Any]  # its event-time plan: watermark, input partitions' marks before it, sequence, limit
     shed: dict[str, int]  # per stream, tuples shed before reaching the slot
@@ -46,34 +46,43 @@ class SlotBatch:
     marks: dict[str, list[int]]  # per input (Kafka) partition, the oldest and newest event time of its rows here
 
     @classmethod
-    def classify(cls, frame: pd.DataFrame) -> SlotBatch:
-        reasons = frame["reason"]
-        timings = frame["detail"][reasons == TIMING]
-        shed_rows = frame[reasons == SHED]
-        control = frame["detail"][reasons == CONTROL]
-        detail = orjson.loads(control.iloc[0]) if len(control) else None
-        live = frame[reasons.isna()].sort_values(ORDER, kind="stable")
-        probe_only = int((~live["stored"].astype(bool)).sum())
+    def classify(cls, table: pa.Table) -> SlotBatch:
+        kinds = pc.fill_null(table.column("reason"), "")
+        live = _arrival_order(table.filter(pc.equal(kinds, "")))
+        timings = table.filter(pc.equal(kinds, TIMING)).column("detail").to_pylist()
+        control = table.filter(pc.equal(kinds, CONTROL)).column("detail").to_pylist()
+        shed_rows = table.filter(pc.equal(kinds, SHED))
+        detail = orjson.loads(control[0]) if control else None
+        side = pc.is_in(kinds, pa.array(["", PUNCTUATION, SHED, CONTROL, TIMING]))
+        probe_only = live.num_rows - pc.sum(live.column("stored")).as_py() if live.num_rows else 0
+        shed = shed_rows.group_by("stream").aggregate([("koffset", "sum")]).to_pylist()
         return cls(
             live=live,
-            dead=frame[reasons.notna() & ~reasons.isin([PUNCTUATION, SHED, CONTROL, TIMING])][DEAD_COLUMNS],
+            dead=table.filter(pc.invert(side)).select(DEAD_COLUMNS),
             epoch=ControlEpoch.from_json(detail) if detail is not None else None,
             clock=(detail or {}).get("clock") or {},
-            shed={str(k): int(v) for k, v in shed_rows.groupby("stream")["koffset"].sum().items()},
-            punctuations=int((reasons == PUNCTUATION).sum()),
+            shed={str(r["stream"]): int(r["koffset_sum"]) for r in shed},
+            punctuations=pc.sum(pc.equal(kinds, PUNCTUATION)).as_py() or 0,
             read_tasks=[orjson.loads(t) for t in timings],
-            rows=len(frame) - len(control) - len(timings) - len(shed_rows) - probe_only,
-            marks=_input_marks(frame),
+            rows=table.num_rows - len(control) - len(timings) - shed_rows.num_rows - probe_only,
+            marks=_input_marks(table),
         )
 
 
-def _input_marks(frame: pd.DataFrame) -> dict[str, list[int]]:
+def _arrival_order(live: pa.Table) -> pa.Table:
+    """The tuples sorted by ORDER (numpy's lexsort: half of Arrow's multi-key sort_by here)."""
+    topics = pc.unique(live.column("topic")).sort()
+    keys = [pc.index_in(live.column("topic"), value_set=topics) if c == "topic" else live.column(c) for c in ORDER]
+    return live.take(np.lexsort([key.to_numpy() for key in reversed(keys)]))
+
+
+def _input_marks(table: pa.Table) -> dict[str, list[int]]:
     """The oldest and newest event time of each input (Kafka) partition among the batch's rows of this slot."""
-    rows = frame[frame["ts"].notna()]
-    if rows.empty:
+    rows = table.filter(pc.is_valid(table.column("ts")))
+    if not rows.num_rows:
         return {}
-    span = rows.groupby(["topic", "kpartition"])["ts"].agg(["min", "max"])
-    return {f"{topic}:{int(part)}": [int(lo), int(hi)] for (topic, part), lo, hi in span.itertuples(name=None)}
+    span = rows.group_by(["topic", "kpartition"]).aggregate([("ts", "min"), ("ts", "max")]).to_pylist()
+    return {f"{r['topic']}:{int(r['kpartition'])}": [int(r["ts_min"]), int(r["ts_max"])] for r in span}
 
 
 def rows_by_partition(parts: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
@@ -87,13 +96,12 @@ def rows_by_partition(parts: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
 
 
 class StreamColumns:
-    """A batch's live rows as numpy columns per stream, converted once for all partitions (slicing a pandas
-    frame per partition and stream cost more than joining small partitions)."""
+    """A batch's live rows as numpy columns per stream, converted once for all partitions."""
 
-    def __init__(self, spec: JoinSpec, live: pd.DataFrame) -> None:
+    def __init__(self, spec: JoinSpec, live: pa.Table) -> None:
         names = list(spec.streams)
         self.code = {name: i for i, name in enumerate(names)}
-        streams = live["stream"].to_numpy()
+        streams = live.column("stream").to_numpy()
         self.stream_codes = np.full(len(live), -1, dtype=np.int64)
         self.rank = np.zeros(len(live), dtype=np.int64)  # a row's position among its stream's rows
         self.columns: dict[str, dict[str, np.ndarray]] = {}
@@ -101,9 +109,9 @@ class StreamColumns:
             mine = np.flatnonzero(streams == name)
             self.stream_codes[mine] = code
             self.rank[mine] = np.arange(len(mine))
-            self.columns[name] = operator_columns(spec, live.iloc[mine], name)
-        self.stored = live["stored"].to_numpy(dtype=bool)
-        self.ts = live["ts"].to_numpy(dtype=np.int64)
+            self.columns[name] = operator_columns(spec, live.take(pa.array(mine)), name)
+        self.stored = live.column("stored").to_numpy().astype(bool)
+        self.ts = live.column("ts").to_numpy().astype(np.int64)
         # each keyed row's FINE_DEPTH low mini bits (-1: a stream without a key), hashed once for the batch
         self.fine_bins = np.full(len(live), -1, dtype=np.int64)
         for name, code in self.code.items():

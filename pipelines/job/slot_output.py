@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
@@ -64,7 +64,7 @@ def write_slot(
     batch_id: int,
     piece: int,
     pairs: Mapping[str, Sequence[pa.Table]],
-    refused: pd.DataFrame,
+    refused: pa.Table,
     emitted_at: int,
 ) -> dict[str, Any]:
     """Stage the slot's pairs per task (ordered by `output_order`) into every sink as `piece`, produce its dead
@@ -87,14 +87,14 @@ def write_slot(
         sink.stage(batch_id, piece, tables)
     staging = time.perf_counter() - started
     dead_letters = 0
-    if outputs.dead_letters is not None and len(refused):
+    if outputs.dead_letters is not None and refused.num_rows:
         writer = _WRITERS.setdefault(
             outputs.dead_letters,
             DeadLetterWriter(
                 outputs.dead_letters.bootstrap, outputs.dead_letters.topic, security=outputs.dead_letters.security
             ),
         )
-        dead_letters = writer.write(refused)
+        dead_letters = writer.write(refused.to_pandas())
     return slot_summary(tables, refused, emitted_at) | {
         "dead_letters": dead_letters,
         "order_seconds": ordering,
@@ -102,7 +102,7 @@ def write_slot(
     }
 
 
-def slot_summary(tables: Mapping[str, pa.Table], refused: pd.DataFrame, emitted_at: int) -> dict[str, Any]:
+def slot_summary(tables: Mapping[str, pa.Table], refused: pa.Table, emitted_at: int) -> dict[str, Any]:
     """The slot's emission time; per task the pairs staged and their largest result time; the production delays
     (emission less result time, ms) as an exact histogram [values, counts]; the refused rows by reason."""
     times = {task: result_times(table) for task, table in tables.items()}
@@ -112,5 +112,5 @@ def slot_summary(tables: Mapping[str, pa.Table], refused: pd.DataFrame, emitted_
         "emitted_at": emitted_at,
         "pairs": {task: [len(t), int(times[task].max())] for task, t in tables.items()},
         "delays": [values.tolist(), counts.tolist()],
-        "dead_by_reason": {str(k): int(v) for k, v in refused["reason"].value_counts().items()},
+        "dead_by_reason": {str(c["values"]): int(c["counts"]) for c in pc.value_counts(refused["reason"]).to_pylist()},
     }

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from windjoin.operators.control.slot_load import GroupLoadMeter, PartState, partition_state, pooled_state
 from windjoin.operators.join import WindowJoin
@@ -33,7 +33,7 @@ from windjoin.operators.mjoin import join_operator
 from windjoin.operators.spec import JoinSpec, TimeWindow
 from windjoin.pipelines.job.slot_batch import StreamColumns, pairs_table, rows_by_partition
 from windjoin.pipelines.job.slot_meta import SlotMeta
-from windjoin.pipelines.job.stored_rows import operator_columns, preload
+from windjoin.pipelines.job.stored_rows import by_stream, operator_columns, preload
 from windjoin.pipelines.job.window_cache import WindowFiles
 
 PART = "@part"  # a pooled window's column of each tuple's hash partition ('@' keeps it apart from user fields)
@@ -69,11 +69,11 @@ class SlotWindows(ABC):
         """Drop what no tuple at or after `horizon` can join."""
 
     @abstractmethod
-    def load(self, rows: pd.DataFrame) -> None:
+    def load(self, rows: pa.Table) -> None:
         """Put stored-layout rows (of any partitions) into the windows without joining them."""
 
     @abstractmethod
-    def add_rows(self, part: int, rows: pd.DataFrame) -> None:
+    def add_rows(self, part: int, rows: pa.Table) -> None:
         """Take stored-layout rows of `part` handed over or brought back; the windows now count them as held."""
 
     @abstractmethod
@@ -81,7 +81,7 @@ class SlotWindows(ABC):
         """Drop everything of `part`: its tuples and positions (it left this slot whole)."""
 
     @abstractmethod
-    def rebuild(self, meta: SlotMeta, part: int, rows: Sequence[pd.DataFrame]) -> None:
+    def rebuild(self, meta: SlotMeta, part: int, rows: Sequence[pa.Table]) -> None:
         """Partition `part`'s tuples made anew of the rows this slot still stores of it (its positions kept)."""
 
     @abstractmethod
@@ -168,13 +168,13 @@ class PooledWindows(SlotWindows):
     def expire(self, horizon: int | None) -> None:
         self.join.expire(horizon)
 
-    def load(self, rows: pd.DataFrame) -> None:
-        for stream, rows_s in rows.groupby("stream", sort=True):
-            columns = operator_columns(self.spec, rows_s, str(stream))
-            columns[PART] = rows_s["part"].to_numpy(dtype=np.int32)
-            self.join.preload(str(stream), columns)
+    def load(self, rows: pa.Table) -> None:
+        for stream, rows_s in by_stream(rows):
+            columns = operator_columns(self.spec, rows_s, stream)
+            columns[PART] = rows_s.column("part").to_numpy().astype(np.int32)
+            self.join.preload(stream, columns)
 
-    def add_rows(self, part: int, rows: pd.DataFrame) -> None:
+    def add_rows(self, part: int, rows: pa.Table) -> None:
         self.load(rows)
 
     def _drop(self, part: int) -> None:
@@ -186,7 +186,7 @@ class PooledWindows(SlotWindows):
         meta.counts.pop(str(part), None)
         self._drop(part)
 
-    def rebuild(self, meta: SlotMeta, part: int, rows: Sequence[pd.DataFrame]) -> None:
+    def rebuild(self, meta: SlotMeta, part: int, rows: Sequence[pa.Table]) -> None:
         self._drop(part)
         for rows_s in rows:
             self.load(rows_s)
@@ -256,15 +256,16 @@ class PartitionWindows(SlotWindows):
         for join in self.joins.values():
             join.expire(horizon)
 
-    def load(self, rows: pd.DataFrame) -> None:
-        for part, rows_p in rows.groupby("part", sort=True):
-            preload(self.spec, self._join(int(part)), rows_p)
+    def load(self, rows: pa.Table) -> None:
+        parts = rows.column("part")
+        for part in sorted(pc.unique(parts).to_pylist()):
+            preload(self.spec, self._join(part), rows.filter(pc.equal(parts, part)))
 
-    def add_rows(self, part: int, rows: pd.DataFrame) -> None:
+    def add_rows(self, part: int, rows: pa.Table) -> None:
         preload(self.spec, self._join(part), rows)
         forgotten = self.forgotten.setdefault(part, {})
-        for stream, n in rows["stream"].value_counts().items():
-            forgotten[stream] = forgotten.get(stream, 0) - int(n)
+        for count in pc.value_counts(rows.column("stream")).to_pylist():
+            forgotten[count["values"]] = forgotten.get(count["values"], 0) - int(count["counts"])
 
     def forget(self, meta: SlotMeta, part: int) -> None:
         meta.max_ts.pop(str(part), None)
@@ -272,7 +273,7 @@ class PartitionWindows(SlotWindows):
         self.joins.pop(part, None)
         self.forgotten.pop(part, None)
 
-    def rebuild(self, meta: SlotMeta, part: int, rows: Sequence[pd.DataFrame]) -> None:
+    def rebuild(self, meta: SlotMeta, part: int, rows: Sequence[pa.Table]) -> None:
         join = self.joins[part] = join_operator(self.spec)
         for rows_s in rows:  # segment by segment, in order: the window numbers its tuples as it takes them
             preload(self.spec, join, rows_s)

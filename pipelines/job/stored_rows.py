@@ -7,9 +7,12 @@ the operator takes per-stream numpy columns. A mini-group is not stored: it is r
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
-import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.partitioning import key_hash, mini_bits
@@ -38,48 +41,48 @@ def from_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-def operator_columns(spec: JoinSpec, rows: pd.DataFrame, stream: str) -> dict[str, np.ndarray]:
+def operator_columns(spec: JoinSpec, rows: pa.Table, stream: str) -> dict[str, np.ndarray]:
     """A stream's rows as the operator's columns: its timestamp and declared fields, typed."""
     s = spec.streams[stream]
-    columns = {s.timestamp: rows["ts"].to_numpy(dtype=np.int64)}
+    columns = {s.timestamp: _numpy(rows.column("ts"), np.int64)}
     for name, ftype in s.fields.items():
-        values = rows[field_column(stream, name)]
-        columns[name] = (
-            values.to_numpy(dtype=object)
-            if ftype == "string"
-            else values.to_numpy(dtype={"int": np.int64, "float": np.float64, "bool": np.bool_}[ftype])
-        )
+        dtype = {"int": np.int64, "float": np.float64, "bool": np.bool_, "string": object}[ftype]
+        columns[name] = _numpy(rows.column(field_column(stream, name)), dtype)
     return columns
 
 
-def preload(spec: JoinSpec, join: WindowJoin, rows: pd.DataFrame) -> None:
+def _numpy(column: pa.ChunkedArray | pa.Array, dtype: Any) -> np.ndarray:
+    values = column.to_numpy() if isinstance(column, pa.ChunkedArray) else column.to_numpy(zero_copy_only=False)
+    return values if values.dtype == dtype else values.astype(dtype)
+
+
+def by_stream(rows: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+    """Stored-layout rows split by stream (in name order), each keeping its order."""
+    streams = rows.column("stream")
+    for name in sorted(pc.unique(streams).to_pylist()):
+        yield name, rows.filter(pc.equal(streams, name))
+
+
+def preload(spec: JoinSpec, join: WindowJoin, rows: pa.Table) -> None:
     """Put stored rows (of one partition) into its window without joining them, stream by stream."""
-    for stream, rows_s in rows.groupby("stream", sort=True):
-        join.preload(str(stream), operator_columns(spec, rows_s, str(stream)))
+    for stream, rows_s in by_stream(rows):
+        join.preload(stream, operator_columns(spec, rows_s, stream))
 
 
 def generation(spec: JoinSpec, table: pa.Table) -> dict[str, dict[str, np.ndarray]]:
     """Stored rows as the spill clean-up's generation: per stream, the operator's columns."""
-    rows = table.to_pandas()
-    return {str(stream): operator_columns(spec, rows_s, str(stream)) for stream, rows_s in rows.groupby("stream")}
+    return {stream: operator_columns(spec, rows_s, stream) for stream, rows_s in by_stream(table)}
 
 
 def stored_mini_bits(spec: JoinSpec, table: pa.Table) -> np.ndarray:
-    """The mini-group bits of each stored row, recomputed from its key exactly as the adapter routed it."""
+    """The mini-group bits of each stored (or adapted) row, recomputed from its key exactly as the adapter
+    routed it."""
     bits = np.zeros(table.num_rows, dtype=np.uint64)
-    streams = table.column("stream").to_numpy(zero_copy_only=False)
+    streams = table.column("stream").to_numpy()
     for stream in np.unique(streams):
         rows = streams == stream
         # taken before converting: the column is null on other streams' rows, and a nullable column
         # converts to another dtype (bool to object), which hashes differently
-        keys = table.column(key_column(spec, stream)).filter(pa.array(rows)).to_numpy(zero_copy_only=False)
+        keys = table.column(key_column(spec, stream)).filter(pa.array(rows)).to_numpy()
         bits[rows] = mini_bits(key_hash(keys), spec.partitions)
     return bits
-
-
-def key_table(spec: JoinSpec, rows: pd.DataFrame) -> pa.Table:
-    """The stream and key columns of adapted rows, typed as in a stored segment (for `stored_mini_bits`)."""
-    schema = segment_schema(spec)
-    keys = {key_column(spec, name) for name, s in spec.streams.items() if s.key is not None}
-    fields = [schema.field("stream"), *(schema.field(c) for c in sorted(keys))]
-    return pa.Table.from_pandas(rows[[f.name for f in fields]], schema=pa.schema(fields), preserve_index=False)

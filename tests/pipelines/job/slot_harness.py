@@ -3,6 +3,7 @@ real adapter and packer, its results caught by an in-memory sink. Milliseconds a
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -97,16 +98,25 @@ class SlotRun:
         self.offsets: dict[str, int] = {}
         monkeypatch.setattr(join_state, "current_batch_id", lambda: self.batch_id)
 
-    def run(self, events: Sequence[Mapping[str, Any]], watermark: int | None) -> list[dict[str, Any]]:
-        """Join one batch of events (dicts naming their "stream"); the slots' summaries."""
+    def pieces(self, events: Sequence[Mapping[str, Any]], watermark: int | None) -> pa.Table:
+        """A batch of events (dicts naming their "stream") as the reader hands them to Spark: pieces per slot."""
         epoch = ControlEpoch(self.routing)
         clock = {"seq": self.batch_id, "watermark": watermark, "marks": None, "limit": None, "waiting": 0}
         pieces = PieceBuffer(self.adapter.schema)
         packed = list(pieces.add(self.adapter.control_rows(epoch, clock)))
+        offsets = dict(self.offsets)
         for stream, records in _by_stream(events).items():
-            packed += pieces.add(self.adapter.adapt(self._kafka_batch(stream, records), epoch))
+            packed += pieces.add(self.adapter.adapt(self._kafka_batch(stream, records, offsets), epoch))
         packed += pieces.flush()
-        table = pa.Table.from_batches(packed)
+        return pa.Table.from_batches(packed)
+
+    def run(self, events: Sequence[Mapping[str, Any]], watermark: int | None) -> list[dict[str, Any]]:
+        """Join one batch of events; the slots' summaries."""
+        table = self.pieces(events, watermark)
+        for stream, records in _by_stream(events).items():
+            topic = self.spec.streams[stream].topic
+            self.offsets[topic] = self.offsets.get(topic, 0) + len(records)
+        self.sink.staged.pop(self.batch_id, None)  # a replay stages the batch anew
         stats = []
         for label, processor in self.slots.items():
             mine = table.filter(pa.compute.equal(table.column("slot"), label)).to_pandas()
@@ -115,10 +125,22 @@ class SlotRun:
         self.batch_id += 1
         return stats
 
-    def _kafka_batch(self, stream: str, records: list[Mapping[str, Any]]) -> pa.RecordBatch:
+    def save(self) -> Any:
+        """The slots' state and positions, as Spark's checkpoint holds them after a committed batch."""
+        return copy.deepcopy(
+            ([(p.meta_state.value, p.segments.state.values) for p in self.slots.values()], self.offsets, self.batch_id)
+        )
+
+    def restore(self, saved: Any) -> None:
+        """Roll the state back to `saved` (a batch failed after its slots ran; Spark runs it again)."""
+        states, offsets, batch_id = copy.deepcopy(saved)
+        for processor, (meta, segments) in zip(self.slots.values(), states, strict=True):
+            processor.meta_state.value, processor.segments.state.values = meta, segments
+        self.offsets, self.batch_id = offsets, batch_id
+
+    def _kafka_batch(self, stream: str, records: list[Mapping[str, Any]], offsets: dict[str, int]) -> pa.RecordBatch:
         topic = self.spec.streams[stream].topic
-        first = self.offsets.get(topic, 0)
-        self.offsets[topic] = first + len(records)
+        first = offsets.get(topic, 0)
         ts = self.spec.streams[stream].timestamp
         n = len(records)
         return pa.RecordBatch.from_pydict(

@@ -112,3 +112,38 @@ def test_the_spec_chooses_the_layout(window, layout, monkeypatch):
     from windjoin.pipelines.job.slot_windows import _CACHE
 
     assert all(isinstance(_CACHE[label], layout) for label in run.slots)
+
+
+def test_tuples_behind_the_watermark_are_dead_lettered_and_join_nothing(monkeypatch):
+    spec = spec_dict({"kind": "time", "size_ms": 100}, partitions=4)
+    run = SlotRun(parse_spec(spec), monkeypatch)
+    first = [{"stream": "R", "ts": T0 + i, "k": i % 3, "x": i} for i in range(0, 60, 3)]
+    second = [{"stream": "S", "ts": T0 + i, "k": i % 3, "a": i} for i in range(0, 120, 4)]
+    run.run(first, None)
+    stats = run.run(second, T0 + 50)
+    late = [e for e in second if e["ts"] < T0 + 50]
+    assert sum(s["dead_by_reason"].get("late", 0) for s in stats) == len(late) > 0
+    expected, _ = oracle_join(spec, first + [e for e in second if e["ts"] >= T0 + 50])
+    assert as_multiset(_rows(run, "eq") + _rows(run, "band")) == as_multiset(expected)
+
+
+def test_a_replayed_batch_makes_the_same_pieces_and_the_same_results(monkeypatch):
+    """Spark rolls a failed batch's state back and runs it again: the adapter and the packer make the same pieces,
+    and the slot, whose cached windows already hold the failed attempt's tuples, must not use them."""
+    spec = spec_dict({"kind": "time", "size_ms": 50}, partitions=8)
+    run = SlotRun(parse_spec(spec), monkeypatch)
+    batches = [
+        [{"stream": "RS"[i % 2], "ts": T0 + 10 * b + i, "k": i % 3, "xa"[i % 2]: i} for i in range(12)]
+        for b in range(4)
+    ]
+    for batch in batches[:3]:
+        run.run(batch, None)
+    saved = run.save()
+    pieces = run.pieces(batches[3], None)
+    run.run(batches[3], None)
+    first = {task: _rows(run, task) for task in ("eq", "band")}
+    run.restore(saved)  # the attempt failed after the slots ran: state rolled back, results staged again
+    assert run.pieces(batches[3], None) == pieces
+    run.run(batches[3], None)
+    again = {task: _rows(run, task) for task in ("eq", "band")}
+    assert again == first and sum(map(len, first.values())) > 0

@@ -7,7 +7,6 @@ import uuid
 from pathlib import Path
 
 import orjson
-import pandas as pd
 import pyarrow as pa
 import pytest
 import redis
@@ -223,7 +222,7 @@ def _spark_rows(spec: JoinSpec, sinks: list, batch: int, times: list[int], punct
     outputs = SlotOutputs(tuple(s for s in sinks if not isinstance(s, SnapshotCommitter)))
     for slot, n in enumerate(punctuations):
         pairs = {t.name: [results(spec, 0, times)[t.name].drop_columns([BATCH_ID, EMITTED_AT])] for t in spec.tasks}
-        refused = pd.DataFrame({"reason": pd.Series([], dtype=object)})
+        refused = pa.table({"reason": pa.array([], pa.string())})
         output = write_slot(outputs, spec, batch, slot, pairs if slot == 0 else {}, refused, 9_999)
         stats = {"rows": 1, "joined": 1, "dead": 0, "punctuations": n, "segments": 0, "window_tuples": 0, "seconds": 0}
         stats.update(output, slot_index=slot)
