@@ -123,14 +123,16 @@ def _columns(stream: str, keys: list[int], ts: list[int]) -> dict[str, np.ndarra
     return cols
 
 
-@settings(max_examples=25, deadline=None)
-@given(
-    batches=st.lists(
-        st.lists(st.tuples(st.sampled_from("RSABTU"), st.integers(-50, 50), st.integers(0, 40)), max_size=60),
-        min_size=1,
-        max_size=8,
-    )
+# batches of (stream, key, time offset in the batch); time advances 30 ms a batch
+KEYED_BATCHES = st.lists(
+    st.lists(st.tuples(st.sampled_from("RSABTU"), st.integers(-50, 50), st.integers(0, 40)), max_size=60),
+    min_size=1,
+    max_size=8,
 )
+
+
+@settings(max_examples=25, deadline=None)
+@given(batches=KEYED_BATCHES)
 def test_fine_column_counts_the_windows_keys_by_mini_bits(batches):
     """The `fine` histogram against a per-tuple count of the keys the real WindowJoin still holds (after expiry:
     time advances 30 ms per batch over a 100 ms window), over int and string keys and unkeyed streams."""
@@ -154,13 +156,7 @@ def test_fine_column_counts_the_windows_keys_by_mini_bits(batches):
 
 
 @settings(max_examples=25, deadline=None)
-@given(
-    batches=st.lists(
-        st.lists(st.tuples(st.sampled_from("RSABTU"), st.integers(-50, 50), st.integers(0, 40)), max_size=60),
-        min_size=1,
-        max_size=6,
-    )
-)
+@given(batches=KEYED_BATCHES)
 def test_a_join_pooling_partitions_reports_each_as_its_own_join_would(batches):
     """`pooled_state` of one join holding every partition (each tuple's partition in a column) against
     `partition_state` of one join per partition fed the same tuples: tuples and mini-bit counts exactly, bytes
