@@ -52,7 +52,7 @@ import yaml
 from benchmarks.machine import machine_facts
 from benchmarks.params_cli import add_param_flags
 from benchmarks.rs_spec import rs_eq_join
-from benchmarks.teardown import tear_down, track
+from benchmarks.teardown import exit_on_sigterm, tear_down, track
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -468,6 +468,7 @@ def main() -> None:
     result: dict[str, Any] = {"benchmark": "reorganisation", "machine": machine_facts(), "params": params}
     result["load_avg_start"] = loadavg()
     spark = None
+    exit_on_sigterm()  # a killed run tears down too
     try:
         started = {s.service.name: s.service.url for s in services.up(services.ServicesConfig(state_dir=state_dir))}
         spark = build_local_spark(

@@ -53,7 +53,7 @@ from benchmarks.machine import machine_facts
 from benchmarks.params_cli import add_param_flags, params_from
 from benchmarks.pipeline import DelayHistogram, generate_cmd, progress_rows, run_generator, stop_process, sustained
 from benchmarks.pipeline import Params as PipelineParams
-from benchmarks.teardown import tear_down
+from benchmarks.teardown import exit_on_sigterm, tear_down
 
 RESULTS = Path(__file__).parent / "results" / "shedding.json"
 
@@ -599,6 +599,7 @@ def main() -> None:
     }
     started = time.perf_counter()
     spark = None
+    exit_on_sigterm()  # a killed run tears down too
     try:
         kafka, redis = services.up(services.ServicesConfig(state_dir=state_dir))
         bootstrap, redis_url = kafka.service.url, redis.service.url

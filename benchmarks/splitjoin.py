@@ -42,7 +42,7 @@ from benchmarks.band_count import band_pairs
 from benchmarks.kernels import chunk_pool, filled_join, measure, shifted
 from benchmarks.machine import machine_facts, pin_to_one_core
 from benchmarks.pipeline import Bench, Params, load_avg, open_session
-from benchmarks.teardown import tear_down
+from benchmarks.teardown import exit_on_sigterm, tear_down
 from windjoin.operators.workloads.band import BAND_SPEC
 
 RESULTS = Path(__file__).parent / "results" / "splitjoin.json"
@@ -190,6 +190,7 @@ def e2e(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     state_dir = workdir / "services"
     spark = None
     out: dict[str, Any] = {"params": {**vars(params)}, "throughput": [], "paced": []}
+    exit_on_sigterm()  # a killed run tears down too
     try:
         bootstrap, spark = open_session(state_dir, "windjoin-bench-splitjoin")
         bench = BandBench(params, workdir, bootstrap, spark)
