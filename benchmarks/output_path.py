@@ -1,4 +1,5 @@
-"""Output path benchmark: result pairs per second from the slots' executors into Parquet and Redis, alone.
+"""Output path benchmark: result pairs per second from the slots' executors into Parquet and Redis, alone, and
+the Redis memory each retained pair takes.
 
 The join's output path without the join: two slot processes (one per core, as the job's executors run them) each
 stage their piece of every batch through the product's `pipelines.job.slot_output.write_slot` (ordering, then every
@@ -7,11 +8,13 @@ Result tables have the pipeline benchmark's shape (R(ts, k, x) joined with S(ts,
 before the clock starts. A real redis-server (the embedded one) and Parquet files on local disk.
 
 Phases, each over the same batches: Parquet alone, Redis alone, both (the job's default output path with both
-sinks), and the floor in the same run: the same bytes alone, prepared before the clock starts and written without
-ordering, staging or fencing (`pyarrow.parquet.write_table` to a file, and the pipelined ZADD commands the Redis
-sink would send, so this is Redis' own ingest time plus Parquet's encoding).
+sinks); the layout before issue 30 beside them (`pairs_redis`, `pairs_both`: a sorted-set member per pair, copied
+into the feed, `benchmarks.pair_layout`); and the floor in the same run: the same bytes alone, prepared before the
+clock starts and written without ordering, staging or fencing (`pyarrow.parquet.write_table` to a file, and the
+piece's compressed chunks sent as the HSETs the Redis sink sends: Redis' own ingest plus Parquet's encoding).
 Rate = pairs / time of (the slowest slot's staging, both running in parallel, then the driver's commit), over all
-batches; a slot's time starts when it starts writing (the floor's preparation is left out).
+batches; a slot's time starts when it starts writing (the floor's preparation is left out). Redis is emptied before
+each phase; bytes per pair = Redis' `used_memory` after the phase less before, over the phase's pairs.
 
     python -m benchmarks.output_path [--quick]
 
@@ -51,7 +54,7 @@ SPEC = {
     },
     "tasks": [{"name": TASK, "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
 }
-PHASES = ("floor", "parquet", "redis", "both")
+PHASES = ("floor", "parquet", "redis", "both", "pairs_redis", "pairs_both")
 QUICK = {"batches": 3, "pairs_per_batch": 40_000}
 
 
@@ -89,7 +92,8 @@ def _init_slot(params: Params, piece: int) -> None:
 
 def _stage(phase: str, outputs: Any, batch: int) -> dict[str, float]:
     """Stage this slot's piece of `batch` (in a slot process); returns its seconds."""
-    from windjoin.connectors.redis_sink import _packed_zadds, encode_members, results_key
+    from windjoin.connectors.redis_keys import piece_key
+    from windjoin.connectors.redis_pieces import encode_piece
     from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, result_schema
     from windjoin.pipelines.job.slot_output import write_slot
 
@@ -105,36 +109,48 @@ def _stage(phase: str, outputs: Any, batch: int) -> dict[str, float]:
     full = full.append_column(BATCH_ID, pa.array(np.full(rows, batch), pa.int64()))
     schema = result_schema(spec, TASK)
     full = full.select(schema.names).cast(schema)
-    _, zadds = _packed_zadds(results_key(f"{TASK}_floor", redis_sink.namespace), full, encode_members(full, piece))
+    chunks = encode_piece(full, batch, piece, 0).chunks
+    key = piece_key(f"{TASK}_floor", batch, piece, redis_sink.namespace)
     started = time.perf_counter()
     pq.write_table(full, Path(parquet_dir) / f"floor-{batch}-{piece}.parquet")
-    conn = redis_sink.client.connection_pool.get_connection()
-    try:
-        conn.send_packed_command([part for command in zadds for part in command])
-        for _ in zadds:
-            conn.read_response()
-    finally:
-        redis_sink.client.connection_pool.release(conn)
+    with redis_sink.client.pipeline(transaction=False) as pipe:
+        for seq, chunk in enumerate(chunks):
+            pipe.hset(key, f"c{seq}", chunk)
+        pipe.execute()
     return {"seconds": time.perf_counter() - started}
 
 
 def _sinks(phase: str, root: Path, redis_url: str) -> tuple[Any, ...]:
+    from benchmarks.pair_layout import PairLayoutSink
     from windjoin.connectors.parquet_sink import ParquetSink
     from windjoin.connectors.redis_sink import RedisSink
 
     namespace = f"bench_{phase}_{uuid.uuid4().hex[:8]}"
-    parquet, redis = ParquetSink(root / phase), RedisSink(redis_url, 10**12, namespace, trim=False)
-    return {"parquet": (parquet,), "redis": (redis,), "both": (parquet, redis), "floor": (str(root), redis)}[phase]
+    parquet, redis = ParquetSink(root / phase), RedisSink(redis_url, 10**12, namespace, trim=False, max_bytes=1 << 40)
+    pairs = PairLayoutSink(redis_url, namespace)
+    return {
+        "parquet": (parquet,),
+        "redis": (redis,),
+        "both": (parquet, redis),
+        "floor": (str(root), redis),
+        "pairs_redis": (pairs,),
+        "pairs_both": (parquet, pairs),
+    }[phase]
 
 
 def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, redis_url: str) -> dict[str, Any]:
     """Every batch: the slots stage in parallel, then the driver commits; pairs/s over the phase."""
+    import redis
+
     from windjoin.operators.result_table import result_schema
     from windjoin.operators.spec import parse_spec
     from windjoin.pipelines.job.slot_output import SlotOutputs
 
     (root / phase).mkdir(parents=True, exist_ok=True)
     sinks = _sinks(phase, root, redis_url)
+    admin = redis.Redis.from_url(redis_url)
+    admin.flushall()
+    memory_before = int(admin.info("memory")["used_memory"])
     outputs = sinks if phase == "floor" else SlotOutputs(sinks=sinks)
     schemas = {TASK: result_schema(parse_spec(SPEC), TASK)}
     batch_s, stage_s, commit_s = [], [], []
@@ -150,7 +166,9 @@ def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, re
         commit_s.append(time.perf_counter() - staged)
         batch_s.append(stage_s[-1] + commit_s[-1])
     pairs = params.batches * (params.pairs_per_batch // params.slots) * params.slots
+    memory = int(admin.info("memory")["used_memory"]) - memory_before
     return {
+        "redis_bytes_per_pair": memory / pairs,
         "pairs": pairs,
         "seconds": sum(batch_s),
         "pairs_per_s": pairs / sum(batch_s),
@@ -187,8 +205,9 @@ def main() -> None:
                 run = run_phase(pools, params, phase, root, redis.service.url)
                 result["phases"][phase] = run
                 print(
-                    f"{phase:>8}: {run['pairs_per_s']:>10,.0f} pairs/s  batch {run['batch_s_median']:.3f} s "
-                    f"(slots {run['slot_stage_s_median']:.3f} s, commit {run['driver_commit_s_median']:.3f} s)",
+                    f"{phase:>11}: {run['pairs_per_s']:>10,.0f} pairs/s  batch {run['batch_s_median']:.3f} s "
+                    f"(slots {run['slot_stage_s_median']:.3f} s, commit {run['driver_commit_s_median']:.3f} s), "
+                    f"Redis {run['redis_bytes_per_pair']:.1f} B/pair",
                     flush=True,
                 )
         finally:
@@ -199,9 +218,20 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     phases = result["phases"]
     result["ratio_both_to_floor"] = phases["both"]["pairs_per_s"] / phases["floor"]["pairs_per_s"]
-    result["targets"] = {"both_sinks_at_least_200k_pairs_per_s": phases["both"]["pairs_per_s"] >= 200_000}
+    result["ratio_both_to_pairs_layout"] = phases["both"]["pairs_per_s"] / phases["pairs_both"]["pairs_per_s"]
+    result["memory_ratio_to_pairs_layout"] = (
+        phases["both"]["redis_bytes_per_pair"] / phases["pairs_both"]["redis_bytes_per_pair"]
+    )
+    result["targets"] = {
+        "both_sinks_at_least_1m_pairs_per_s": phases["both"]["pairs_per_s"] >= 1_000_000,
+        "redis_memory_per_pair_at_most_a_third_of_the_pairs_layout": result["memory_ratio_to_pairs_layout"] <= 1 / 3,
+    }
     result["cores"] = os.cpu_count()
-    print(f"both sinks / floor: {result['ratio_both_to_floor']:.2f}x; targets {result['targets']}")
+    print(
+        f"both sinks / floor: {result['ratio_both_to_floor']:.2f}x, / the pairs layout: "
+        f"{result['ratio_both_to_pairs_layout']:.2f}x; Redis bytes per pair / the pairs layout's: "
+        f"{result['memory_ratio_to_pairs_layout']:.3f}; targets {result['targets']}"
+    )
     print(write_results(result, args.out, plot))
 
 
@@ -211,7 +241,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     phases = result["phases"]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar(list(phases), [phases[p]["pairs_per_s"] / 1000 for p in phases], color="#4477aa")
-    ax.axhline(200, color="#cc3311", linestyle="--", label="target 200k pairs/s")
+    ax.axhline(1000, color="#cc3311", linestyle="--", label="target 1M pairs/s")
     ax.set_ylabel("thousand pairs/s")
     ax.set_title("Output path alone, 2 slots + driver commit")
     ax.legend()

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 
+from windjoin.connectors.parquet_scan import readable
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.query.cursors import FEED_END as _END
-from windjoin.operators.query.fields import RESULT_TIME, ROW
-from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, PIECE_ROW_BITS, result_times, stream_timestamps
+from windjoin.operators.query.fields import table_rows
+from windjoin.operators.result_table import EMITTED_AT, PIECE_ROW_BITS
 
 
 class ParquetReplay:
@@ -56,11 +58,11 @@ class ParquetReplay:
             for piece, file in self.parquet.batch_pieces(task, current):
                 first = piece << PIECE_ROW_BITS  # the piece's rows are numbered from here (result_table.piece_rows)
                 skip = max(0, last_row + 1 - first)
-                table = pq.read_table(file)
+                table = readable(task, current, lambda file=file: pq.read_table(file))
                 if skip >= table.num_rows:
                     continue
                 taken = table.slice(skip, count - len(rows))
-                rows += _feed_rows(taken, first + skip)
+                rows += table_rows(taken, first + skip + np.arange(taken.num_rows))
                 if len(rows) >= count and skip + taken.num_rows < table.num_rows:
                     return rows, (current, first + skip + taken.num_rows - 1)
             batch, row = current, _END
@@ -73,7 +75,10 @@ class ParquetReplay:
         emitted earlier: it reads as many footers as there are batches to replay (empty batches are skipped)."""
         found = None
         for batch in reversed([b for b in self.retained(task) if b < below]):
-            emitted = [_first_emitted_at(pq.read_metadata(f)) for f in self.parquet.batch_files(task, batch)]
+            emitted = [
+                _first_emitted_at(readable(task, batch, lambda f=f: pq.read_metadata(f)))
+                for f in self.parquet.batch_files(task, batch)
+            ]
             emitted = [e for e in emitted if e != _EMPTY]
             if not emitted:
                 continue
@@ -94,20 +99,3 @@ def _first_emitted_at(meta: pq.FileMetaData) -> int | None:
     column = next(i for i in range(group.num_columns) if group.column(i).path_in_schema == EMITTED_AT)
     stats = group.column(column).statistics
     return stats.min if stats is not None and stats.has_min_max else None
-
-
-def _feed_rows(table: Any, first_row: int) -> list[dict[str, Any]]:
-    """A slice of a batch file as feed rows, `{<stream>: {...}, ..., batch_id, row, emitted_at, result_time}`
-    (the shape and key order `redis_tier.decode_row` gives)."""
-    if not table.num_rows:
-        return []
-    times = result_times(table)
-    streams = list(stream_timestamps(table.schema))
-    out = []
-    for i, record in enumerate(table.to_pylist()):
-        row = {stream: record[stream] for stream in streams}
-        row.update(
-            {BATCH_ID: record[BATCH_ID], ROW: first_row + i, EMITTED_AT: record[EMITTED_AT], RESULT_TIME: int(times[i])}
-        )
-        out.append(row)
-    return out

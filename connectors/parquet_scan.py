@@ -1,138 +1,118 @@
-"""The first `n` result rows of a time span in Parquet result files, read a row group at a time.
+"""The Parquet tier of a one-time query as units for `span_scan`: a group per snapshot (or per set of batches no
+snapshot holds yet) that lists its files' row groups when the scan reaches it, and a leaf per row group.
 
-Memory stays at one page: a row group's key and condition columns are read (only those leaves), its matching rows
-compete with the best `n` found so far by their (result_time, batch_id, row) keys, and only the winners'
-positions are kept; row groups whose statistics show every row later than the `n`-th best are skipped unread.
-At the end the winners' output columns (only the leaves asked for) are read back, one row group at a time.
-A row's number is its file's first row number (`row_starts`) plus its position in the file, as the rest of the
-query code numbers them.
+A row group's statistics bound its rows' result times (the latest timestamp is at least each stream's smallest),
+so groups outside the span are never read and the others are read in time order; a leaf reads only the leaves
+asked for, and sizes its rows by its row group's uncompressed bytes per row. A file that cannot be read (damaged,
+truncated) is `Damaged` naming the task and batch, never a path; a file that vanished (its snapshot expired
+meanwhile) is FileNotFoundError, so the query reads again.
 """
 
 from __future__ import annotations
 
-import functools
-import operator
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
-from windjoin.operators.query.conditions import Condition
-from windjoin.operators.query.fields import RESULT_TIME, ROW, Key
-from windjoin.operators.query.order import FirstKeys, after_mask, before_mask
-from windjoin.operators.query.selection import arrow_mask
-from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, stream_timestamps
+from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.span_scan import Part
+from windjoin.operators.query.errors import Damaged
+from windjoin.operators.result_table import PIECE_ROW_BITS, stream_timestamps
 
-
-def first_rows(
-    files: Sequence[str],
-    schema: pa.Schema,
-    lower: int,
-    upper: int,
-    after: Key | None,
-    conditions: Sequence[Condition],
-    n: int,
-    names: Sequence[str] | None,
-    row_starts: Sequence[int] | None = None,
-) -> list[tuple[Key, dict[str, Any]]]:
-    """The first `n` rows (by key) of `files` with result time in [lower, upper], after `after`, meeting every
-    condition, with their keys. `names`: the fields the caller will keep
-    (None: whole rows); the rows hold at least those. `row_starts`: each file's first row number (a batch's
-    pieces number their rows from `piece << PIECE_ROW_BITS`); none: 0."""
-    if not files or n < 1:
-        return []
-    stamps = [(stream, f"{stream}.{ts}") for stream, ts in stream_timestamps(schema).items()]
-    span = _span(stamps, lower, upper)
-    wanted = [leaf for _, leaf in stamps] + [BATCH_ID]
-    wanted += [c.field for c in conditions if c.field != RESULT_TIME]
-    best = FirstKeys(n)
-    pieces: dict[tuple[int, int], ds.Fragment] = {}
-    dataset = ds.dataset(list(files), schema=schema, format="parquet")
-    for f, fragment in enumerate(dataset.get_fragments()):
-        fragment.ensure_complete_metadata()
-        metadata = fragment.metadata
-        first = 0 if row_starts is None else row_starts[f]
-        offsets = first + np.concatenate([[0], np.cumsum([rg.num_rows for rg in fragment.row_groups])])
-        for piece in fragment.split_by_row_group(span):
-            (group,) = piece.row_groups
-            worst = best.worst()
-            if worst is not None and _earliest(metadata.row_group(group.id), stamps) > worst[0]:
-                continue  # every row of the group comes after the n best so far
-            table = piece.to_table(columns=_refs(wanted))
-            if not table.num_rows:
-                continue
-            times = _times(table, stamps)
-            rows = np.arange(offsets[group.id], offsets[group.id] + table.num_rows, dtype=np.int64)
-            batches = table.column(BATCH_ID).to_numpy()
-            mask = (times >= lower) & (times <= upper)
-            if after is not None:
-                mask &= after_mask(times, batches, rows, after)
-            if worst is not None:
-                mask &= before_mask(times, batches, rows, worst)  # only a smaller key can take a place
-            for condition in conditions:
-                if mask.any():
-                    column = pa.array(times) if condition.field == RESULT_TIME else table.column(condition.field)
-                    mask &= arrow_mask(column, condition)
-            chosen = np.flatnonzero(mask)
-            if len(chosen):
-                best.offer(times[chosen], batches[chosen], rows[chosen], f, group.id, chosen)
-                pieces[(f, group.id)] = piece
-    return _read(best, pieces, schema, [s for s, _ in stamps], names)
+T = TypeVar("T")
+EARLIEST = -(2**63)  # the lower bound of units whose result times are unknown
 
 
-def _span(stamps: list[tuple[str, str]], lower: int, upper: int) -> ds.Expression:
-    """result time = max(t1, ..., tn) in [lower, upper] <=> every ti <= upper and some ti >= lower."""
-    fields = [ds.field(*leaf.split(".")) for _, leaf in stamps]
-    below = functools.reduce(operator.and_, [t <= upper for t in fields])
-    return below & functools.reduce(operator.or_, [t >= lower for t in fields])
+@dataclass
+class RowGroup:
+    """One row group of one piece's file."""
+
+    lower: int
+    task: str
+    batch: int
+    path: Path
+    metadata: pq.FileMetaData
+    group: int
+    first_row: int  # the row number of its first row
+
+    def read(self, columns: Sequence[str], sized: Sequence[str] | None) -> Part:
+        file = readable(self.task, self.batch, lambda: pq.ParquetFile(self.path, metadata=self.metadata))
+        table = readable(self.task, self.batch, lambda: file.read_row_group(self.group, columns=list(columns)))
+        table = table.flatten()
+        rows = np.arange(self.first_row, self.first_row + table.num_rows, dtype=np.int64)
+        sizes = None if sized is None else np.full(table.num_rows, self._row_bytes(sized), dtype=np.int64)
+        return Part(table.select(list(columns)), rows, sizes)
+
+    def _row_bytes(self, leaves: Sequence[str]) -> int:
+        """Uncompressed bytes per row of the leaves, from the row group's metadata."""
+        group = self.metadata.row_group(self.group)
+        wanted = set(leaves)
+        total = sum(
+            group.column(i).total_uncompressed_size
+            for i in range(group.num_columns)
+            if group.column(i).path_in_schema in wanted
+        )
+        return max(1, total // max(1, group.num_rows))
 
 
-def _refs(leaves: Sequence[str]) -> dict[str, ds.Expression]:
-    return {leaf: ds.field(*leaf.split(".")) for leaf in dict.fromkeys(leaves)}
+@dataclass
+class Batches:
+    """Committed batches of a task not listed yet (a snapshot's: `lower` its smallest result time; or batches no
+    snapshot holds: EARLIEST)."""
+
+    lower: int
+    parquet: ParquetSink
+    task: str
+    batches: list[int]
+    schema: pa.Schema
+    span: tuple[int, int]
+
+    def expand(self) -> Iterator[RowGroup]:
+        stamps = [f"{s}.{ts}" for s, ts in stream_timestamps(self.schema).items()]
+        for batch in self.batches:
+            for piece, path in self.parquet.batch_pieces(self.task, batch):
+                metadata = readable(self.task, batch, lambda path=path: pq.read_metadata(path))
+                first = piece << PIECE_ROW_BITS
+                for g in range(metadata.num_row_groups):
+                    group = metadata.row_group(g)
+                    earliest, latest = _bounds(group, stamps)
+                    if earliest <= self.span[1] and latest >= self.span[0] and group.num_rows:
+                        yield RowGroup(max(self.lower, earliest), self.task, batch, path, metadata, g, first)
+                    first += group.num_rows
 
 
-def _times(table: pa.Table, stamps: list[tuple[str, str]]) -> np.ndarray:
-    columns = [table.column(leaf) for _, leaf in stamps]
-    return pc.max_element_wise(*columns).to_numpy().astype(np.int64, copy=False)
+def readable(task: str, batch: int, read: Callable[[], T]) -> T:
+    """`read()` of a Parquet file of `task`'s batch `batch`; `Damaged` naming them when the file cannot be read
+    (FileNotFoundError passes: the file left with its snapshot, and the query reads again)."""
+    try:
+        return read()
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError) as err:
+        raise damaged(task, batch) from err
 
 
-def _earliest(group: Any, stamps: list[tuple[str, str]]) -> float:
-    """A lower bound of the result times in a row group from its statistics (-inf when they are missing)."""
+def damaged(task: str, batch: int) -> Damaged:
+    """The error of a Parquet file of `task`'s batch `batch` that cannot be read."""
+    return Damaged(
+        f"task {task!r} batch {batch}: its Parquet results cannot be read (a damaged or truncated file); "
+        "the operator must restore or remove that batch's files"
+    )
+
+
+def _bounds(group: Any, stamps: list[str]) -> tuple[float, float]:
+    """Bounds of the result times in a row group from its statistics ((-inf, inf) when they are missing): the
+    result time is the latest stamp, so it is at least each stream's smallest and at most the largest stamp."""
     paths = {group.column(i).path_in_schema: i for i in range(group.num_columns)}
-    bound = -np.inf
-    for _, leaf in stamps:
+    low, high = -np.inf, -np.inf
+    for leaf in stamps:
         stats = group.column(paths[leaf]).statistics if leaf in paths else None
         if stats is None or not stats.has_min_max:
-            return -np.inf
-        bound = max(bound, stats.min)  # result time = the latest stamp >= each stream's smallest stamp
-    return bound
-
-
-def _read(
-    best: FirstKeys,
-    pieces: dict[tuple[int, int], ds.Fragment],
-    schema: pa.Schema,
-    streams: list[str],
-    names: Sequence[str] | None,
-) -> list[tuple[Key, dict[str, Any]]]:
-    """The rows `best` holds, in key order: each row group's output leaves read once, only its winning rows kept."""
-    leaves = [f"{s}.{child.name}" for s in streams for child in schema.field(s).type]
-    if names is not None:
-        leaves = [leaf for leaf in leaves if leaf in set(names)]
-    out: list[tuple[Key, dict[str, Any]] | None] = [None] * len(best.keys)
-    for file, group in {tuple(w) for w in best.where[:, :2].tolist()}:
-        held = np.flatnonzero((best.where[:, 0] == file) & (best.where[:, 1] == group))
-        table = pieces[(file, group)].to_table(columns=_refs([*leaves, EMITTED_AT]))
-        picked = table.take(pa.array(best.where[held, 2])).to_pylist()
-        for i, record in zip(held.tolist(), picked, strict=True):
-            t, b, r = best.keys[i].tolist()
-            row: dict[str, Any] = {}
-            for leaf in leaves:
-                stream, _, name = leaf.partition(".")
-                row.setdefault(stream, {})[name] = record[leaf]
-            row.update({BATCH_ID: b, ROW: r, EMITTED_AT: record[EMITTED_AT], RESULT_TIME: t})
-            out[i] = ((t, b, r), row)
-    return [item for item in out if item is not None]
+            return -np.inf, np.inf
+        low, high = max(low, stats.min), max(high, stats.max)
+    return low, high

@@ -1,8 +1,8 @@
 """Redis ACL users, one per component, each limited to the keys and commands its code uses.
 
 Keys of one namespace `ns` (see `redis_sink`, `load_reports`, `control_decisions`):
-  results  `ns:{task}:results` (zset), `ns:{task}:meta` (hash), `ns:{task}:feed` (stream), `ns:{task}:owner`,
-           `ns:{task}:stage:<piece>` (hashes of staged pieces, the job only);
+  results  `ns:{task}:index`, `ns:{task}:pieces` (zsets), `ns:{task}:meta` (hash), `ns:{task}:feed` (stream),
+           `ns:{task}:piece:<batch>:<piece>` (hashes of pieces), `ns:{task}:owner` (the job only);
   control  `ns:{control}:load` (stream), `ns:{control}:decision` (hash), `ns:{control}:decisions` (stream).
 
 - job: reads and writes the results keys and the load stream (its driver publishes load reports), reads the
@@ -47,11 +47,10 @@ class AclUser:
 def component_rules(component: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     """The key patterns and commands of one component's user."""
     ns = check_namespace(namespace)  # no glob characters: taken literally by the patterns
-    results = [f"{ns}:{{*}}:results", f"{ns}:{{*}}:meta", f"{ns}:{{*}}:feed", f"{ns}:{{*}}:owner"]
+    results = [f"{ns}:{{*}}:{name}" for name in ("index", "meta", "feed", "piece:*", "pieces", "owner")]
     load, decision, decisions = f"{ns}:{{control}}:load", f"{ns}:{{control}}:decision", f"{ns}:{{control}}:decisions"
     if component == "job":
-        staged = f"{ns}:{{*}}:stage:*"  # the slots' staged pieces (connectors.redis_sink), the job's alone
-        keys = [*(f"~{k}" for k in results), f"~{staged}", f"~{load}", f"%R~{decision}"]
+        keys = [*(f"~{k}" for k in results), f"~{load}", f"%R~{decision}"]
         commands = f"+@read +@write {_SCRIPTS} {_TRANSACTIONS}"
     elif component == "controller":
         keys = [f"%R~{load}", f"~{decision}", f"~{decisions}"]
@@ -59,7 +58,7 @@ def component_rules(component: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     elif component == "proxy":
         # EVAL declares its keys read-write, so read-only key patterns would refuse the read scripts; the
         # commands keep the proxy to reads instead, inside scripts too (each call there is checked alike).
-        keys = [f"~{k}" for k in results[:3]]
+        keys = [f"~{k}" for k in results[:4]]  # what readers read: not the pieces set (retention's) or the owner
         commands = f"+@read +time {_SCRIPTS}"  # TIME: the stepped reads measure their own time in Redis
     else:
         raise ValueError(f"component {component!r} is not one of {list(COMPONENTS)}")

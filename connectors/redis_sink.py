@@ -1,227 +1,159 @@
-"""Keeping each task's recent results in Redis, written at most once per (task, batch id), queryable by time.
+"""Keeping each task's recent results in Redis as pieces, written at most once per (task, batch id).
 
-Data layout per task (`ns` is the namespace, default "windjoin"; `{task}` is a Redis Cluster hash tag, so a
-task's keys share one slot):
+Data layout per task (key names: `redis_keys`; `ns:{T}:` is the task's prefix):
 
-- `ns:{task}:results` - sorted set. Score: the result's result time (max of its tuples' timestamps, epoch
-  ms; exact as a double up to 2^53). Member: the result as compact JSON, an array
-  `[batch_id, row, emitted_at, {"<stream>": {field: value, ...}, "<stream>": {...}, ...}]`, one object per joined
-  stream (two for a pair, n for an n-way task), streams in join order, each stream's timestamp first.
-  `(batch_id, row)` makes every member unique, so equal results from different rows never collapse. A time-span
-  query is one `ZRANGE key t_from t_to BYSCORE`; among equal scores Redis orders members bytewise, so readers
-  that need (result time, batch id, row) order sort the decoded members (`query` does).
-- `ns:{task}:meta` - hash: `committed` (last committed batch id), `max_time` (largest result time seen), `since`
-  (the batch of the first commit into this database: it holds the task's batches from there on, so a Redis that
-  restarted empty, or was flushed, is told apart from one that saw every batch); with Parquet snapshots also
-  `snapshot` / `snapshot_batch` (written by `redis_tier.advance_snapshot`).
-- `ns:{task}:feed` - stream, the continuous-query feed: one entry per piece (a slot's part of a batch) that has
-  rows, entry id `<batch_id>-<piece + 1>` (so the feed is in commit order and a (batch, row) cursor maps onto entry
-  ids), fields `emitted_at` (the piece's emission time, epoch ms) and `members` (the piece's members in row order,
-  joined by "\n"; JSON text never holds a raw newline). Capped with `MAXLEN ~ feed_batches * pieces` (the
-  pieces of the batch committed: about `feed_batches` batches while the number of slots with results holds).
-  A member's `row` is `piece << 32 | position in the piece` (`result_table.piece_rows`).
-- `ns:{task}:stage:<piece>` - hash, a piece staged and not yet committed: `batch`, `emitted_at`, `members`.
-- `ns:{task}:owner` - hash: `run_id`, `checkpoint`, the checkpoint whose batches the task's keys hold
+- `ns:{T}:piece:<batch>:<piece>` - hash, one slot's results of one batch: fields `c0`, `c1`, ... the piece's
+  chunks (compressed Arrow IPC of bounded size, `redis_pieces`), then what describes them: `batch`, `emitted_at`,
+  `rows`, `bytes` (the chunks' total), `max` (largest result time), `width` (widest chunk's time range),
+  `chunks`, `index` (the chunks' entries, space-separated). The fields after the chunks are written last: a piece
+  is staged once they are there.
+- `ns:{T}:index` - sorted set of the committed chunks' entries (`batch:piece:seq:min:max:offset:rows:emitted_at`),
+  scored by their smallest result time: a time span's chunks are one range read from (from - width) to `to`.
+- `ns:{T}:pieces` - sorted set of the committed pieces (`batch:piece`) scored by their largest result time: what
+  retention walks (`redis_retention`).
+- `ns:{T}:meta` - hash: `committed` (last committed batch id), `max_time` (largest result time seen), `since`
+  (the batch of the first commit into this database: a Redis that restarted empty, was flushed, or refused a
+  batch for memory holds the task's batches from there on), `bytes` and `rows` held, `width` (widest committed
+  chunk), `dropped_upto` (newest batch retention dropped a piece of), `full_batches` (batches Redis refused for
+  memory); with Parquet snapshots also `snapshot` / `snapshot_batch` (`redis_tier.advance_snapshot`).
+- `ns:{T}:feed` - stream, the continuous-query feed: one entry per committed piece, id `<batch_id>-<piece + 1>`
+  (commit order; a (batch, row) cursor maps onto entry ids), fields `emitted_at`, `rows`, `chunks`; readers take
+  the rows from the piece hash. Capped with `MAXLEN ~ feed_batches * pieces`.
+- `ns:{T}:owner` - hash: `run_id`, `checkpoint`, the checkpoint whose batches the task's keys hold
   (`sink_owner.CheckpointId`), set when a job claims the task (`pipelines.job.sink_fence`).
 
-Two phases, exactly once. Stage (`stage`, each slot's task on an executor, per task and piece): WATCH the meta hash
-and the piece's stage hash and read them; nothing is done when `committed` is the batch id (a replay) or the stage
-hash already holds the batch (an earlier attempt, which a replay repeats exactly); else MULTI, add the piece's
-members (ZADD) and write the stage hash, EXEC (started over if a watched key changed). Commit (`commit`, on the
-driver once every slot staged, one Lua script per task): unless `committed` is the batch id already (a replay),
-append each reported piece's stage hash to the feed (XADD) and delete it, drop members scored below
-`max(max_time, the batch's largest result time) - retain_ms` (deterministic: event time, not the wall clock;
-skipped with `trim=False`, when Parquet snapshots decide what may leave Redis, see `redis_tier.advance_snapshot`),
-and set `committed`, `max_time` (and `since`). A batch id below `committed` is refused (`StaleBatchError`: ids of
-one checkpoint only grow). Members of a batch above `committed` are staged, not results: every reader leaves
-them out, so an answer is a union of whole committed batches. `write` stages one piece and commits it.
+A result's `row` is `piece << 32 | position in the piece` (`result_table.piece_rows`), as in Parquet.
 
-Members are encoded with Arrow compute and the ZADD commands are laid out in Redis' wire format the same way, so
-no Python loop runs per row: 100k rows write in ~0.3 s on two busy cores, ~0.15 s of it inside Redis. A task's
-keys share a Redis Cluster slot (the `{task}` hash tag), so each transaction and script stays on one shard.
+Two phases, exactly once. Stage (`stage`, each slot's task on an executor, per task and piece): nothing is done when
+`committed` is the batch id (a replay) or the piece hash is already staged (an earlier attempt, which a replay
+repeats exactly); else the chunks go in one pipelined HSET each (every call moves at most a chunk), then the
+describing fields. Commit (`commit`, on the driver once every slot staged, one Lua script per task): unless
+`committed` is the batch id already (a replay), add each reported piece's entries to the index and the pieces set,
+append it to the feed, and set `committed`, `max_time`, `bytes`, `rows`, `width` (and `since`). Readers go by the
+index and the feed, so a staged piece is invisible until its batch commits, and an answer is a union of whole
+committed batches. A batch id below `committed` is refused (`StaleBatchError`). Without Parquet (`trim=True`) the
+sink then drops the pieces wholly older than `max_time - retain_ms` and the oldest beyond `max_bytes`; with Parquet
+the snapshot committer does (`redis_tier.advance_snapshot`).
+
+Redis full (maxmemory reached, `noeviction`): a slot whose piece Redis refuses removes what it wrote and marks the
+piece refused (a few bytes, allowed past maxmemory); the commit then leaves the whole batch to Parquet as after a
+Redis loss (`since` moves past it, the snapshot marker goes, `full_batches` counts it, a warning names it) and the
+snapshot committer's recovery snapshot empties Redis of every batch Parquet holds. Without Parquet, a refused piece
+is an error naming maxmemory and `max_bytes`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 import redis
 
 from windjoin.connectors.redis_client import RedisAuth, redis_client
+from windjoin.connectors.redis_keys import (
+    feed_key,
+    index_key,
+    meta_key,
+    owner_key,
+    piece_key,
+    piece_pattern,
+    pieces_key,
+    task_keys,
+)
 from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE, check_namespace
+from windjoin.connectors.redis_pieces import encode_piece
+from windjoin.connectors.redis_retention import drop_pieces
 from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 from windjoin.operators.result_table import (
-    BATCH_ID,
     EMITTED_AT,
     check_batch_id,
     check_identifier,
     check_piece,
     check_result_table,
-    piece_rows,
     result_times,
-    stream_timestamps,
 )
 
 log = logging.getLogger(__name__)
 
-# Members per ZADD command: bounds one command's size (Redis refuses a query buffer over 1 GB).
-_ZADD_CHUNK = 50_000
-# How often a write starts over when other writers keep changing the same tasks' meta hashes.
-_MAX_ATTEMPTS = 16
-# KEYS: meta, results, feed, the pieces' stage hashes. ARGV: batch id, the batch's largest result time ("" for
-# none), retain ms ("" for no trim), feed entries kept, then each piece's entry sequence (piece + 1).
-# Returns {1} committed, {0} a replay (committed before), {-1, committed} a stale batch id, {-2, key} a missing piece
-# while the meta hash survived, {-3, key} a missing piece of a Redis that lost the task (meta hash gone too): the
-# pieces still staged are dropped, members and all, and the batch is left uncommitted here (see `commit`).
-_COMMIT = """
-local committed = redis.call('HGET', KEYS[1], 'committed')
+DEFAULT_MAX_BYTES = 256 << 20
+
+# KEYS: the piece. ARGV: batch id. Marks a piece Redis refused for memory (allowed past maxmemory: a few bytes).
+_REFUSE = """#!lua flags=allow-oom
+redis.call('UNLINK', KEYS[1])
+redis.call('HSET', KEYS[1], 'batch', ARGV[1], 'refused', '1')
+return 1
+"""
+
+# KEYS: meta, index, pieces, feed, the pieces' hashes. ARGV: batch id, the batch's largest result time ("" for
+# none), feed entries kept, then each piece's number. Returns {1, max_time} committed, {0} a replay (committed
+# before), {-1, committed} a stale batch id, {-2, key} a missing piece while the meta hash survived, {-3, key} a
+# missing piece of a Redis that lost the task (meta hash gone too: the batch's pieces are dropped and the batch is
+# left uncommitted here), {-4} a piece refused for memory (the batch is left to Parquet, see the docstring).
+# Allowed past maxmemory: it adds entries of a few bytes per chunk, and must be able to record a refusal.
+_COMMIT = """#!lua flags=allow-oom
+local meta, index, pieces, feed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local b = tonumber(ARGV[1])
+local committed = redis.call('HGET', meta, 'committed')
 if committed and tonumber(committed) == b then return {0} end
 if committed and tonumber(committed) > b then return {-1, committed} end
-for i = 4, #KEYS do
-  if tonumber(redis.call('HGET', KEYS[i], 'batch')) ~= b then
+local refused = false
+for i = 5, #KEYS do
+  local p = redis.call('HMGET', KEYS[i], 'chunks', 'refused')
+  if p[2] then refused = true
+  elseif not p[1] then
     if committed then return {-2, KEYS[i]} end
-    for j = 4, #KEYS do
-      local piece = redis.call('HMGET', KEYS[j], 'batch', 'members')
-      if tonumber(piece[1]) == b then
-        local doomed = {}
-        for member in string.gmatch(piece[2], '[^\\n]+') do
-          doomed[#doomed + 1] = member
-          if #doomed >= 1000 then redis.call('ZREM', KEYS[2], unpack(doomed)); doomed = {} end
-        end
-        if #doomed > 0 then redis.call('ZREM', KEYS[2], unpack(doomed)) end
-        redis.call('DEL', KEYS[j])
-      end
-    end
+    for j = 5, #KEYS do redis.call('UNLINK', KEYS[j]) end
     return {-3, KEYS[i]}
   end
 end
-for i = 4, #KEYS do
-  local piece = redis.call('HMGET', KEYS[i], 'emitted_at', 'members')
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], ARGV[1] .. '-' .. ARGV[i + 1], 'emitted_at', piece[1],
-    'members', piece[2])
-  redis.call('DEL', KEYS[i])
+if refused then
+  for j = 5, #KEYS do redis.call('UNLINK', KEYS[j]) end
+  redis.call('HSET', meta, 'committed', ARGV[1], 'since', b + 1, 'full_pending', '1')
+  redis.call('HDEL', meta, 'snapshot', 'snapshot_batch')
+  redis.call('HINCRBY', meta, 'full_batches', 1)
+  return {-4}
 end
-if not committed then redis.call('HSET', KEYS[1], 'since', ARGV[1]) end
-redis.call('HSET', KEYS[1], 'committed', ARGV[1])
-local max_time = tonumber(redis.call('HGET', KEYS[1], 'max_time'))
+local bytes, rows = 0, 0
+local width = tonumber(redis.call('HGET', meta, 'width') or '0')
+for i = 5, #KEYS do
+  local p = redis.call('HMGET', KEYS[i], 'emitted_at', 'rows', 'bytes', 'max', 'width', 'chunks', 'index')
+  local entries = {}
+  for entry in string.gmatch(p[7], '%S+') do
+    entries[#entries + 1] = string.match(entry, '^%d+:%d+:%d+:(%-?%d+):')
+    entries[#entries + 1] = entry
+    if #entries >= 2000 then redis.call('ZADD', index, unpack(entries)); entries = {} end
+  end
+  if #entries > 0 then redis.call('ZADD', index, unpack(entries)) end
+  local piece = ARGV[i - 1]
+  redis.call('ZADD', pieces, p[4], ARGV[1] .. ':' .. piece)
+  redis.call('XADD', feed, 'MAXLEN', '~', ARGV[3], ARGV[1] .. '-' .. (tonumber(piece) + 1), 'emitted_at', p[1],
+    'rows', p[2], 'chunks', p[6])
+  bytes, rows = bytes + tonumber(p[3]), rows + tonumber(p[2])
+  if tonumber(p[5]) > width then width = tonumber(p[5]) end
+end
+if not committed then redis.call('HSET', meta, 'since', ARGV[1]) end
+redis.call('HSET', meta, 'committed', ARGV[1], 'width', string.format('%.0f', width))
+redis.call('HINCRBY', meta, 'bytes', bytes)
+redis.call('HINCRBY', meta, 'rows', rows)
+local max_time = tonumber(redis.call('HGET', meta, 'max_time'))
 if ARGV[2] ~= '' and (not max_time or tonumber(ARGV[2]) > max_time) then max_time = tonumber(ARGV[2]) end
 if max_time then
-  redis.call('HSET', KEYS[1], 'max_time', string.format('%.0f', max_time))
-  if ARGV[3] ~= '' then
-    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.format('%.0f', max_time - tonumber(ARGV[3])))
-  end
+  max_time = string.format('%.0f', max_time)
+  redis.call('HSET', meta, 'max_time', max_time)
 end
-return {1}
+return {1, max_time or false}
 """
 
 
-def results_key(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
-    """The sorted set of `task`'s results (see the module docstring)."""
-    return f"{check_namespace(namespace)}:{{{check_identifier('task name', task)}}}:results"
-
-
-def meta_key(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
-    """The hash of `task`'s commit state: `committed`, `max_time`."""
-    return f"{check_namespace(namespace)}:{{{check_identifier('task name', task)}}}:meta"
-
-
-def feed_key(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
-    """The stream of `task`'s committed batches, the continuous-query feed (see the module docstring)."""
-    return f"{check_namespace(namespace)}:{{{check_identifier('task name', task)}}}:feed"
-
-
-def stage_key(task: str, piece: int, namespace: str = DEFAULT_NAMESPACE) -> str:
-    """The hash of `task`'s staged, uncommitted piece `piece`: `batch`, `emitted_at`, `members`."""
-    return f"{check_namespace(namespace)}:{{{check_identifier('task name', task)}}}:stage:{check_piece(piece)}"
-
-
-def stage_pattern(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
-    """A SCAN pattern of `task`'s stage hashes."""
-    return f"{check_namespace(namespace)}:{{{check_identifier('task name', task)}}}:stage:*"
-
-
-def owner_key(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
-    """The hash naming the checkpoint that writes `task`'s keys: `run_id`, `checkpoint`."""
-    return f"{check_namespace(namespace)}:{{{check_identifier('task name', task)}}}:owner"
-
-
-def encode_members(table: pa.Table, piece: int = 0) -> pa.StringArray:
-    """The sorted-set member of every pair of a result table, the piece `piece` of its batch, as JSON text (see
-    the module docstring).
-
-    Vectorised with Arrow compute (no per-row Python); equal to `orjson.dumps` of the same values.
-    """
-    batch_id = check_batch_id(int(table.column(BATCH_ID)[0].as_py())) if table.num_rows else 0
-    rows = pc.cast(pa.array(piece_rows(piece, table.num_rows)), pa.string())
-    parts: list[Any] = [f"[{batch_id},", rows, ",", _json_values(table.column(EMITTED_AT))]
-    for i, stream in enumerate(stream_timestamps(table.schema)):
-        column = table.column(stream)
-        parts.append(f'{",{" if i == 0 else ","}"{stream}":')
-        for j, field in enumerate(column.type):
-            parts.append(f'{"{" if j == 0 else ","}"{field.name}":')
-            parts.append(_json_values(pc.struct_field(column, [j])))
-        parts.append("}")
-    parts.append("}]")
-    members = pc.binary_join_element_wise(*parts, "")
-    members = members.combine_chunks() if isinstance(members, pa.ChunkedArray) else members
-    if members.null_count:
-        raise ValueError("result table holds nulls; results never do")
-    return members
-
-
-def _json_values(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """JSON text of every value: numbers as orjson writes them, strings quoted and escaped."""
-    kind = values.type
-    if pa.types.is_integer(kind):
-        return pc.cast(values, pa.string())
-    if pa.types.is_boolean(kind):
-        return pc.if_else(values, "true", "false")
-    if pa.types.is_floating(kind):
-        text = pc.cast(values, pa.string())  # shortest text that reads back as the same double
-        integral = pc.match_substring_regex(text, r"^-?[0-9]+$")  # "3" would read back as an int: write "3.0"
-        return pc.if_else(integral, pc.binary_join_element_wise(text, ".0", ""), text)
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        text = pc.replace_substring(values, "\\", "\\\\")
-        text = pc.replace_substring(text, '"', '\\"')
-        if pc.any(pc.match_substring_regex(text, r"[\x00-\x1f]")).as_py():
-            for code in range(0x20):
-                text = pc.replace_substring(text, chr(code), _CONTROL_ESCAPES.get(code, f"\\u{code:04x}"))
-        return pc.binary_join_element_wise('"', text, '"', "")
-    raise ValueError(f"no JSON text for Arrow type {kind} (result fields are int64, float64, string, bool)")
-
-
-_CONTROL_ESCAPES = {0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r"}
-
-
-def decode_member(task: str, member: bytes) -> dict[str, Any]:
-    """A stored result as `{"task", <stream>: {...}, ... (one per joined stream), "batch_id", "emitted_at",
-    "result_time"}`."""
-    result_time, batch_id, _row, emitted_at, sides = _decode(member)
-    return {"task": task, **sides, "batch_id": batch_id, "emitted_at": emitted_at, "result_time": result_time}
-
-
-def _decode(member: bytes) -> tuple[int, int, int, int, dict[str, dict[str, Any]]]:
-    """(result time, batch id, row, emitted_at, sides); the result time is the latest of the sides' timestamps."""
-    batch_id, row, emitted_at, sides = orjson.loads(member)
-    return result_time_of(sides), batch_id, row, emitted_at, sides
-
-
-def result_time_of(sides: Mapping[str, Mapping[str, Any]]) -> int:
-    """The result time of a stored result: the latest of its tuples' timestamps (each side's first value), over
-    however many streams the task joins."""
-    return max(next(iter(side.values())) for side in sides.values())
+class RedisFullError(RuntimeError):
+    """Redis refused a piece for memory and there is no Parquet tier to leave the batch to."""
 
 
 class RedisSink:
-    """The last `retain_ms` (of result time) of each task's results, in Redis, idempotent per (task, batch id)."""
+    """The recent results of each task, in Redis as pieces, idempotent per (task, batch id); the last `retain_ms`
+    (of result time) and at most about `max_bytes` of them are kept (see the module docstring)."""
 
     def __init__(
         self,
@@ -232,21 +164,21 @@ class RedisSink:
         socket_timeout: float = 60.0,
         trim: bool = True,
         feed_batches: int = 10_000,
+        max_bytes: int = DEFAULT_MAX_BYTES,
         auth: RedisAuth | None = None,
     ) -> None:
-        """`trim=False`: never drop results at write time (Parquet snapshots move them out, see
-        `redis_tier.advance_snapshot`); `feed_batches`: how many batches the continuous-query feed keeps (about:
-        Redis trims whole stream nodes)."""
-        if isinstance(retain_ms, bool) or not isinstance(retain_ms, int) or retain_ms <= 0:
-            raise ValueError(f"retain_ms {retain_ms!r} is not a positive int (milliseconds)")
-        if isinstance(feed_batches, bool) or not isinstance(feed_batches, int) or feed_batches <= 0:
-            raise ValueError(f"feed_batches {feed_batches!r} is not a positive int (batches)")
+        """`trim=False`: Parquet holds every batch, so the sink drops nothing itself (Parquet snapshots move results
+        out, see `redis_tier.advance_snapshot`) and a batch Redis refuses for memory is left to Parquet;
+        `feed_batches`: how many batches the continuous-query feed keeps (about: Redis trims whole stream nodes)."""
+        for key, value in (("retain_ms", retain_ms), ("feed_batches", feed_batches), ("max_bytes", max_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"sinks.redis.{key}: {value!r} is not accepted (accepted: a positive int)")
         self.retain_ms = retain_ms
+        self.max_bytes = max_bytes
         self.trim = bool(trim)
         self.feed_batches = feed_batches
         self.namespace = check_namespace(namespace)
-        # redis-py's default (5 s) is too short for a batch of a million rows on a busy machine; the URL's
-        # `?socket_timeout=` still wins.
+        # redis-py's default (5 s) is too short on a busy machine; the URL's `?socket_timeout=` still wins.
         self.url, self.socket_timeout, self.auth = url, socket_timeout, auth
         self.client = redis_client(url, auth, socket_timeout=socket_timeout)
 
@@ -268,7 +200,7 @@ class RedisSink:
 
     def location(self, task: str) -> str:
         """Where `task`'s results are, for messages."""
-        return f"Redis {self._server()} key {results_key(task, self.namespace)}"
+        return f"Redis {self._server()} keys {meta_key(task, self.namespace)[: -len('meta')]}*"
 
     def _server(self) -> str:
         kwargs = self.client.connection_pool.connection_kwargs
@@ -307,51 +239,50 @@ class RedisSink:
         return staged
 
     def _stage(self, task: str, batch_id: int, piece: int, table: pa.Table) -> bool:
-        meta, stage = meta_key(task, self.namespace), stage_key(task, piece, self.namespace)
-        members = encode_members(table, piece)
-        with self._connection() as conn:
-            for _ in range(_MAX_ATTEMPTS):
-                conn.send_packed_command(
-                    conn.pack_commands([("WATCH", meta, stage), ("HGET", meta, "committed"), ("HGET", stage, "batch")])
-                )
-                conn.read_response()
-                committed, staged = conn.read_response(), conn.read_response()
-                if committed is not None and int(committed) > batch_id:
-                    self._unwatch(conn)
-                    raise stale_batch(self.name, task, batch_id, int(committed))
-                if (committed is not None and int(committed) == batch_id) or (
-                    staged is not None and int(staged) == batch_id
-                ):
-                    self._unwatch(conn)
-                    return False
-                _, zadds = _packed_zadds(results_key(task, self.namespace), table, members)
-                joined = pc.binary_join(
-                    pa.ListArray.from_arrays(pa.array([0, len(members)], pa.int32()), members), "\n"
-                )
-                emitted_at = int(table.column(EMITTED_AT)[0].as_py())
-                commands = [conn.pack_command("MULTI"), *zadds, conn.pack_command("DEL", stage)]
-                commands.append(
-                    conn.pack_command(
-                        "HSET", stage, "batch", batch_id, "emitted_at", emitted_at, "members", _string_bytes(joined)
-                    )
-                )
-                commands.append(conn.pack_command("EXEC"))
-                conn.send_packed_command([part for command in commands for part in command])
-                for _ in commands[:-1]:
-                    conn.read_response()  # +OK, then +QUEUED per command (an error reply raises here)
-                replies = conn.read_response()
-                if replies is None:  # a watched key changed meanwhile: look again
-                    continue
-                for reply in replies:
-                    if isinstance(reply, Exception):
-                        raise reply
-                return True
-        raise RuntimeError(f"batch {batch_id}: gave up after {_MAX_ATTEMPTS} attempts; other writers kept racing")
+        key = piece_key(task, batch_id, piece, self.namespace)
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.hget(meta_key(task, self.namespace), "committed")
+            pipe.hget(key, "chunks")
+            committed, staged = pipe.execute()
+        if committed is not None and int(committed) > batch_id:
+            raise stale_batch(self.name, task, batch_id, int(committed))
+        if (committed is not None and int(committed) == batch_id) or staged is not None:
+            return False
+        emitted_at = int(table.column(EMITTED_AT)[0].as_py())
+        encoded = encode_piece(table, batch_id, piece, emitted_at)
+        width = max(e.max_time - e.min_time for e in encoded.entries)
+        described = {
+            "batch": batch_id,
+            "emitted_at": emitted_at,
+            "rows": encoded.rows,
+            "bytes": encoded.nbytes,
+            "max": encoded.max_time,
+            "width": width,
+            "chunks": len(encoded.chunks),
+            "index": " ".join(e.member() for e in encoded.entries),
+        }
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                for seq, chunk in enumerate(encoded.chunks):
+                    pipe.hset(key, f"c{seq}", chunk)
+                pipe.hset(key, mapping=described)
+                pipe.execute()
+        except redis.exceptions.OutOfMemoryError as err:
+            self._refused(task, batch_id, key, err)
+            return False
+        return True
 
-    @staticmethod
-    def _unwatch(conn: redis.Connection) -> None:
-        conn.send_packed_command(conn.pack_command("UNWATCH"))
-        conn.read_response()
+    def _refused(self, task: str, batch_id: int, key: str, err: Exception) -> None:
+        """Redis refused a piece for memory: mark it refused for the commit, or fail without Parquet."""
+        self.client.unlink(key)
+        if self.trim:
+            raise RedisFullError(
+                f"{self.location(task)}: Redis refused batch {batch_id}'s results: its maxmemory is reached and "
+                f"there is no Parquet tier to leave them to; keep sinks.redis.max_bytes ({self.max_bytes}) well "
+                "below Redis' maxmemory, or add sinks.parquet"
+            ) from err
+        self.client.eval(_REFUSE, 1, key, batch_id)
+        log.warning("%s: Redis is full (maxmemory): batch %d's piece is left to Parquet", self.location(task), batch_id)
 
     def commit(
         self,
@@ -369,19 +300,19 @@ class RedisSink:
         A reported piece that is not staged: when the task's commit record is gone too, Redis lost the task since
         the batch staged (restarted empty, flushed). The pieces left are dropped and the batch stays uncommitted
         here, so Redis holds whole batches only, from the next one on (`since`); the task counts as committed by
-        this call, and a warning says so. With the commit record there (keys evicted or deleted), RuntimeError: the
-        batch is not closed."""
+        this call, and a warning says so. A piece refused for memory leaves the batch to Parquet alike (see the
+        module docstring). With the commit record there (keys evicted or deleted), RuntimeError: the batch is not
+        closed."""
         batch_id = check_batch_id(batch_id)
         committed = []
         for task, slots in pieces.items():
             slots = sorted(check_piece(p) for p in slots)
-            keys = [meta_key(task, self.namespace), results_key(task, self.namespace), feed_key(task, self.namespace)]
-            keys += [stage_key(task, p, self.namespace) for p in slots]
+            keys = [f(task, self.namespace) for f in (meta_key, index_key, pieces_key, feed_key)]
+            keys += [piece_key(task, batch_id, p, self.namespace) for p in slots]
             top = batch_max.get(task)
-            # the feed keeps about `feed_batches` batches of as many pieces as this one
-            kept = self.feed_batches * max(1, len(slots))
-            args = [batch_id, "" if top is None else int(top), self.retain_ms if self.trim else "", kept]
-            reply = self.client.eval(_COMMIT, len(keys), *keys, *args, *(p + 1 for p in slots))
+            kept = self.feed_batches * max(1, len(slots))  # about `feed_batches` batches of as many pieces
+            args = [batch_id, "" if top is None else int(top), kept, *slots]
+            reply = self.client.eval(_COMMIT, len(keys), *keys, *args)
             status = int(reply[0])
             if status == -1:
                 raise stale_batch(self.name, task, batch_id, int(reply[1]))
@@ -401,46 +332,29 @@ class RedisSink:
                     reply[1].decode(),
                     batch_id + 1,
                 )
-                committed.append(task)
-            if status == 1:
+            if status == -4:
+                log.warning(
+                    "%s: Redis is full (maxmemory): batch %d is left to Parquet (as after a Redis loss); Redis "
+                    "holds this task's batches from %d on and gives up the older ones at the next snapshot",
+                    self.location(task),
+                    batch_id,
+                    batch_id + 1,
+                )
+            if status == 1 and self.trim and reply[1] is not None:
+                cutoff = int(reply[1]) - self.retain_ms
+                drop_pieces(self.client, task, self.namespace, cutoff_ms=cutoff, max_bytes=self.max_bytes)
+            if status != 0:
                 committed.append(task)
         return committed
 
-    @contextlib.contextmanager
-    def _connection(self) -> Iterator[redis.Connection]:
-        """A pooled connection for a hand-pipelined exchange; dropped (never reused) if the exchange failed."""
-        pool = self.client.connection_pool
-        try:
-            conn = pool.get_connection()
-        except TypeError:  # redis-py < 5.3 wants a command name
-            conn = pool.get_connection("MULTI")
-        try:
-            yield conn
-        except BaseException:
-            conn.disconnect()  # replies may be left unread and a WATCH or MULTI open: start afresh
-            raise
-        finally:
-            pool.release(conn)
-
     def query(self, task: str, t_from: int, t_to: int) -> list[dict[str, Any]]:
-        """The stored pairs with result time in [t_from, t_to], ordered by (result time, batch id, row).
+        """Every committed result with result time in [t_from, t_to], ordered by (result time, batch id, row), as
+        `{"task", <stream>: {...}, ... (one per joined stream), "batch_id", "emitted_at", "result_time"}` (for
+        tests and tools: the whole answer in memory; queries page with `result_query`)."""
+        from windjoin.connectors.redis_tier import read_all
 
-        Each result: `{"task", <stream>: {...}, ... (one per joined stream), "batch_id", "emitted_at",
-        "result_time"}`.
-        """
-        with self.client.pipeline(transaction=True) as pipe:  # the members and the commit mark they are judged by
-            pipe.zrangebyscore(results_key(task, self.namespace), t_from, t_to)
-            pipe.hget(meta_key(task, self.namespace), "committed")
-            members, committed = pipe.execute()
-        if committed is None:
-            return []
-        # scores are not fetched: each member holds its own; staged members of an open batch are left out
-        decoded = [item for item in map(_decode, members) if item[1] <= int(committed)]
-        decoded.sort(key=lambda item: item[:3])
-        return [
-            {"task": task, **sides, "batch_id": batch_id, "emitted_at": emitted_at, "result_time": result_time}
-            for result_time, batch_id, _row, emitted_at, sides in decoded
-        ]
+        rows = read_all(self.client, task, self.namespace, t_from, t_to)
+        return [{"task": task, **{k: v for k, v in row.items() if k != "row"}} for row in rows]
 
     def last_committed(self, task: str) -> int | None:
         """The last batch id committed for `task`, or None before its first batch."""
@@ -462,14 +376,12 @@ class RedisSink:
 
     def holds_results(self, task: str) -> bool:
         """Whether `task` has anything committed (results, commit record, feed), whoever wrote it."""
-        keys = (results_key(task, self.namespace), meta_key(task, self.namespace), feed_key(task, self.namespace))
+        keys = (index_key(task, self.namespace), meta_key(task, self.namespace), feed_key(task, self.namespace))
         return bool(self.client.exists(*keys))
 
     def clear(self, task: str) -> None:
-        """Delete `task`'s results, commit record (with its snapshot marker), feed and owner, in one command."""
-        keys = [f(task, self.namespace) for f in (results_key, meta_key, feed_key, owner_key)]
-        keys += self.client.scan_iter(match=stage_pattern(task, self.namespace), count=1000)
-        self.client.delete(*keys)
+        """Delete every key of `task`: results, commit record (with its snapshot marker), feed, owner, pieces."""
+        clear_task(self.client, task, self.namespace)
 
     def claim(self, task: str, checkpoint: CheckpointId) -> None:
         """Record `checkpoint` as the writer of `task`'s keys."""
@@ -485,8 +397,18 @@ class RedisSink:
         return None if value is None else int(value)
 
     def count(self, task: str) -> int:
-        """How many pairs of `task` are stored."""
-        return int(self.client.zcard(results_key(task, self.namespace)))
+        """How many committed results of `task` Redis holds."""
+        return int(self.client.hget(meta_key(task, self.namespace), "rows") or 0)
+
+    def held_bytes(self, task: str) -> int:
+        """The bytes of `task`'s committed chunks Redis holds."""
+        return int(self.client.hget(meta_key(task, self.namespace), "bytes") or 0)
+
+
+def clear_task(client: redis.Redis, task: str, namespace: str) -> None:
+    """Delete every key of `task` in `namespace` (as a Redis restarted empty holds nothing of it)."""
+    keys = task_keys(task, namespace) + list(client.scan_iter(match=piece_pattern(task, namespace), count=1000))
+    client.unlink(*keys)
 
 
 # One client (and connection pool) per Redis per Python worker process, kept across batches.
@@ -499,35 +421,3 @@ def _worker_client(url: str, socket_timeout: float, auth: RedisAuth | None) -> r
     if key not in _CLIENTS:
         _CLIENTS[key] = redis_client(url, auth, socket_timeout=socket_timeout)
     return _CLIENTS[key]
-
-
-def _packed_zadds(key: str, table: pa.Table, members: pa.StringArray | None) -> tuple[int | None, list[Any]]:
-    """The batch's largest result time and its ZADD commands in Redis' wire format, built with Arrow compute.
-
-    redis-py would pack argument by argument in Python (about as long as Redis takes to apply them); here every
-    `$<length>\\r\\n<score>\\r\\n$<length>\\r\\n<member>\\r\\n` is built for all rows at once.
-    """
-    if members is None:
-        return None, []
-    times = result_times(table)
-    scores = pc.cast(pa.array(times), pa.string())
-    commands = []
-    for start in range(0, table.num_rows, _ZADD_CHUNK):
-        score, member = scores[start : start + _ZADD_CHUNK], members[start : start + _ZADD_CHUNK]
-        body = pc.binary_join_element_wise(
-            "$", _length_text(score), "\r\n", score, "\r\n$", _length_text(member), "\r\n", member, "\r\n", ""
-        )
-        head = f"*{2 + 2 * len(body)}\r\n$4\r\nZADD\r\n${len(key.encode())}\r\n{key}\r\n".encode()
-        commands.append([head, _string_bytes(body)])
-    return int(times.max()), commands
-
-
-def _length_text(texts: pa.Array) -> pa.Array:
-    return pc.cast(pc.binary_length(texts), pa.string())
-
-
-def _string_bytes(texts: pa.StringArray) -> memoryview:
-    """The concatenated UTF-8 bytes of a string array, without copying."""
-    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int32)
-    start, stop = offsets[texts.offset], offsets[texts.offset + len(texts)]
-    return memoryview(texts.buffers()[2])[start:stop]

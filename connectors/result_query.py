@@ -33,22 +33,25 @@ proxy maps them to HTTP statuses.
 
 from __future__ import annotations
 
-import heapq
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import redis
 
-from windjoin.connectors import parquet_scan, redis_tier
+from windjoin.connectors import redis_feed, redis_tier, span_scan
 from windjoin.connectors.parquet_replay import ParquetReplay
+from windjoin.connectors.parquet_scan import EARLIEST, Batches
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_client import RedisAuth, redis_client, spec_auth
+from windjoin.connectors.redis_keys import meta_key
 from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE, check_namespace
-from windjoin.connectors.redis_sink import meta_key
+from windjoin.connectors.redis_pieces import ChunkEntry
 from windjoin.connectors.snapshots import Snapshot, SnapshotStore
+from windjoin.connectors.span_scan import Found
 from windjoin.operators.query.conditions import Condition, check_conditions
 from windjoin.operators.query.cursors import (
     FEED_END,
@@ -61,18 +64,15 @@ from windjoin.operators.query.cursors import (
     resume_cursor,
 )
 from windjoin.operators.query.errors import BadQuery, Gone, NotFound, TryAgain
-from windjoin.operators.query.fields import ROW, Key, check_projection, project, result_fields, row_key
+from windjoin.operators.query.fields import ROW, check_projection, project, result_fields
 from windjoin.operators.query.selection import narrow_span, select
-from windjoin.operators.result_table import BATCH_ID, PIECE_ROW_BITS, result_schema
+from windjoin.operators.result_table import BATCH_ID, result_schema, stream_timestamps
 from windjoin.operators.spec import JoinSpec
 
 MAX_LIMIT = 10_000
+MAX_PAGE_BYTES = 8 << 20  # bytes of row values a page holds at most (about: the first row always fits)
 MAX_BLOCK_MS = 60_000
 _ATTEMPTS = 5
-
-
-class _Moved(Exception):
-    """The Redis boundary moved while a query was reading: read again."""
 
 
 @dataclass
@@ -83,23 +83,6 @@ class Page:
     rows: list[dict[str, Any]]
     next_cursor: str | None
     snapshot_id: int | None
-
-
-_Keyed = list[tuple[Key, dict[str, Any]]]  # rows with their (result_time, batch_id, row) keys
-
-
-class _Scan(NamedTuple):
-    """What one read of a one-time query takes: the task's rows with result time in [lower, upper] meeting every
-    condition, strictly after the position `after` (None: from the start), the first `n` of them; `names`: the
-    fields the answer keeps (None: whole rows)."""
-
-    task: str
-    lower: int
-    upper: int
-    conditions: list[Condition]
-    after: Key | None
-    n: int
-    names: list[str] | None = None
 
 
 class ResultStore:
@@ -116,10 +99,14 @@ class ResultStore:
         parquet_tail: bool = False,
         auth: RedisAuth | None = None,
         redis_share: float = 1.0,
+        page_bytes: int = MAX_PAGE_BYTES,
+        time_budget_s: float | None = None,
     ) -> None:
         """`parquet_tail`: without Redis, one-time queries also read the committed batches no snapshot holds yet
         (a stand-in for an unreachable Redis; a Parquet-only store otherwise shows whole snapshots only).
-        `redis_share`: the most of Redis' time this store's one-time queries take together (`redis_tier.Pace`)."""
+        `redis_share`: the most of Redis' time this store's one-time queries take together (`redis_tier.Pace`);
+        `page_bytes`: the bytes of row values a page holds at most (the first row always fits); `time_budget_s`:
+        how long one page reads before it answers with what it knows (None: until done)."""
         if redis_url is None and parquet_path is None:
             raise ValueError("a result store needs a Redis URL or a Parquet path (or both)")
         check_namespace(namespace)
@@ -127,6 +114,11 @@ class ResultStore:
         self.namespace = namespace
         self._schemas = {task.name: result_schema(spec, task.name) for task in spec.tasks}
         self._fields = {name: result_fields(schema) for name, schema in self._schemas.items()}
+        self._stamps = {
+            name: [f"{stream}.{ts}" for stream, ts in stream_timestamps(schema).items()]
+            for name, schema in self._schemas.items()
+        }
+        self.page_bytes, self.time_budget_s = page_bytes, time_budget_s
         self.client = None if redis_url is None else redis_client(redis_url, auth, socket_timeout=30.0)
         # blocking feed reads wait up to MAX_BLOCK_MS: their own client, with a longer timeout
         self.feed_client = (
@@ -142,8 +134,11 @@ class ResultStore:
         self._pace = redis_tier.Pace(redis_share)
 
     @classmethod
-    def from_spec(cls, spec: JoinSpec, namespace: str = DEFAULT_NAMESPACE, redis_share: float = 1.0) -> ResultStore:
-        """The store over the sinks the spec configures (Redis, Parquet, or both); ValueError when it has neither."""
+    def from_spec(
+        cls, spec: JoinSpec, namespace: str = DEFAULT_NAMESPACE, redis_share: float = 1.0, **options: Any
+    ) -> ResultStore:
+        """The store over the sinks the spec configures (Redis, Parquet, or both); ValueError when it has neither.
+        `options`: the constructor's keywords (page_bytes, time_budget_s)."""
         redis, parquet = spec.sinks.redis, spec.sinks.parquet
         if redis is None and parquet is None:
             raise ValueError("no queryable sink in the spec (sinks.redis or sinks.parquet): nothing to query")
@@ -154,6 +149,7 @@ class ResultStore:
             None if parquet is None else parquet.path,
             auth=spec_auth(redis),
             redis_share=redis_share,
+            **options,
         )
 
     def close(self) -> None:
@@ -206,7 +202,9 @@ class ResultStore:
         cursor: str | None = None,
     ) -> Page:
         """The task's results with result time in [t_from, t_to] matching every condition, in (result_time,
-        batch_id, row) order, at most `limit`, after `cursor` (from a previous page of the same task)."""
+        batch_id, row) order, at most `limit` and about `page_bytes` of them, after `cursor` (from a previous page
+        of the same task). With a time budget, a read that reaches it returns the rows known to be first so far
+        (maybe none) and a cursor from where the rest is read."""
         task = self._task(task)
         t_from = self._int("from", t_from, -MAX_TIME, MAX_TIME)
         t_to = self._int("to", t_to, -MAX_TIME, MAX_TIME)
@@ -221,107 +219,104 @@ class ResultStore:
             lower = max(lower, after[0])
         if lower > upper:
             return Page([], None, None)
+        deadline = None if self.time_budget_s is None else time.monotonic() + self.time_budget_s
+        span = span_scan.Span(
+            self._stamps[task],
+            lower,
+            upper,
+            after,
+            conditions,
+            limit + 1,
+            self.page_bytes,
+            self._leaves(task, projection),
+        )
         for attempt in range(_ATTEMPTS):
             try:
-                keyed, snapshot_id = self._one_time_rows(
-                    _Scan(task, lower, upper, conditions, after, limit + 1, projection)
-                )
+                found, snapshot_id = self._one_time_rows(task, span, deadline)
                 break
-            except (FileNotFoundError, _Moved):  # a snapshot moved or expired while being read: read again
+            except (FileNotFoundError, redis_tier.SpanMoved):  # a snapshot moved or expired while being read
                 if attempt == _ATTEMPTS - 1:
                     raise TryAgain("the tiers kept changing during the query; retry") from None
-        more = len(keyed) > limit
-        keyed = keyed[:limit]
-        next_cursor = page_cursor(task, keyed[-1][0]) if more else None
+        keyed = found.keyed[:limit]
+        more = len(found.keyed) > limit or found.cut or found.frontier is not None
+        if not more:
+            next_cursor = None
+        elif keyed:
+            next_cursor = page_cursor(task, keyed[-1][0])
+        else:  # the budget ran out before any row: every row before the frontier was read, and none matched
+            assert found.frontier is not None
+            next_cursor = page_cursor(task, (found.frontier - 1, MAX_TIME, MAX_TIME))
         return Page([project(row, projection) for _, row in keyed], next_cursor, snapshot_id)
 
-    def _one_time_rows(self, scan: _Scan) -> tuple[_Keyed, int | None]:
-        """The first `n` matching rows of both tiers with their (result_time, batch_id, row) keys, merged."""
-        task, n = scan.task, scan.n
-        parts = []
+    def _leaves(self, task: str, projection: list[str] | None) -> list[str]:
+        """The `stream.field` leaves a page's rows hold: the projected ones, each stream's timestamp with them."""
+        every = [name for name in self._fields[task] if "." in name]
+        if projection is None:
+            return every
+        return [name for name in every if name in projection or name in self._stamps[task]]
+
+    def _one_time_rows(self, task: str, span: span_scan.Span, deadline: float | None) -> tuple[Found, int | None]:
+        """The first rows of both tiers in one scan (`span_scan`), and the snapshot the Parquet part is read at."""
+        units: list[Any] = []
+        snapshot_id = None
         fallback = None  # Parquet answers for every committed batch up to this one (no snapshot marker to go by)
+        with_parquet = self.snapshot_store is not None
         if self.client is not None:
-            selected, snapshot_id, fallback = self._redis_rows(scan)
-            parts.append(selected)
-        else:
-            assert self.snapshot_store is not None and self._parquet is not None
+            redis_span = redis_tier.RedisSpan(self.client, task, self.namespace, span.lower, span.upper, self._pace)
+            boundary = redis_span.boundary
+            below = boundary.snapshot_batch if with_parquet else None
+            if with_parquet and below is None:
+                assert self._parquet is not None
+                fallback = below = self._parquet.last_committed(task)
+            committed = boundary.committed
+
+            def keep(entry: ChunkEntry) -> bool:
+                # chunks of batches committed after the first step are left out: one consistent view
+                return committed is not None and entry.batch <= committed and (below is None or entry.batch > below)
+
+            units += redis_span.units(keep)
+            snapshot_id = boundary.snapshot_id if with_parquet else None
+        elif self.snapshot_store is not None:
             latest = self.snapshot_store.latest(task)
             snapshot_id = None if latest is None else latest.id
-            fallback = self._parquet.last_committed(task) if self.parquet_tail else None
+            fallback = self._parquet.last_committed(task) if self.parquet_tail and self._parquet else None
         if fallback is not None:
-            parts.append(self._parquet_rows(scan, None, fallback))
+            units += self._parquet_units(task, span, None, fallback)
             latest = self.snapshot_store.latest(task) if self.snapshot_store is not None else None
             snapshot_id = None if latest is None else latest.id
-        elif self.snapshot_store is not None and snapshot_id is not None:
-            parts.append(self._parquet_rows(scan, snapshot_id))
-        merged = list(heapq.merge(*parts, key=lambda item: item[0]))[:n]
-        return merged, snapshot_id
+        elif with_parquet and snapshot_id is not None:
+            units += self._parquet_units(task, span, snapshot_id)
+        return span_scan.first_rows(units, span, deadline), snapshot_id
 
-    def _redis_rows(self, scan: _Scan) -> tuple[_Keyed, int | None, int | None]:
-        """The first `n` matching rows Redis serves (batches after its recorded snapshot when Parquet is read too),
-        that snapshot's id, and the fallback boundary used when Redis recorded none (see the module docstring).
-        Redis is read in capped steps keeping at most `n` rows (`redis_tier.read_span`); if the recorded snapshot
-        moves between steps, raises _Moved (the Parquet part must be read at one snapshot)."""
-        assert self.client is not None
-        task, lower, upper, conditions, after, n, _ = scan
-        with_parquet = self.snapshot_store is not None
-        fallback: int | None = None
-        while True:
-            try:
-                view = redis_tier.read_span(
-                    self.client,
-                    task,
-                    self.namespace,
-                    lower,
-                    upper,
-                    boundary=with_parquet,
-                    after=after,
-                    limit=n,
-                    fallback_batch=fallback,
-                    select=lambda rows: select(rows, conditions),
-                    pace=self._pace,
-                )
-            except redis_tier.SpanMoved:
-                raise _Moved from None
-            if with_parquet and view.snapshot_batch is None and fallback is None:
-                assert self._parquet is not None
-                fallback = self._parquet.last_committed(task)
-                if fallback is not None:  # read again, leaving out the batches Parquet answers for
-                    continue
-            selected = [(row_key(row), row) for row in view.rows]
-            return selected, view.snapshot_id if with_parquet else None, fallback
-
-    def _parquet_rows(self, scan: _Scan, snapshot_id: int | None, upto_batch: int | None = None) -> _Keyed:
-        """The first `n` matching rows of the batches covered by snapshots <= `snapshot_id`, or, given
-        `upto_batch`, of every retained committed batch up to it (snapshots then only prune), with their keys."""
+    def _parquet_units(
+        self, task: str, span: span_scan.Span, snapshot_id: int | None, upto_batch: int | None = None
+    ) -> list[Batches]:
+        """The batches covered by snapshots <= `snapshot_id`, or, given `upto_batch`, every retained committed batch
+        up to it (snapshots then only prune), as scan units: one per snapshot overlapping the span, one for the
+        batches no snapshot holds."""
         assert self.snapshot_store is not None and self._parquet is not None and self._replay is not None
-        task, lower, upper, conditions, after, n, _ = scan
+        schema, bounds = self._schemas[task], (span.lower, span.upper)
 
         def overlaps(s: Snapshot) -> bool:
-            return (
-                bool(s.rows)
-                and s.min_time is not None
-                and s.max_time is not None
-                and (s.min_time <= upper and s.max_time >= lower)
-            )
+            times = (s.min_time, s.max_time)
+            return bool(s.rows) and None not in times and s.min_time <= span.upper and s.max_time >= span.lower
 
+        snapshots = self.snapshot_store.list(task)
         if upto_batch is None:
-            snapshots = [s for s in self.snapshot_store.list(task) if s.id <= snapshot_id and overlaps(s)]
+            snapshots = [s for s in snapshots if s.id <= snapshot_id]
             committed = set(self._parquet.committed_batches(task))
-            batches = [b for s in snapshots for b in range(s.first_batch, s.last_batch + 1) if b in committed]
         else:
-            pruned = {
-                b
-                for s in self.snapshot_store.list(task)
-                if s.last_batch <= upto_batch and not overlaps(s)
-                for b in range(s.first_batch, s.last_batch + 1)
-            }
-            batches = [b for b in self._replay.retained(task) if b <= upto_batch and b not in pruned]
-        pieces = [(str(f), p << PIECE_ROW_BITS) for b in batches for p, f in self._parquet.batch_pieces(task, b)]
-        files, row_starts = [f for f, _ in pieces], [start for _, start in pieces]
-        return parquet_scan.first_rows(
-            files, self._schemas[task], lower, upper, after, conditions, n, scan.names, row_starts
-        )
+            snapshots = [s for s in snapshots if s.last_batch <= upto_batch]
+            committed = {b for b in self._replay.retained(task) if b <= upto_batch}
+        units = []
+        for s in snapshots:
+            held = [b for b in range(s.first_batch, s.last_batch + 1) if b in committed]
+            committed.difference_update(held)
+            if overlaps(s):
+                units.append(Batches(s.min_time, self._parquet, task, held, schema, bounds))
+        if upto_batch is not None and committed:  # batches no snapshot holds yet
+            units.append(Batches(EARLIEST, self._parquet, task, sorted(committed), schema, bounds))
+        return units
 
     # -- continuous queries -----------------------------------------------------------------------------------
 
@@ -369,12 +364,23 @@ class ResultStore:
         else:
             position = self._now(task)
         needed = needed_batch(position)
-        rows = redis_tier.read_feed(self.feed_client, task, self.namespace, position, count, block_ms or None)
+        rows = self._read_feed(task, position, count, block_ms or None)
         if rows and rows[0][BATCH_ID] > needed:  # skipped batches: empty ones, or lost while the read waited
             self._check_feed(task, position)
         if rows:
             position = (rows[-1][BATCH_ID], rows[-1][ROW])
         return [project(row, projection) for row in select(rows, conditions)], feed_cursor(task, position)
+
+    def _read_feed(
+        self, task: str, position: tuple[int, int] | None, count: int, block_ms: int | None
+    ) -> list[dict[str, Any]]:
+        """The feed's rows after `position`; Gone (or TryAgain) when a piece it names left Redis meanwhile."""
+        assert self.feed_client is not None
+        try:
+            return redis_feed.read_feed(self.feed_client, task, self.namespace, position, count, block_ms)
+        except redis_feed.PieceGone:
+            self._check_feed(task, position)
+            raise TryAgain("the feed moved while it was read; retry") from None
 
     def _now(self, task: str) -> tuple[int, int] | None:
         """After the last committed batch: Redis's, or Parquet's when Redis holds nothing of the task."""
@@ -384,7 +390,7 @@ class ResultStore:
             committed = self._parquet.last_committed(task)
         return None if committed is None else (int(committed), FEED_END)
 
-    def _lost_upto(self, task: str, coverage: redis_tier.FeedCoverage) -> int | None:
+    def _lost_upto(self, task: str, coverage: redis_feed.FeedCoverage) -> int | None:
         """The last batch the feed cannot serve (those after it, it holds all): from its coverage, or, when Redis
         holds nothing of the task, Parquet's last committed batch (None: nothing known to be missing)."""
         if coverage.serves_from is not None:
@@ -396,7 +402,7 @@ class ResultStore:
     def _check_feed(self, task: str, position: tuple[int, int] | None) -> None:
         """Gone when the feed does not hold every row after the cursor's position."""
         assert self.feed_client is not None
-        coverage = redis_tier.feed_coverage(self.feed_client, task, self.namespace)
+        coverage = redis_feed.feed_coverage(self.feed_client, task, self.namespace)
         needed = needed_batch(position)
         lost_upto = self._lost_upto(task, coverage)
         if coverage.committed is None and self._parquet is None:
@@ -409,11 +415,11 @@ class ResultStore:
         """The feed position to follow from `from_ms` on; Gone when batches the feed does not hold may
         have been emitted since (with a resume cursor when Parquet holds them)."""
         assert self.feed_client is not None
-        position, trimmed = redis_tier.feed_start_at(self.feed_client, task, self.namespace, from_ms)
-        coverage = redis_tier.feed_coverage(self.feed_client, task, self.namespace)
+        position, trimmed = redis_feed.feed_start_at(self.feed_client, task, self.namespace, from_ms)
+        coverage = redis_feed.feed_coverage(self.feed_client, task, self.namespace)
         lost_upto = self._lost_upto(task, coverage)
         needed = needed_batch(position)
-        first_held = redis_tier.feed_first_batch(self.feed_client, task, self.namespace)
+        first_held = redis_feed.feed_first_batch(self.feed_client, task, self.namespace)
         # batches before the feed's coverage matter only if no batch it holds was emitted before from_ms
         doubt = lost_upto is not None and lost_upto >= 0 and (first_held is None or first_held >= needed)
         if not (trimmed or doubt):

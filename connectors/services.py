@@ -20,6 +20,7 @@ import importlib.resources
 import ipaddress
 import json
 import os
+import re
 import secrets
 import shutil
 import time
@@ -61,8 +62,17 @@ class ServicesConfig:
     host: str = "127.0.0.1"
     tansu_bin: str | None = None
     redis_bin: str | None = None
+    # Redis' memory bound, with noeviction: a batch it refuses is left to Parquet, never a result evicted
+    redis_maxmemory: str = "1gb"
     ready_timeout_s: float = 30.0
     stop_grace_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[1-9][0-9]*(b|kb|mb|gb)?", str(self.redis_maxmemory), re.IGNORECASE):
+            raise ValueError(
+                f"redis_maxmemory: {self.redis_maxmemory!r} is not accepted (accepted: a positive size such as "
+                "512mb, 1gb or 1073741824)"
+            )
 
 
 @dataclass(frozen=True)
@@ -272,6 +282,10 @@ def _argv(name: str, config: ServicesConfig, port: int, state_dir: Path) -> list
         "",
         "--appendonly",
         "no",
+        "--maxmemory",
+        config.redis_maxmemory,
+        "--maxmemory-policy",
+        "noeviction",
         "--daemonize",
         "no",
         "--dir",

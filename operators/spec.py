@@ -121,6 +121,7 @@ class RedisSinkSpec(_Strict):
     ca_file: Annotated[str, Field(min_length=1)] | None = None  # the CA of a rediss:// server
     retain_ms: Annotated[int, Field(gt=0)] = 600_000
     feed_batches: Annotated[int, Field(gt=0)] = 10_000  # batches the continuous-query feed keeps
+    max_bytes: Annotated[int, Field(gt=0)] = 256 << 20  # compressed result bytes Redis keeps at most (about)
 
     @model_validator(mode="after")
     def _one_password_source(self) -> RedisSinkSpec:

@@ -35,3 +35,7 @@ class Gone(QueryError):
 class TryAgain(QueryError):
     """The tiers kept moving under the query, or Parquet has not committed a batch yet: the same query may work
     later."""
+
+
+class Damaged(QueryError):
+    """Stored results that cannot be read (a damaged or truncated file): names the task and batch, never where."""

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from windjoin.operators.query.errors import BadQuery
-from windjoin.operators.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, stream_timestamps
+from windjoin.operators.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_times, stream_timestamps
 
 RESULT_TIME = "result_time"
 ROW = "row"
@@ -70,4 +71,24 @@ def project(row: dict[str, Any], names: list[str] | None) -> dict[str, Any]:
             out.setdefault(stream, {})[field] = row[stream][field]
         else:
             out[name] = row[name]
+    return out
+
+
+def table_rows(
+    table: pa.Table, rows: Sequence[int] | np.ndarray, times: Sequence[int] | np.ndarray | None = None
+) -> list[dict[str, Any]]:
+    """Result rows `{<stream>: {...}, ..., "batch_id", "row", "emitted_at", "result_time"}` of a result table
+    (whose stream columns may hold only some of their fields), numbered `rows`; `times`: their result times (None:
+    computed from the table's timestamps)."""
+    if not table.num_rows:
+        return []
+    times = result_times(table) if times is None else times
+    streams = list(stream_timestamps(table.schema))
+    columns = {name: table.column(name).to_pylist() for name in streams}
+    batches, emitted = table.column(BATCH_ID).to_pylist(), table.column(EMITTED_AT).to_pylist()
+    out = []
+    for i, (row, t) in enumerate(zip(np.asarray(rows).tolist(), np.asarray(times).tolist(), strict=True)):
+        record = {name: columns[name][i] for name in streams}
+        record.update({BATCH_ID: batches[i], ROW: row, EMITTED_AT: emitted[i], RESULT_TIME: t})
+        out.append(record)
     return out

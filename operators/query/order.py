@@ -1,10 +1,7 @@
 """The order of a one-time query's rows, (result_time, batch_id, row): which keys come after or before a position,
-and the first `n` rows or keys seen so far, so that a read of either tier keeps one page in memory."""
+and the first keys seen so far (bounded in rows and bytes), so that a read of the tiers keeps one page in memory."""
 
 from __future__ import annotations
-
-import heapq
-from typing import Any
 
 import numpy as np
 
@@ -23,54 +20,43 @@ def before_mask(times: np.ndarray, batches: np.ndarray, rows: np.ndarray, key: K
     return (times < t) | ((times == t) & ((batches < b) | ((batches == b) & (rows < r))))
 
 
-class FirstRows:
-    """The `n` rows with the smallest keys pushed so far (a bounded heap); `dropped` once one was left out."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self._heap: list[tuple[Key, int, dict[str, Any]]] = []  # negated keys: the worst on top
-        self.dropped = False
-
-    def push(self, key: Key, row: dict[str, Any]) -> None:
-        item = ((-key[0], -key[1], -key[2]), id(row), row)
-        if len(self._heap) < self.n:
-            heapq.heappush(self._heap, item)
-            return
-        self.dropped = True
-        if item[0] > self._heap[0][0]:
-            heapq.heapreplace(self._heap, item)
-
-    def worst_time(self) -> int | None:
-        """The result time of the largest key held, once `n` rows are held (None before)."""
-        return -self._heap[0][0][0] if len(self._heap) >= self.n else None
-
-    def rows(self) -> list[dict[str, Any]]:
-        """The rows held, in key order."""
-        return [row for _, _, row in sorted(self._heap, key=lambda item: item[0], reverse=True)]
-
-
 class FirstKeys:
-    """The `n` smallest keys offered so far, in order, and where their rows are: `where` holds (file, row group,
-    position in the group) per key, so that only the winners' rows are read at the end."""
+    """The first keys offered so far, in key order: at most `n`, and past the first, at most `max_bytes` of rows
+    (each key comes with its row's size); `where` holds (unit, position in the unit) per key, so that only the
+    winners' rows are read at the end. `cut` once a key was left out for the bytes."""
 
-    def __init__(self, n: int) -> None:
-        self.n = n
+    def __init__(self, n: int, max_bytes: int | None = None) -> None:
+        self.n, self.max_bytes = n, max_bytes
         self.keys = np.zeros((0, 3), dtype=np.int64)
-        self.where = np.zeros((0, 3), dtype=np.int64)
+        self.where = np.zeros((0, 2), dtype=np.int64)
+        self.sizes = np.zeros(0, dtype=np.int64)
+        self.cut = False
 
     def worst(self) -> Key | None:
-        """The largest key held once `n` are held (None before)."""
-        if len(self.keys) < self.n:
+        """The largest key held once no later key can get in (`n` held, or some left out for the bytes)."""
+        if len(self.keys) < self.n and not self.cut:
             return None
         t, b, r = self.keys[-1].tolist()
         return (t, b, r)
 
     def offer(
-        self, times: np.ndarray, batches: np.ndarray, rows: np.ndarray, file: int, group: int, positions: np.ndarray
+        self,
+        times: np.ndarray,
+        batches: np.ndarray,
+        rows: np.ndarray,
+        sizes: np.ndarray,
+        unit: int,
+        positions: np.ndarray,
     ) -> None:
-        """Keys of rows at `positions` of row group `group` of file `file`; the smallest `n` of all stay."""
+        """Keys of the rows at `positions` of unit `unit`, with their sizes; the first ones of all stay."""
         keys = np.concatenate([self.keys, np.column_stack([times, batches, rows]).astype(np.int64)])
-        where = np.column_stack([np.full(len(rows), file), np.full(len(rows), group), positions]).astype(np.int64)
+        where = np.column_stack([np.full(len(rows), unit), positions]).astype(np.int64)
         where = np.concatenate([self.where, where])
+        sizes = np.concatenate([self.sizes, np.asarray(sizes, dtype=np.int64)])
         order = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0]))[: self.n]
-        self.keys, self.where = keys[order], where[order]
+        if self.max_bytes is not None and len(order) > 1:
+            fits = int(np.searchsorted(np.cumsum(sizes[order]), self.max_bytes, side="right"))
+            if fits < len(order):
+                self.cut = True
+                order = order[: max(fits, 1)]
+        self.keys, self.where, self.sizes = keys[order], where[order], sizes[order]

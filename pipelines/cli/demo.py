@@ -176,7 +176,7 @@ def run_demo(out_dir: Path, rate: float, duration: float, keys: int) -> None:
         f" --limit 10\n"
         f"spec:     {spec_path}\n"
         f"parquet:  {spec.sinks.parquet.path}/task=<task>/batch=<id>/ (pyarrow.dataset, hive partitioning)\n"
-        f"redis:    {urls[svc.REDIS]} sorted sets windjoin:{{<task>}}:results (score = result time)\n"
+        f"redis:    {urls[svc.REDIS]} pieces windjoin:{{<task>}}:piece:<batch>:<slot>, indexed by result time\n"
         f"services still run; stop them with: windjoin services down --state-dir {state_dir}",
         err=True,
     )

@@ -28,6 +28,7 @@ def redis_sink(config: RedisSinkSpec, spec: JoinSpec) -> RedisSink:
         config.retain_ms,
         trim=spec.sinks.parquet is None,
         feed_batches=config.feed_batches,
+        max_bytes=config.max_bytes,
         auth=spec_auth(config),
     )
 

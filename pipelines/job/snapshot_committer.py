@@ -6,11 +6,13 @@ started) reaches `every_ms` (reason "periodic"). The snapshot store decides what
 disk, so a replayed or restarted batch never closes a second snapshot over the same batches.
 
 With a Redis sink (which then does not trim by itself), each snapshot is then handed to Redis with
-`redis_tier.advance_snapshot`: results of batches inside the snapshot whose result time is older than the task's
-max result time - the Redis sink's `retain_ms` leave Redis, and Redis records the snapshot as the tier boundary.
+`redis_tier.advance_snapshot`: Redis records the snapshot as the tier boundary, then the pieces of batches inside
+the snapshot whose results are all older than the task's max result time - the Redis sink's `retain_ms` leave it,
+and the oldest of them while it holds more than `max_bytes` (after Redis refused a batch for memory: all of them).
 The manifest exists before Redis names it. Parquet retention (`retain_ms`) then drops whole old snapshots.
 
-Redis lost (restarted without persistence, flushed): its meta hash comes back without the snapshot marker. The
+Redis lost (restarted without persistence, flushed) or full (a batch refused for memory, left to Parquet): its
+meta hash comes back without the snapshot marker. The
 marker is recovered here, after the next batch, from the manifests: a snapshot (reason "recovery") closes over
 every committed batch up to this one, and Redis records it. Recovering on the job's side rather than by the
 queries: only the job writes the tiers, and a snapshot up to the batch just committed makes the boundary exact
@@ -89,7 +91,7 @@ class SnapshotCommitter:
 
     def _recorded(self, task: str) -> int | None:
         """The snapshot id Redis records as the task's tier boundary (None: none, e.g. Redis restarted empty)."""
-        from windjoin.connectors.redis_sink import meta_key
+        from windjoin.connectors.redis_keys import meta_key
 
         value = self.redis.client.hget(meta_key(task, self.redis.namespace), "snapshot")
         return None if value is None else int(value)
@@ -100,5 +102,11 @@ class SnapshotCommitter:
         max_time = self.redis.max_time(snapshot.task)
         cutoff = None if max_time is None else max_time - self.redis.retain_ms  # None: no results, none to drop
         redis_tier.advance_snapshot(
-            self.redis.client, snapshot.task, self.redis.namespace, snapshot.id, snapshot.last_batch, cutoff
+            self.redis.client,
+            snapshot.task,
+            self.redis.namespace,
+            snapshot.id,
+            snapshot.last_batch,
+            cutoff,
+            self.redis.max_bytes,
         )

@@ -18,8 +18,10 @@ from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadReports
 from windjoin.connectors.redis_acl import COMPONENTS, acl_file, acl_users, component_rules
 from windjoin.connectors.redis_client import RedisAuth, RedisAuthError, redis_client
-from windjoin.connectors.redis_sink import RedisSink, results_key
-from windjoin.connectors.redis_tier import feed_info, read_span
+from windjoin.connectors.redis_feed import feed_info, read_feed
+from windjoin.connectors.redis_keys import index_key, piece_key
+from windjoin.connectors.redis_sink import RedisSink
+from windjoin.connectors.redis_tier import read_all
 from windjoin.connectors.services import redis_binary
 
 NS = "windjoin"
@@ -105,9 +107,9 @@ def test_controller_writes_decisions_and_reads_load_only(acl_server) -> None:
     assert [f["epoch"] for _, f in decisions.history()][-1] == "7"
     client = decisions.client
     with pytest.raises(redis.exceptions.NoPermissionError):
-        client.zadd(results_key("a", NS), {"forged": 1})
+        client.zadd(index_key("a", NS), {"forged": 1})
     with pytest.raises(redis.exceptions.NoPermissionError):
-        client.zrange(results_key("a", NS), 0, -1)
+        client.zrange(index_key("a", NS), 0, -1)
     with pytest.raises(redis.exceptions.NoPermissionError):
         client.eval("return 1", 0)
 
@@ -116,12 +118,13 @@ def test_proxy_reads_results_and_cannot_write(acl_server) -> None:
     url, auths = acl_server
     RedisSink(url, 10**9, NS, auth=auths["job"]).write(8, {"b": make_table("b", 8, PAIRS, emitted_at=2)})
     proxy = redis_client(url, auths["proxy"])
-    view = read_span(proxy, "b", NS, 0, 100, boundary=False)
-    assert [row["batch_id"] for row in view.rows] == [8]
+    assert [row["batch_id"] for row in read_all(proxy, "b", NS, 0, 100)] == [8]
     assert feed_info(proxy, "b", NS).last_batch == 8
+    assert [row["batch_id"] for row in read_feed(proxy, "b", NS, None, 10, None)] == [8]
     for refused in (
-        lambda: proxy.zadd(results_key("b", NS), {"forged": 1}),
-        lambda: proxy.delete(results_key("b", NS)),
+        lambda: proxy.zadd(index_key("b", NS), {"forged": 1}),
+        lambda: proxy.delete(index_key("b", NS)),
+        lambda: proxy.hset(piece_key("b", 8, 0, NS), "c0", b"forged"),
         lambda: proxy.hgetall(f"{NS}:{{control}}:decision"),
         lambda: proxy.get(f"{NS}:{{b}}:owner"),
         lambda: proxy.xadd(f"{NS}:{{control}}:load", {"batch_id": 1}),
@@ -130,13 +133,13 @@ def test_proxy_reads_results_and_cannot_write(acl_server) -> None:
         with pytest.raises(redis.exceptions.NoPermissionError):
             refused()
     with pytest.raises(redis.ResponseError, match="can't run this command"):  # a write inside a script
-        proxy.eval("return redis.call('DEL', KEYS[1])", 1, results_key("b", NS))
+        proxy.eval("return redis.call('DEL', KEYS[1])", 1, index_key("b", NS))
     assert RedisSink(url, 10**9, NS, auth=auths["job"]).count("b") == 1  # nothing the proxy tried changed it
 
 
 def test_rules_follow_the_namespace() -> None:
     rules = component_rules("proxy", "tenant.a")
-    assert "~tenant.a:{*}:results" in rules and "windjoin" not in rules
+    assert "~tenant.a:{*}:index" in rules and "~tenant.a:{*}:piece:*" in rules and "windjoin" not in rules
     with pytest.raises(ValueError, match="component"):
         component_rules("admin")
 

@@ -1,4 +1,5 @@
-"""Redis result sink on a real Redis: round trip, exactly-once per batch, retention, time-span queries."""
+"""Redis result sink on a real Redis: pieces as bounded chunks, round trip, exactly-once per batch, retention by
+time and bytes, time-span queries."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.connectors.sink_cases import SPEC, large_table
-from windjoin.connectors.redis_sink import RedisSink, decode_member, encode_members, meta_key, results_key
+from windjoin.connectors import redis_pieces
+from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk, encode_piece, row_bytes
+from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.sink_owner import StaleBatchError
 from windjoin.operators.result_table import result_times, table_from_records
 
@@ -60,25 +63,51 @@ def stored(sink: RedisSink, task: str) -> list[dict[str, Any]]:
 def sink_factory(redis_url: str):
     sinks = []
 
-    def make(retain_ms: int = 10**12) -> RedisSink:
-        sink = RedisSink(redis_url, retain_ms, namespace=f"test_{uuid.uuid4().hex}")
+    def make(retain_ms: int = 10**12, max_bytes: int = 1 << 40) -> RedisSink:
+        sink = RedisSink(redis_url, retain_ms, namespace=f"test_{uuid.uuid4().hex}", max_bytes=max_bytes)
         sinks.append(sink)
         return sink
 
     yield make
     for sink in sinks:
         for task in ("a", "b"):
-            sink.client.delete(results_key(task, sink.namespace), meta_key(task, sink.namespace))
+            sink.clear(task)
         sink.close()
 
 
 @SETTINGS
-@given(pairs=st.lists(pair(small_times, small_times), max_size=30))
-def test_members_are_the_json_of_each_pair(pairs: list[dict[str, Any]]) -> None:
+@given(pairs=st.lists(pair(small_times, small_times), max_size=30), piece=st.integers(0, 3))
+def test_a_piece_s_chunks_hold_every_value_exactly(pairs: list[dict[str, Any]], piece: int) -> None:
     table = make_table("a", 5, pairs, emitted_at=11)
-    members = encode_members(table).to_pylist()
-    expected = [[5, row, 11, {"R": p["R"], "S": p["S"]}] for row, p in enumerate(pairs)]
-    assert [canonical(orjson.loads(m)) for m in members] == [canonical(e) for e in expected]
+    encoded = encode_piece(table, 5, piece, 11)
+    assert encoded.rows == len(pairs) and len(encoded.chunks) == len(encoded.entries)
+    got = []
+    for data, entry in zip(encoded.chunks, encoded.entries, strict=True):
+        back = decode_chunk(data, ChunkEntry.parse(entry.member()))
+        assert back.column("batch_id").to_pylist() == [5] * back.num_rows
+        assert back.column("emitted_at").to_pylist() == [11] * back.num_rows
+        assert entry.first_row == (piece << 32) + entry.offset
+        got += [
+            {"R": r, "S": s} for r, s in zip(back.column("R").to_pylist(), back.column("S").to_pylist(), strict=True)
+        ]
+    assert [canonical(g) for g in got] == [canonical(p) for p in pairs]
+
+
+def test_chunks_are_bounded_in_rows_and_bytes(monkeypatch) -> None:
+    monkeypatch.setattr(redis_pieces, "CHUNK_BYTES", 1000)
+    monkeypatch.setattr(redis_pieces, "CHUNK_ROWS", 7)
+    sizes = [5, 120, 3000, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40, 900, 5]
+    pairs = [
+        {"R": {"ts": i, "k": i, "x": 0.0, "z": "z" * n}, "S": {"t": 0, "k": i, "d": True}} for i, n in enumerate(sizes)
+    ]
+    table = make_table("a", 1, pairs)
+    row_sizes = row_bytes(table)
+    encoded = encode_piece(table, 1, 0, 7)
+    assert [(e.offset, e.rows) for e in encoded.entries] == [(0, 3), (3, 7), (10, 7), (17, 2), (19, 1)]
+    for e in encoded.entries:
+        held = row_sizes[e.offset : e.offset + e.rows]
+        assert e.rows <= 7 and (held[:-1].sum() < 1000)  # each chunk ends at the row that reaches the bound
+        assert (e.min_time, e.max_time) == (e.offset, e.offset + e.rows - 1)
 
 
 @SETTINGS
@@ -130,19 +159,42 @@ def test_empty_batch_commits_without_rows(sink_factory) -> None:
     assert sink.write(1, {"a": make_table("a", 1, one)}) == {"a": 1}
 
 
-def test_retention_drops_exactly_the_results_older_than_the_bound(sink_factory) -> None:
+def test_retention_drops_the_pieces_wholly_older_than_the_bound(sink_factory) -> None:
     sink = sink_factory(retain_ms=100)
-    first = [{"R": {"ts": t, "k": 0, "x": 0.0, "z": ""}, "S": {"t": 0, "k": 0, "d": True}} for t in (0, 99, 100, 150)]
-    sink.write(0, {"a": make_table("a", 0, first)})
-    assert [q["result_time"] for q in sink.query("a", 0, MAX_TIME)] == [99, 100, 150]  # bound 150 - 100 = 50
-    second = [{"R": {"ts": 0, "k": 0, "x": 0.0, "z": ""}, "S": {"t": t, "k": 0, "d": True}} for t in (120, 200, 199)]
-    sink.write(1, {"a": make_table("a", 1, second)})
-    # largest result time seen: 200, bound 100: 99 goes, 100 stays (not older than the bound)
-    assert [q["result_time"] for q in sink.query("a", 0, MAX_TIME)] == [100, 120, 150, 199, 200]
-    late = [{"R": {"ts": 30, "k": 0, "x": 0.0, "z": ""}, "S": {"t": 10, "k": 0, "d": True}}]
-    assert sink.write(2, {"a": make_table("a", 2, late)}) == {"a": 1}  # added, then dropped by the same bound
-    assert [q["result_time"] for q in sink.query("a", 0, MAX_TIME)] == [100, 120, 150, 199, 200]
-    assert sink.max_time("a") == 200
+
+    def times(*values: int) -> list[dict[str, Any]]:
+        return [{"R": {"ts": t, "k": 0, "x": 0.0, "z": ""}, "S": {"t": 0, "k": 0, "d": True}} for t in values]
+
+    sink.write(0, {"a": make_table("a", 0, times(0, 40))})
+    sink.write(1, {"a": make_table("a", 1, times(49, 99, 150))})  # bound 150 - 100 = 50: batch 0 (max 40) leaves
+    assert [q["result_time"] for q in sink.query("a", 0, MAX_TIME)] == [49, 99, 150]
+    sink.write(2, {"a": make_table("a", 2, times(120, 200))})  # bound 100: batch 1 (max 150) stays whole
+    assert [q["result_time"] for q in sink.query("a", 0, MAX_TIME)] == [49, 99, 120, 150, 200]
+    assert sink.write(3, {"a": make_table("a", 3, times(30, 10))}) == {"a": 2}  # added, then dropped by the bound
+    assert [q["result_time"] for q in sink.query("a", 0, MAX_TIME)] == [49, 99, 120, 150, 200]
+    assert sink.max_time("a") == 200 and sink.count("a") == 5
+    assert int(sink.client.hget(f"{sink.namespace}:{{a}}:meta", "dropped_upto")) == 3
+
+
+def test_retention_by_bytes_drops_the_oldest_pieces_but_never_the_newest_batch(sink_factory) -> None:
+    sink = sink_factory(max_bytes=1)
+    for batch in range(3):
+        pairs = [
+            {"R": {"ts": 10 * batch + i, "k": i, "x": 0.0, "z": "q"}, "S": {"t": 0, "k": 0, "d": True}}
+            for i in range(5)
+        ]
+        sink.write(batch, {"a": make_table("a", batch, pairs)})
+        assert {q["batch_id"] for q in sink.query("a", 0, MAX_TIME)} == {batch}  # only the newest batch stays
+    sizes = [int(sink.client.hget(f"{sink.namespace}:{{a}}:piece:2:0", "bytes"))]
+    assert sink.held_bytes("a") == sizes[0] and sink.count("a") == 5
+    big = sink_factory(max_bytes=sizes[0] * 2 + 1)
+    for batch in range(4):
+        pairs = [
+            {"R": {"ts": 10 * batch + i, "k": i, "x": 0.0, "z": "q"}, "S": {"t": 0, "k": 0, "d": True}}
+            for i in range(5)
+        ]
+        big.write(batch, {"a": make_table("a", batch, pairs)})
+    assert sorted({q["batch_id"] for q in big.query("a", 0, MAX_TIME)}) == [2, 3]
 
 
 @SETTINGS
@@ -159,9 +211,10 @@ def test_retention_and_query_against_an_oracle(
     for batch_id, pairs in enumerate(batches):
         sink.write(batch_id, {"a": make_table("a", batch_id, pairs)})
         every += [(result_time(p), batch_id, row, p) for row, p in enumerate(pairs)]
-    if every:
+    if every:  # a batch's piece leaves whole once every result of it is older than the bound
         bound = max(t for t, *_ in every) - retain_ms
-        kept = sorted((item for item in every if item[0] >= bound), key=lambda item: item[:3])
+        newest = {b: max(t for t, b2, *_ in every if b2 == b) for _, b, *_ in every}
+        kept = sorted((item for item in every if newest[item[1]] >= bound), key=lambda item: item[:3])
     else:
         kept = []
     assert [canonical(p) for p in stored(sink, "a")] == [canonical(item[3]) for item in kept]
@@ -233,11 +286,27 @@ def test_keys_follow_the_documented_layout(sink_factory, redis_url: str) -> None
     pairs = [{"R": {"ts": 7, "k": 1, "x": 1.0, "z": "a"}, "S": {"t": 9, "k": 1, "d": True}}]
     sink.write(5, {"a": make_table("a", 5, pairs, emitted_at=123)})
     client = redis.Redis.from_url(redis_url)
-    [(member, score)] = client.zrange(f"{sink.namespace}:{{a}}:results", 0, -1, withscores=True)
-    assert score == 9
-    assert orjson.loads(member) == [5, 0, 123, {"R": pairs[0]["R"], "S": pairs[0]["S"]}]
-    assert decode_member("a", member) == {"task": "a", **pairs[0], "batch_id": 5, "emitted_at": 123, "result_time": 9}
-    assert client.hgetall(f"{sink.namespace}:{{a}}:meta") == {b"committed": b"5", b"since": b"5", b"max_time": b"9"}
+    prefix = f"{sink.namespace}:{{a}}:"
+    [(entry, score)] = client.zrange(prefix + "index", 0, -1, withscores=True)
+    assert (entry, score) == (b"5:0:0:9:9:0:1:123", 9)
+    assert client.zrange(prefix + "pieces", 0, -1, withscores=True) == [(b"5:0", 9)]
+    piece = client.hgetall(prefix + "piece:5:0")
+    assert sorted(piece) == sorted(
+        [b"c0", b"batch", b"emitted_at", b"rows", b"bytes", b"max", b"width", b"chunks", b"index"]
+    )
+    assert (piece[b"rows"], piece[b"chunks"], piece[b"index"], piece[b"max"]) == (b"1", b"1", entry, b"9")
+    back = decode_chunk(piece[b"c0"], ChunkEntry.parse(entry))
+    assert back.column("R").to_pylist() == [pairs[0]["R"]] and back.column("S").to_pylist() == [pairs[0]["S"]]
+    assert client.xrange(prefix + "feed") == [(b"5-1", {b"emitted_at": b"123", b"rows": b"1", b"chunks": b"1"})]
+    meta = client.hgetall(prefix + "meta")
+    assert meta == {
+        b"committed": b"5",
+        b"since": b"5",
+        b"max_time": b"9",
+        b"width": b"0",
+        b"bytes": piece[b"bytes"],
+        b"rows": b"1",
+    }
     client.close()
 
 
@@ -247,8 +316,9 @@ def test_a_batch_of_100k_rows_in_one_write(sink_factory) -> None:
     sides, table = large_table(n)
     assert sink.write(0, {"a": table}) == {"a": n}
     assert sink.count("a") == n
+    assert int(sink.client.hget(f"{sink.namespace}:{{a}}:piece:0:0", "chunks")) >= 2  # read across chunks
     times = np.sort(result_times(table))
-    # a span of 1000 pairs drawn from both ZADD chunks (the rows are in random time order)
+    # a span of 1000 pairs drawn from every chunk (the rows are in random time order)
     t_from, t_to = int(times[1000]), int(times[1999])
     got = sink.query("a", t_from, t_to)
     assert [q["result_time"] for q in got] == times[(times >= t_from) & (times <= t_to)].tolist()

@@ -1,4 +1,5 @@
-"""Redis tier on a real Redis: the snapshot boundary (advance_snapshot, read_span) and the continuous-query feed."""
+"""Redis tier on a real Redis: the snapshot boundary (advance_snapshot), a span's chunks read in steps through
+`span_scan`, and the continuous-query feed."""
 
 from __future__ import annotations
 
@@ -11,20 +12,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.connectors.test_redis_sink import canonical, make_table, pair, result_time
-from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, results_key
-from windjoin.connectors.redis_tier import (
-    FEED_END,
+from windjoin.connectors import span_scan
+from windjoin.connectors.redis_feed import (
     FeedCoverage,
-    advance_snapshot,
+    PieceGone,
     feed_coverage,
     feed_first_batch,
     feed_info,
     feed_start_at,
     read_feed,
-    read_span,
 )
+from windjoin.connectors.redis_keys import feed_key, meta_key
+from windjoin.connectors.redis_sink import RedisSink
+from windjoin.connectors.redis_tier import Pace, RedisSpan, advance_snapshot, read_all
 from windjoin.connectors.sink_owner import StaleBatchError
-from windjoin.operators.query.cursors import needed_batch
+from windjoin.operators.query.cursors import FEED_END, needed_batch
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 MAX_TIME = 2**53 - 1
@@ -43,9 +45,7 @@ def sink_factory(redis_url: str):
     yield make
     for sink in sinks:
         for task in ("a", "b"):
-            sink.client.delete(
-                results_key(task, sink.namespace), meta_key(task, sink.namespace), feed_key(task, sink.namespace)
-            )
+            sink.clear(task)
         sink.close()
 
 
@@ -55,6 +55,18 @@ def plain(row: dict[str, Any]) -> bytes:
 
 def simple(ts: int, k: int = 0) -> dict[str, Any]:
     return {"R": {"ts": ts, "k": k, "x": 0.5, "z": "z"}, "S": {"t": 0, "k": k, "d": True}}
+
+
+def scan(
+    sink: RedisSink, lower: int, upper: int, *, below: int | None = None, after: Any = None, n: int = 10**6
+) -> tuple[RedisSpan, span_scan.Found]:
+    """The first `n` rows of the committed batches after `below` in [lower, upper] after `after`, as a one-time
+    query reads Redis: the span's index steps as `span_scan` units."""
+    span = RedisSpan(sink.client, "a", sink.namespace, lower, upper, Pace(1.0))
+    committed = span.boundary.committed
+    units = span.units(lambda e: committed is not None and e.batch <= committed and (below is None or e.batch > below))
+    leaves = ["R.ts", "R.k", "R.x", "R.z", "S.t", "S.k", "S.d"]
+    return span, span_scan.first_rows(units, span_scan.Span(["R.ts", "S.t"], lower, upper, after, [], n, None, leaves))
 
 
 def test_trim_false_keeps_everything(sink_factory) -> None:
@@ -69,29 +81,36 @@ def test_trim_false_keeps_everything(sink_factory) -> None:
     batches=st.lists(st.lists(pair(times, times), max_size=8), min_size=1, max_size=6),
     cut=st.data(),
 )
-def test_advance_snapshot_removes_only_old_members_of_the_snapshot(sink_factory, batches, cut) -> None:
+def test_advance_snapshot_removes_only_old_pieces_of_the_snapshot(sink_factory, batches, cut) -> None:
     sink = sink_factory()
     every = []
     for batch_id, pairs in enumerate(batches):
         sink.write(batch_id, {"a": make_table("a", batch_id, pairs)})
         every += [(result_time(p), batch_id, row, p) for row, p in enumerate(pairs)]
+    newest = {b: max(t for t, b2, *_ in every if b2 == b) for _, b, *_ in every}  # a batch is one piece here
     last_batch = cut.draw(st.integers(0, len(batches) - 1))
     cutoff = cut.draw(st.integers(-1, 1001))
     removed = advance_snapshot(sink.client, "a", sink.namespace, 3, last_batch, cutoff)
-    kept = sorted((e for e in every if not (e[0] < cutoff and e[1] <= last_batch)), key=lambda e: e[:3])
-    assert removed == len(every) - len(kept)
-    got = sink.client.zrange(results_key("a", sink.namespace), 0, -1)
-    assert len(got) == len(kept)
+    kept = sorted((e for e in every if not (newest[e[1]] < cutoff and e[1] <= last_batch)), key=lambda e: e[:3])
+    assert removed == len({b for b in newest if newest[b] < cutoff and b <= last_batch})
+    assert [
+        (r["result_time"], r["batch_id"], r["row"]) for r in read_all(sink.client, "a", sink.namespace, 0, MAX_TIME)
+    ] == [e[:3] for e in kept]
+    assert sink.count("a") == len(kept)
     assert sink.client.hmget(meta_key("a", sink.namespace), "snapshot", "snapshot_batch") == [
         b"3",
         str(last_batch).encode(),
     ]
-    # read_span serves only batches newer than the recorded boundary, in (result_time, batch, row) order
-    view = read_span(sink.client, "a", sink.namespace, 0, MAX_TIME)
+    # the Redis part of a one-time query: batches newer than the recorded boundary, in (result_time, batch, row)
+    span, found = scan(sink, 0, MAX_TIME, below=last_batch)
     newer = [e for e in kept if e[1] > last_batch]
-    assert (view.snapshot_id, view.snapshot_batch, view.committed) == (3, last_batch, len(batches) - 1)
-    assert [(r["result_time"], r["batch_id"], r["row"]) for r in view.rows] == [e[:3] for e in newer]
-    assert [plain(r) for r in view.rows] == [canonical(e[3]) for e in newer]
+    assert (span.boundary.snapshot_id, span.boundary.snapshot_batch, span.boundary.committed) == (
+        3,
+        last_batch,
+        len(batches) - 1,
+    )
+    assert [key for key, _ in found.keyed] == [e[:3] for e in newer]
+    assert [plain(r) for _, r in found.keyed] == [canonical(e[3]) for e in newer]
 
 
 def test_advance_snapshot_only_moves_forward(sink_factory) -> None:
@@ -103,28 +122,30 @@ def test_advance_snapshot_only_moves_forward(sink_factory) -> None:
     assert advance_snapshot(sink.client, "a", sink.namespace, 4, 3, 10_000) == -1  # older id: nothing
     assert advance_snapshot(sink.client, "a", sink.namespace, 6, 1, 10_000) == -1  # older last batch: nothing
     assert sink.count("a") == 2
-    view = read_span(sink.client, "a", sink.namespace, 0, MAX_TIME)
-    assert (view.snapshot_id, view.snapshot_batch) == (5, 2)
-    assert [r["batch_id"] for r in view.rows] == [3]
+    span, _ = scan(sink, 0, MAX_TIME)
+    assert (span.boundary.snapshot_id, span.boundary.snapshot_batch) == (5, 2)
     assert advance_snapshot(sink.client, "a", sink.namespace, 6, 3, None) == 0  # records, removes nothing
-    view = read_span(sink.client, "a", sink.namespace, 0, MAX_TIME)
-    assert (view.snapshot_id, view.snapshot_batch, view.rows) == (6, 3, [])
+    span, _ = scan(sink, 0, MAX_TIME)
+    assert (span.boundary.snapshot_id, span.boundary.snapshot_batch) == (6, 3)
     assert sink.count("a") == 2
+    # beyond the bytes: the oldest piece leaves, never the newest committed batch's
+    assert advance_snapshot(sink.client, "a", sink.namespace, 7, 3, None, max_bytes=1) == 1
+    assert [r["batch_id"] for r in read_all(sink.client, "a", sink.namespace, 0, MAX_TIME)] == [3]
 
 
-def test_read_span_filters_by_time_and_boundary(sink_factory) -> None:
+def test_a_span_reads_only_the_chunks_it_overlaps(sink_factory) -> None:
     sink = sink_factory()
     sink.write(0, {"a": make_table("a", 0, [simple(t) for t in (5, 10, 15)], emitted_at=9)})
     sink.write(1, {"a": make_table("a", 1, [simple(t) for t in (10, 20, 10)], emitted_at=11)})
-    view = read_span(sink.client, "a", sink.namespace, 10, 15)
-    assert view.snapshot_id is None and view.committed == 1
-    assert [(r["result_time"], r["batch_id"], r["row"]) for r in view.rows] == [(10, 0, 1), (10, 1, 0), (10, 1, 2)] + [
-        (15, 0, 2)
-    ]
-    assert view.rows[0] == {**simple(10), "batch_id": 0, "row": 1, "emitted_at": 9, "result_time": 10}
-    advance_snapshot(sink.client, "a", sink.namespace, 0, 0, None)
-    view = read_span(sink.client, "a", sink.namespace, 0, MAX_TIME)
-    assert [(r["batch_id"], r["row"]) for r in view.rows] == [(1, 0), (1, 2), (1, 1)]
+    sink.write(2, {"a": make_table("a", 2, [simple(t) for t in (100, 120)], emitted_at=12)})
+    span, found = scan(sink, 10, 15)
+    assert span.boundary.snapshot_id is None and span.boundary.committed == 1 + 1
+    assert [key for key, _ in found.keyed] == [(10, 0, 1), (10, 1, 0), (10, 1, 2), (15, 0, 2)]
+    assert found.keyed[0][1] == {**simple(10), "batch_id": 0, "row": 1, "emitted_at": 9, "result_time": 10}
+    units = span.units(lambda e: True)
+    assert sorted(u.entry.batch for u in units) == [0, 1]  # batch 2's chunk (100..120) is not read
+    _, found = scan(sink, 0, MAX_TIME, below=0)
+    assert [key[1:] for key, _ in found.keyed] == [(1, 0), (1, 2), (1, 1), (2, 0), (2, 1)]
 
 
 def test_feed_holds_batches_in_order_and_replays_add_nothing(sink_factory) -> None:
@@ -230,41 +251,47 @@ def test_bad_arguments_are_refused(sink_factory) -> None:
     assert isinstance(sink.client, redis.Redis)
 
 
+def test_a_piece_retention_dropped_is_not_served_by_the_feed(sink_factory) -> None:
+    sink = sink_factory(retain_ms=100, trim=True)
+    sink.write(0, {"a": make_table("a", 0, [simple(0), simple(10)])})
+    sink.write(1, {"a": make_table("a", 1, [simple(50)])})
+    assert feed_coverage(sink.client, "a", sink.namespace) == FeedCoverage(1, 0)
+    sink.write(2, {"a": make_table("a", 2, [simple(200)])})  # bound 100: batches 0 and 1 leave
+    assert feed_coverage(sink.client, "a", sink.namespace) == FeedCoverage(2, 2)
+    with pytest.raises(PieceGone):  # their entries are still in the feed, their pieces are not
+        read_feed(sink.client, "a", sink.namespace, None, 10, None)
+    assert [r["batch_id"] for r in read_feed(sink.client, "a", sink.namespace, (1, FEED_END), 10, None)] == [2]
+
+
 @SETTINGS
 @given(
     batches=st.lists(st.lists(pair(st.integers(0, 4), st.integers(0, 4)), max_size=12), min_size=1, max_size=5),
     data=st.data(),
 )
-def test_read_span_pages_through_ties_in_small_chunks(sink_factory, monkeypatch, batches, data) -> None:
-    """Many equal result times, scanned 3 members at a time: limit and cursor cut exactly like a sorted list."""
+def test_a_span_pages_through_ties_in_small_steps(sink_factory, monkeypatch, batches, data) -> None:
+    """Many equal result times, the index read 3 entries (chunks of 2 rows) a step: limit and cursor cut exactly
+    like a sorted list."""
+    import windjoin.connectors.redis_pieces as pieces
     import windjoin.connectors.redis_tier as tier
 
-    monkeypatch.setattr(tier, "_SPAN_CHUNK", 3)
+    monkeypatch.setattr(tier, "SPAN_STEP", 3)
+    monkeypatch.setattr(pieces, "CHUNK_ROWS", 2)
     sink = sink_factory()
     every = []
     for batch_id, pairs in enumerate(batches):
         sink.write(batch_id, {"a": make_table("a", batch_id, pairs)})
         every += [(result_time(p), batch_id, row) for row, p in enumerate(pairs)]
     boundary = data.draw(st.none() | st.integers(0, len(batches) - 1))
-    if boundary is not None:
-        advance_snapshot(sink.client, "a", sink.namespace, 1, boundary, None)
-    use_boundary = data.draw(st.booleans())
     t_from, t_to = sorted(data.draw(st.tuples(st.integers(0, 5), st.integers(0, 5))))
-    visible = sorted(
-        e for e in every if t_from <= e[0] <= t_to and not (use_boundary and boundary is not None and e[1] <= boundary)
-    )
+    visible = sorted(e for e in every if t_from <= e[0] <= t_to and not (boundary is not None and e[1] <= boundary))
     limit = data.draw(st.integers(1, 6))
     # page through with the cursor of each page's last row: every row once, in order
     pages, cursor = [], None
     for _ in range(100):
-        view = read_span(
-            sink.client, "a", sink.namespace, t_from, t_to, boundary=use_boundary, after=cursor, limit=limit
-        )
-        keys = [(r["result_time"], r["batch_id"], r["row"]) for r in view.rows]
-        assert len(keys) <= limit
+        _, found = scan(sink, t_from, t_to, below=boundary, after=cursor, n=limit + 1)
+        keys = [key for key, _ in found.keyed][:limit]
         pages += keys
-        if not view.more:
+        if len(found.keyed) <= limit:
             break
-        assert len(keys) == limit
         cursor = keys[-1]
     assert pages == visible

@@ -399,10 +399,13 @@ def test_follow_cursor_older_than_the_feed_is_gone(redis_url: str, tiers_factory
 
 
 def test_a_snapshot_moving_between_redis_reads_of_one_page(tiers_factory, monkeypatch) -> None:
-    """A selective query reads Redis in several capped steps for one page; when the boundary moves in between, the
-    page is read again at the new snapshot, still exact."""
+    """A selective query reads Redis' index in several capped steps for one page; when the boundary moves in
+    between, the page is read again at the new snapshot, still exact."""
+    import windjoin.connectors.redis_pieces as pieces
     import windjoin.connectors.redis_tier as tier
 
+    monkeypatch.setattr(pieces, "CHUNK_ROWS", 3)  # 3 chunks a batch
+    monkeypatch.setattr(tier, "SPAN_STEP", 2)
     tiers = tiers_factory(retain_ms=10**6)  # Redis keeps every row: only the boundary moves
     for b in range(4):
         tiers.write(
@@ -415,18 +418,17 @@ def test_a_snapshot_moving_between_redis_reads_of_one_page(tiers_factory, monkey
         )
         if b == 1:
             tiers.snapshot()  # snapshot 1: batches 0 and 1
-    monkeypatch.setattr(tier, "_SPAN_CHUNK", 4)
     steps = []
-    real = tier._scan_step
+    real = tier.RedisSpan._step
 
-    def scan_step(*args: Any) -> Any:
-        steps.append(args[4])  # the member it resumes after (None: a scan's first step)
-        step = real(*args)
+    def scan_step(span: Any) -> Any:
+        steps.append(span._resume)  # the entry it resumes after (None: a scan's first step)
+        step = real(span)
         if len(steps) == 1:  # after the first step: snapshot 2 takes all four batches
             tiers.snapshot()
         return step
 
-    monkeypatch.setattr(tier, "_scan_step", scan_step)
+    monkeypatch.setattr(tier.RedisSpan, "_step", scan_step)
     where = [parse_condition("R.k=8", FIELDS)]
     with tiers.store() as store:
         page = store.one_time("a", 0, 1000, where, None, 4, None)

@@ -16,9 +16,12 @@ import pytest
 from tests.connectors.sink_cases import SPEC
 from windjoin.connectors.parquet_replay import ParquetReplay
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink, stage_key
-from windjoin.connectors.redis_tier import FEED_END, feed_coverage, read_feed, read_span
+from windjoin.connectors.redis_feed import feed_coverage, read_feed
+from windjoin.connectors.redis_keys import piece_key
+from windjoin.connectors.redis_sink import RedisSink
+from windjoin.connectors.redis_tier import read_all
 from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.query.cursors import FEED_END
 from windjoin.operators.result_table import result_schema, result_times, table_from_records, table_records
 
 SCHEMAS = {"a": result_schema(SPEC, "a")}
@@ -98,27 +101,26 @@ def test_redis_pieces_are_invisible_until_the_commit(redis_sink: RedisSink) -> N
     pieces = {0: piece(4, [1, 2]), 1: piece(4, [10, 11, 12])}
     assert redis_sink.stage(4, 1, {"a": pieces[1]}) == {"a": 3}
     assert redis_sink.stage(4, 0, {"a": pieces[0]}) == {"a": 2}
-    assert redis_sink.count("a") == 5  # staged members are stored, but no reader returns them
-    assert redis_sink.query("a", 0, 10**6) == []
-    assert read_span(redis_sink.client, "a", redis_sink.namespace, 0, 10**6, boundary=False).rows == []
+    staged = [piece_key("a", 4, p, redis_sink.namespace) for p in (0, 1)]
+    assert redis_sink.client.exists(*staged) == 2  # staged pieces are stored, but no reader returns them
+    assert redis_sink.count("a") == 0 and redis_sink.query("a", 0, 10**6) == []
+    assert read_all(redis_sink.client, "a", redis_sink.namespace, 0, 10**6) == []
     assert read_feed(redis_sink.client, "a", redis_sink.namespace, None, 100, None) == []
     assert commit(redis_sink, 4, pieces) == ["a"]
     rows = redis_sink.query("a", 0, 10**6)
     assert [r["R"]["ts"] for r in rows] == [1, 2, 10, 11, 12]
-    span = read_span(redis_sink.client, "a", redis_sink.namespace, 0, 10**6, boundary=False).rows
+    span = read_all(redis_sink.client, "a", redis_sink.namespace, 0, 10**6)
     assert [(r["batch_id"], r["row"]) for r in span] == [(4, 0), (4, 1), (4, 2**32), (4, 2**32 + 1), (4, 2**32 + 2)]
     entries = redis_sink.client.xrange(f"{redis_sink.namespace}:{{a}}:feed")
     assert [e[0] for e in entries] == [b"4-1", b"4-2"]
-    assert not redis_sink.client.exists(
-        stage_key("a", 0, redis_sink.namespace), stage_key("a", 1, redis_sink.namespace)
-    )
+    assert redis_sink.count("a") == 5 and redis_sink.client.exists(*staged) == 2  # committed in place
 
 
 def test_redis_replays_stage_and_commit_nothing_twice(redis_sink: RedisSink) -> None:
     redis_sink.write(0, {"a": piece(0, [0])})
     first = {0: piece(1, [1, 2]), 1: piece(1, [3])}
     assert redis_sink.stage(1, 0, {"a": first[0]}) == {"a": 2}  # the first attempt died after slot 0 staged
-    # The replay stamps another emission time: slot 0 is skipped (no duplicate members), slot 1 stages.
+    # The replay stamps another emission time: slot 0 is skipped (its piece is kept as staged), slot 1 stages.
     assert redis_sink.stage(1, 0, {"a": piece(1, [1, 2], emitted_at=99)}) == {}
     assert redis_sink.stage(1, 1, {"a": first[1]}) == {"a": 1}
     assert commit(redis_sink, 1, first) == ["a"]
@@ -136,7 +138,7 @@ def test_redis_commit_refuses_a_missing_piece_while_the_commit_record_survived(r
     assert commit(redis_sink, 0, {0: piece(0, [1])}) == ["a"]
     redis_sink.stage(1, 0, {"a": piece(1, [2])})
     with pytest.raises(
-        RuntimeError, match=r"batch 1 cannot be committed, staged piece missing: .*:stage:1.*noeviction"
+        RuntimeError, match=r"batch 1 cannot be committed, staged piece missing: .*:piece:1:1.*noeviction"
     ):
         commit(redis_sink, 1, {0: piece(1, [2]), 1: piece(1, [3])})
     assert redis_sink.last_committed("a") == 0
@@ -155,8 +157,8 @@ def test_a_redis_lost_between_stage_and_commit_holds_whole_batches_from_the_next
     with caplog.at_level("WARNING"):
         assert commit(redis_sink, 1, {0: piece(1, [2]), 1: piece(1, [3])}) == ["a"]
     assert "lost batch 1's staged results" in caplog.text and "from 2 on" in caplog.text
-    # nothing of batch 1 is left: no staged piece, no member, no commit record
-    assert redis_sink.count("a") == 0 and not redis_sink.client.exists(stage_key("a", 1, redis_sink.namespace))
+    # nothing of batch 1 is left: no staged piece, no result, no commit record
+    assert redis_sink.count("a") == 0 and not redis_sink.client.exists(piece_key("a", 1, 1, redis_sink.namespace))
     assert redis_sink.last_committed("a") is None
     redis_sink.stage(2, 0, {"a": piece(2, [4])})
     assert commit(redis_sink, 2, {0: piece(2, [4])}) == ["a"]
@@ -170,7 +172,7 @@ def test_a_pickled_redis_sink_stages_with_its_own_client(redis_sink: RedisSink) 
     assert copy.client is not redis_sink.client and copy.namespace == redis_sink.namespace
     assert copy.stage(0, 1, {"a": piece(0, [1])}) == {"a": 1}
     assert commit(redis_sink, 0, {1: piece(0, [1])}) == ["a"]
-    rows = read_span(redis_sink.client, "a", redis_sink.namespace, 0, 10**6, boundary=False).rows
+    rows = read_all(redis_sink.client, "a", redis_sink.namespace, 0, 10**6)
     assert [r["row"] for r in rows] == [2**32]
 
 

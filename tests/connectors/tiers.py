@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, results_key
+from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.redis_tier import advance_snapshot
 from windjoin.connectors.result_query import ResultStore
 from windjoin.connectors.snapshots import SnapshotStore
@@ -74,8 +74,7 @@ class Tiers:
         return ResultStore(self.layout.spec, redis_url, self.namespace, str(self.folder) if parquet else None)
 
     def close(self) -> None:
-        ns = self.namespace
         for task in self.layout.tasks:
-            self.redis.client.delete(results_key(task, ns), meta_key(task, ns), feed_key(task, ns))
+            self.redis.clear(task)
         self.redis.close()
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""The one-time-query order kept by `FirstRows` (the Redis read) and `FirstKeys` (the Parquet scan), and the
+"""The one-time-query order kept by `FirstKeys` (the scan of both tiers, bounded in rows and bytes), and the
 cursors that carry positions in it, against sorted() and plain tuple comparison."""
 
 from __future__ import annotations
@@ -10,25 +10,41 @@ from hypothesis import strategies as st
 
 from windjoin.operators.query.cursors import decode_cursor, page_cursor, page_position
 from windjoin.operators.query.errors import BadQuery
-from windjoin.operators.query.order import FirstKeys, FirstRows, after_mask, before_mask
+from windjoin.operators.query.order import FirstKeys, after_mask, before_mask
 
 keys = st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 3), st.integers(0, 3)), unique=True, max_size=40)
 
 
 @settings(max_examples=50, deadline=None)
-@given(keys, st.integers(1, 10), st.tuples(st.integers(-3, 3), st.integers(0, 3), st.integers(0, 3)))
-def test_first_n_and_masks_follow_tuple_order(offered: list, n: int, at: tuple) -> None:
-    first = FirstRows(n)
-    for key in offered:
-        first.push(key, {"key": key})
-    assert [row["key"] for row in first.rows()] == sorted(offered)[:n]
-    assert first.dropped == (len(offered) > n)
-    firsts = FirstKeys(n)
+@given(
+    keys,
+    st.integers(1, 10),
+    st.tuples(st.integers(-3, 3), st.integers(0, 3), st.integers(0, 3)),
+    st.none() | st.integers(1, 60),
+    st.randoms(use_true_random=False),
+)
+def test_first_n_and_masks_follow_tuple_order(offered: list, n: int, at: tuple, budget: int | None, rng) -> None:
+    firsts = FirstKeys(n, budget)
     columns = np.array(offered, dtype=np.int64).reshape(-1, 3)
-    half = len(offered) // 2
-    for file, part in enumerate((columns[:half], columns[half:])):
-        firsts.offer(part[:, 0], part[:, 1], part[:, 2], file, 0, np.arange(len(part)))
-    assert [tuple(k) for k in firsts.keys.tolist()] == sorted(offered)[:n]
+    sizes = {key: rng.randint(1, 20) for key in offered}
+    half = rng.randint(0, len(offered))
+    for unit, part in enumerate((columns[:half], columns[half:])):
+        part_sizes = np.array([sizes[tuple(k)] for k in part.tolist()], dtype=np.int64)
+        firsts.offer(part[:, 0], part[:, 1], part[:, 2], part_sizes, unit, np.arange(len(part)))
+    # the longest prefix in key order within n rows and the bytes (the first row always)
+    expected = sorted(offered)[:n]
+    if budget is not None:
+        total, kept = 0, []
+        for key in expected:
+            total += sizes[key]
+            if total > budget and kept:
+                break
+            kept.append(key)
+        assert firsts.cut == (len(kept) < len(expected))
+        expected = kept
+    assert [tuple(k) for k in firsts.keys.tolist()] == expected
+    for (unit, position), key in zip(firsts.where.tolist(), firsts.keys.tolist(), strict=True):
+        assert columns[position if unit == 0 else half + position].tolist() == key  # where each key's row is
     times, batches, rows = columns.T
     assert after_mask(times, batches, rows, at).tolist() == [k > at for k in offered]
     assert before_mask(times, batches, rows, at).tolist() == [k < at for k in offered]

@@ -79,7 +79,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- $spec := deepCopy .Values.spec -}}
 {{- $sinks := default (dict) (get $spec "sinks") -}}
 {{- $_ := set $sinks "parquet" (merge (dict "path" (include "windjoin.parquetPath" .)) (default (dict) (get $sinks "parquet"))) -}}
-{{- $_ := set $sinks "redis" (merge (dict "url" (include "windjoin.redisUrl" .) "retain_ms" .Values.redis.retainMs) (default (dict) (get $sinks "redis"))) -}}
+{{- $_ := set $sinks "redis" (merge (dict "url" (include "windjoin.redisUrl" .) "retain_ms" .Values.redis.retainMs "max_bytes" .Values.redis.maxBytes) (default (dict) (get $sinks "redis"))) -}}
 {{- $_ := set $spec "sinks" $sinks -}}
 {{- $_ := set $spec "checkpoint" (include "windjoin.checkpoint" .) -}}
 {{- $_ := set $spec "kafka" (fromYaml (include "windjoin.kafkaSection" .)) -}}
@@ -149,11 +149,11 @@ envFrom:
 {{- $scripts := "+eval +evalsha +eval_ro +evalsha_ro" -}}
 {{- $tx := "+multi +exec +discard +watch +unwatch" -}}
 {{- if eq .component "job" -}}
-~{{ $ns }}:{*}:results ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed ~{{ $ns }}:{*}:owner ~{{ $ns }}:{*}:stage:* ~{{ $ns }}:{control}:load %R~{{ $ns }}:{control}:decision -@all +@connection +@read +@write {{ $scripts }} {{ $tx }} -@dangerous -@admin
+~{{ $ns }}:{*}:index ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed ~{{ $ns }}:{*}:piece:* ~{{ $ns }}:{*}:pieces ~{{ $ns }}:{*}:owner ~{{ $ns }}:{control}:load %R~{{ $ns }}:{control}:decision -@all +@connection +@read +@write {{ $scripts }} {{ $tx }} -@dangerous -@admin
 {{- else if eq .component "controller" -}}
 %R~{{ $ns }}:{control}:load ~{{ $ns }}:{control}:decision ~{{ $ns }}:{control}:decisions -@all +@connection +@read +@write {{ $tx }} -@dangerous -@admin
 {{- else -}}
-~{{ $ns }}:{*}:results ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed -@all +@connection +@read +time {{ $scripts }} -@dangerous -@admin
+~{{ $ns }}:{*}:index ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed ~{{ $ns }}:{*}:piece:* -@all +@connection +@read +time {{ $scripts }} -@dangerous -@admin
 {{- end -}}
 {{- end -}}
 

@@ -203,7 +203,7 @@ def test_results_by_spec_with_redis_restarted_empty_answer_everything(
 def test_follow_resumes_from_parquet_when_redis_lost_what_it_had_not_read(redis_url: str, tmp_path: Path) -> None:
     """A subscriber stops after some rows; Redis loses everything and the job writes on; `windjoin query follow
     --cursor` gets 410 with a resume cursor, reads the lost batches from Parquet, then the feed: every row once."""
-    from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
+    from windjoin.connectors.redis_sink import clear_task
 
     live = Results(make_spec(redis_url, tmp_path / "parquet"), new_namespace(), redis_url, tmp_path / "parquet")
     for b in range(4):
@@ -215,7 +215,7 @@ def test_follow_resumes_from_parquet_when_redis_lost_what_it_had_not_read(redis_
         assert shown == live.since("a", 0)[:6]
         cursor = first.stderr.split("--cursor ")[-1].split()[0]
         for task in ("a", "b"):
-            live.redis.delete(*(key(task, live.namespace) for key in (results_key, meta_key, feed_key)))
+            clear_task(live.redis, task, live.namespace)
         for b in range(4, 6):
             live.write(6, t0=100 * b)
         rest = live.since("a", 0)[6:]

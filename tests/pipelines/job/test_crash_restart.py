@@ -53,7 +53,8 @@ from tests.pipelines.pipeline_helpers import parquet_pairs, read_dead_letters, r
 from windjoin.connectors.kafka_admin import create_topics
 from windjoin.connectors.kafka_producer import BatchProducer
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, results_key, stage_pattern
+from windjoin.connectors.redis_keys import meta_key
+from windjoin.connectors.redis_sink import RedisSink, clear_task
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
 KILLS = ("parquet_stage", "redis_stage", "commit", "after_sinks", "random")
@@ -367,6 +368,6 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
         for proc in procs:
             if proc.poll() is None or session_members(proc.pid):
                 kill_job(proc)
-        admin.delete(results_key(task), meta_key(task), feed_key(task), *admin.scan_iter(match=stage_pattern(task)))
+        clear_task(admin, task, "windjoin")
         admin.close()
         shutil.rmtree(checkpoint, ignore_errors=True)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.pipelines.pipeline_helpers import produce_events
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, results_key
+from windjoin.connectors.redis_sink import RedisSink, clear_task
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.query.conditions import parse_condition
@@ -147,7 +147,7 @@ def test_three_way_equi_join_time_window_to_parquet_redis_and_queries(
             assert keys == sorted(keys) and len(set(keys)) == len(keys)
             assert all(r["result_time"] == max(r[s]["ts"] for s in join) for r in rows)
             # the query really crossed the tiers: Redis no longer holds all, and holds batches past the snapshot
-            assert redis_sink.client.zcard(results_key(task)) < len(rows)
+            assert redis_sink.count(task) < len(rows)
             assert any(r["batch_id"] > snapshot.last_batch for r in rows)
         # a span and a selection on the 3-way task, paged: equal to filtering the oracle
         t_from, t_to = BASE_TS + 400, BASE_TS + 1100
@@ -162,7 +162,7 @@ def test_three_way_equi_join_time_window_to_parquet_redis_and_queries(
     finally:
         store.close()
         for task in (tri, pair):
-            redis_sink.client.delete(results_key(task), meta_key(task), feed_key(task))
+            clear_task(redis_sink.client, task, redis_sink.namespace)
         redis_sink.close()
 
 
@@ -197,5 +197,5 @@ def test_three_way_count_window_on_one_partition(spark, kafka_bootstrap, redis_u
             rows, _ = _one_time(store, "tri", 0, 2**53 - 1, [], MAX_LIMIT)
             assert as_multiset(_combos(rows, "tri", join)) == as_multiset(expected)
     finally:
-        redis_sink.client.delete(results_key("tri", namespace), meta_key("tri", namespace), feed_key("tri", namespace))
+        clear_task(redis_sink.client, "tri", namespace)
         redis_sink.close()

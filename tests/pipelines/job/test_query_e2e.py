@@ -10,7 +10,8 @@ import uuid
 import pytest
 
 from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
-from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
+from windjoin.connectors.redis_sink import clear_task
+from windjoin.connectors.redis_tier import read_all
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.query.conditions import parse_condition
@@ -60,7 +61,7 @@ def test_queries_over_the_pipeline_output_equal_the_oracle(spark, kafka_bootstra
             assert keys == sorted(keys) and len(set(keys)) == len(keys)
             # the span really crosses the boundary: Parquet served rows Redis no longer holds, and Redis served
             # batches no snapshot holds yet
-            in_redis = redis_sink.client.zcount(results_key(task), t_from, t_to)
+            in_redis = len(read_all(redis_sink.client, task, redis_sink.namespace, t_from, t_to))
             assert in_redis < len(want)
             assert any(r["batch_id"] > snapshot.last_batch for r in page.rows)
             assert any(r["result_time"] < BASE_TS + PUNCTUATE_AT - 100 for r in page.rows)
@@ -93,5 +94,5 @@ def test_queries_over_the_pipeline_output_equal_the_oracle(spark, kafka_bootstra
     finally:
         store.close()
         for task in names:
-            redis_sink.client.delete(results_key(task), meta_key(task), feed_key(task))
+            clear_task(redis_sink.client, task, redis_sink.namespace)
         redis_sink.close()

@@ -17,7 +17,7 @@ from tests.pipelines.pipeline_helpers import produce_events
 from windjoin.connectors.control_decisions import DecisionStore, routing_json
 from windjoin.connectors.redis_client import redis_client, spec_auth
 from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.redis_tier import read_span
+from windjoin.connectors.redis_tier import read_all
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.job.control_feed import RefusalCounts, refusals_path
@@ -114,7 +114,7 @@ def test_the_job_runs_as_its_redis_user_and_keeps_the_last_good_decision(spark, 
         committed = sink.last_committed("eq")
         assert committed is not None
         proxy = redis_client(url, auths["proxy"])
-        rows = read_span(proxy, "eq", "windjoin", 0, 2**62, boundary=False).rows
+        rows = read_all(proxy, "eq", "windjoin", 0, 2**53 - 1)
         assert rows and len(rows) == sum(o.pairs.get("eq", 0) for o in outcomes)
         proxy.close()
         sink.close()

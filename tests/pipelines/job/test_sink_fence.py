@@ -16,7 +16,8 @@ import pytest
 from tests.connectors.sink_cases import SPEC
 from windjoin.connectors import redis_tier
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink, feed_key, meta_key, owner_key, results_key
+from windjoin.connectors.redis_keys import meta_key, owner_key, piece_pattern, task_keys
+from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.result_table import table_from_records
@@ -224,8 +225,8 @@ def test_redis_clear_removes_every_key_of_the_task_and_only_those(redis_url: str
         sink.claim("a", CheckpointId(str(uuid.uuid4()), "/x"))
         sink.write(0, batch(0))
         sink.clear("a")
-        keys = [f("a", namespace) for f in (results_key, meta_key, feed_key, owner_key)]
-        assert sink.client.exists(*keys) == 0
+        assert sink.client.exists(*task_keys("a", namespace)) == 0
+        assert list(sink.client.scan_iter(match=piece_pattern("a", namespace))) == []
         assert sink.count("b") == 2  # another task's results stay
         sink.clear("b")
 

@@ -24,7 +24,8 @@ from tests.pipelines.pipeline_helpers import (
     redis_pairs,
 )
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink, results_key
+from windjoin.connectors.redis_keys import task_prefix
+from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.result_table import result_schema
 from windjoin.operators.spec import parse_spec
@@ -82,7 +83,7 @@ def test_a_new_checkpoint_is_refused_and_fresh_sinks_equal_the_oracle(
     b = checkpoint_identity(Path(second["checkpoint"]).resolve())
     for task in tasks:
         assert str(parquet.task_dir(task)) in message
-        assert f"key {results_key(task)}" in message
+        assert f"keys {task_prefix(task)}*" in message
     assert f"written by checkpoint {a.describe()}" in message
     assert f"this job's checkpoint is {b.describe()}" in message
     assert not spark.streams.active and not (Path(second["checkpoint"]) / "offsets").exists()  # Spark never started

@@ -19,7 +19,8 @@ from tests.pipelines.pipeline_helpers import (
     redis_pairs,
 )
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import feed_key, meta_key, results_key
+from windjoin.connectors.redis_keys import meta_key
+from windjoin.connectors.redis_sink import clear_task
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
@@ -64,5 +65,5 @@ def test_punctuation_closes_snapshots_in_the_pipeline(spark, kafka_bootstrap, re
         assert sorted(closed) == sorted((task, b) for task in tasks for b in punctuated)
     finally:
         for task in tasks:
-            redis_sink.client.delete(results_key(task), meta_key(task), feed_key(task))
+            clear_task(redis_sink.client, task, redis_sink.namespace)
         redis_sink.close()

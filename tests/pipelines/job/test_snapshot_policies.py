@@ -14,7 +14,8 @@ import redis
 from windjoin.connectors import redis_tier
 from windjoin.connectors.kafka_source import ARROW_SCHEMA
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink, meta_key, results_key
+from windjoin.connectors.redis_keys import meta_key
+from windjoin.connectors.redis_sink import RedisSink, clear_task
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, table_from_records
@@ -118,10 +119,8 @@ def test_parquet_retention_after_each_snapshot(tmp_path: Path) -> None:
 
 
 def _members(client: redis.Redis, task: str, namespace: str) -> list[tuple[int, int]]:
-    """(batch_id, result time) of every member Redis holds for the task."""
-    return sorted(
-        (orjson.loads(m)[0], int(s)) for m, s in client.zrange(results_key(task, namespace), 0, -1, withscores=True)
-    )
+    """(batch_id, result time) of every result Redis holds for the task."""
+    return sorted((r["batch_id"], r["result_time"]) for r in redis_tier.read_all(client, task, namespace, 0, 2**53))
 
 
 def test_redis_keeps_results_until_a_snapshot_holds_them(tmp_path: Path, redis_url: str) -> None:
@@ -146,9 +145,9 @@ def test_redis_keeps_results_until_a_snapshot_holds_them(tmp_path: Path, redis_u
         clock.now += 10
         [snapshot] = committer.after_batch(3)
         assert (snapshot.id, snapshot.first_batch, snapshot.last_batch) == (1, 0, 3)
-        # Cutoff = Redis max time 9500 - 1000: members of batches <= 3 below 8500 left Redis; the Parquet
-        # snapshot holds all of them.
-        assert _members(rsink.client, "a", namespace) == [(2, 9000), (3, 9500)]
+        # Cutoff = Redis max time 9500 - 1000: the pieces of batches <= 3 wholly below 8500 left Redis (batch 3's
+        # stays whole: it holds 9500); the Parquet snapshot holds all of them.
+        assert _members(rsink.client, "a", namespace) == [(2, 9000), (3, 300), (3, 9500)]
         meta = rsink.client.hgetall(meta_key("a", namespace))
         assert (int(meta[b"snapshot"]), int(meta[b"snapshot_batch"])) == (1, 3)
         assert len(ParquetSink(tmp_path / "parquet").read("a")) == 6
@@ -157,9 +156,9 @@ def test_redis_keeps_results_until_a_snapshot_holds_them(tmp_path: Path, redis_u
         parquet.write(4, tables)
         rsink.write(4, tables)
         assert committer.after_batch(4) == []
-        view = redis_tier.read_span(rsink.client, "a", namespace, 0, 10**6)
-        assert [(r["batch_id"], r["result_time"]) for r in view.rows] == [(4, 50)]
-        assert (view.snapshot_id, view.snapshot_batch) == (1, 3)
+        assert (4, 50) in _members(rsink.client, "a", namespace)
+        meta = rsink.client.hgetall(meta_key("a", namespace))
+        assert (int(meta[b"snapshot"]), int(meta[b"snapshot_batch"])) == (1, 3)
 
 
 def test_snapshot_left_behind_by_a_crash_reaches_redis_on_the_next_batch(tmp_path: Path, redis_url: str) -> None:
@@ -261,12 +260,11 @@ def test_batch_sink_commits_sinks_then_snapshots(tmp_path: Path, redis_url: str)
     client = sinks[1].client
     try:
         # Snapshot 1 holds batches 0..1; Redis dropped what is older than 9100 - 1000 among them.
-        assert [orjson.loads(m)[0] for m in client.zrange(results_key(task, "windjoin"), 0, -1)] == [0, 1]
         assert int(client.hget(meta_key(task, "windjoin"), "snapshot")) == 1
-        assert _members(client, task, "windjoin") == [(0, 9000), (1, 9100)]
+        assert [m for m in _members(client, task, "windjoin") if m[1] >= 8100] == [(0, 9000), (1, 9100)]
         assert SnapshotStore(tmp_path / "parquet").batches(task, 1) == [0, 1]
     finally:
-        client.delete(results_key(task, "windjoin"), meta_key(task, "windjoin"), redis_tier.feed_key(task, "windjoin"))
+        clear_task(client, task, "windjoin")
         sinks[1].close()
 
 

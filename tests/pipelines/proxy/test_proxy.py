@@ -65,11 +65,11 @@ def fetch_all(client: TestClient, task: str, params: dict[str, Any]) -> list[dic
 
 def test_the_boundary_is_real(tiers: Results) -> None:
     """Redis no longer holds all results (the old part is only in Parquet), yet holds some covered ones."""
-    from windjoin.connectors.redis_sink import results_key
+    from windjoin.connectors.redis_tier import read_all
 
-    held = tiers.redis.zcard(results_key("a", tiers.namespace))
+    held = len(read_all(tiers.redis, "a", tiers.namespace, -(2**53), 2**53))
     assert 0 < held < len(tiers.rows["a"])
-    in_redis_and_snapshot = tiers.redis.zcount(results_key("a", tiers.namespace), 600, 900)
+    in_redis_and_snapshot = len(read_all(tiers.redis, "a", tiers.namespace, 600, 900))
     assert in_redis_and_snapshot > 0  # both tiers hold batches of these times: duplicates would show
 
 
@@ -406,7 +406,7 @@ def test_a_parquet_only_proxy_serves_the_snapshots_and_refuses_streams(tiers: Re
 
 
 def test_a_cursor_older_than_the_feed_is_gone(live: Results) -> None:
-    from windjoin.connectors.redis_sink import feed_key
+    from windjoin.connectors.redis_keys import feed_key
 
     for b in range(5):
         live.write(3, t0=100 * b)
