@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
+import pyarrow as pa
 import redis
 
 from windjoin.connectors.redis_keys import index_key, meta_key, piece_key
 from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk, row_bytes
 from windjoin.connectors.redis_retention import drop_pieces
 from windjoin.connectors.span_scan import Part
+from windjoin.operators.query.errors import Damaged
 from windjoin.operators.query.fields import table_rows
 from windjoin.operators.result_table import check_batch_id, result_times
 
@@ -79,6 +81,7 @@ local last = math.min(first + tonumber(ARGV[4]), redis.call('ZCOUNT', KEYS[1], '
 if last < first then return {meta, 0, {}, took()} end
 return {meta, 0, redis.call('ZRANGE', KEYS[1], first, last), took()}
 """
+
 
 def advance_snapshot(
     client: redis.Redis,
@@ -234,7 +237,14 @@ class RedisChunk:
     entry: ChunkEntry
 
     def read(self, columns: Sequence[str], sized: Sequence[str] | None) -> Part:
-        table = decode_chunk(self.span.chunk(self.entry), self.entry)
+        data = self.span.chunk(self.entry)
+        try:
+            table = decode_chunk(data, self.entry)
+        except pa.ArrowException as err:
+            raise Damaged(
+                f"task {self.span.task!r} batch {self.entry.batch}: its Redis results cannot be read (a damaged "
+                "chunk); the operator must remove the task's keys from Redis (Parquet holds the batch)"
+            ) from err
         rows = self.entry.first_row + np.arange(table.num_rows, dtype=np.int64)
         sizes = None if sized is None else row_bytes(table, list(sized))
         return Part(table.flatten().select(list(columns)), rows, sizes)

@@ -126,6 +126,10 @@ class ResultStore:
             if redis_url is None
             else redis_client(redis_url, auth, socket_timeout=MAX_BLOCK_MS / 1000 + 30, socket_connect_timeout=10)
         )
+        # readiness probes: their own connections, answered within a second or counted as not ready
+        self._probe = (
+            None if redis_url is None else redis_client(redis_url, auth, socket_timeout=1.0, socket_connect_timeout=1.0)
+        )
         self.parquet_path = None if parquet_path is None else Path(parquet_path)
         self.snapshot_store = None if parquet_path is None else SnapshotStore(parquet_path)
         self._parquet = None if parquet_path is None else ParquetSink(parquet_path)
@@ -153,7 +157,7 @@ class ResultStore:
         )
 
     def close(self) -> None:
-        for client in (self.client, self.feed_client):
+        for client in (self.client, self.feed_client, self._probe):
             if client is not None:
                 client.close()
 
@@ -478,12 +482,17 @@ class ResultStore:
         task = self._task(task)
         return [] if self.snapshot_store is None else self.snapshot_store.list(task)
 
+    def tiers(self) -> list[str]:
+        """The configured tiers: "redis", "parquet" or both."""
+        return [name for name, on in (("redis", self._probe), ("parquet", self.parquet_path)) if on is not None]
+
     def ready(self) -> dict[str, bool]:
-        """Whether each configured tier can be read: {"redis": ..., "parquet": ...} (configured tiers only)."""
+        """Whether each configured tier can be read: {"redis": ..., "parquet": ...} (configured tiers only); a
+        Redis that does not answer within a second is not ready."""
         state = {}
-        if self.client is not None:
+        if self._probe is not None:
             try:
-                state["redis"] = bool(self.client.ping())
+                state["redis"] = bool(self._probe.ping())
             except (redis.RedisError, OSError):
                 state["redis"] = False
         if self.parquet_path is not None:

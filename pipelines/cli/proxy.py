@@ -9,7 +9,7 @@ import click
 from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.cli.options import SPEC_ARGUMENT, load_spec_or_fail
-from windjoin.pipelines.proxy.config import MAX_PAGE, METRICS_MODES, Access, Bounds, Limits
+from windjoin.pipelines.proxy.config import MAX_PAGE, MAX_PAGE_BYTES, METRICS_MODES, Access, Bounds, Limits
 from windjoin.pipelines.proxy.tokens import TokenTable
 
 NAMESPACE_OPTION = click.option(
@@ -18,14 +18,21 @@ NAMESPACE_OPTION = click.option(
 
 
 def store_from_spec(
-    spec: JoinSpec, namespace: str = DEFAULT_NAMESPACE, redis_share: float = 1.0
+    spec: JoinSpec, namespace: str = DEFAULT_NAMESPACE, redis_share: float = 1.0, bounds: Bounds | None = None
 ):  # -> ResultStore (lazily)
     """`ResultStore.from_spec`, its refusal as a command-line error; `redis_share`: the most of Redis' time its
-    one-time queries take together."""
+    one-time queries take together; `bounds`: the bytes and the time budget of a page."""
     from windjoin.connectors.result_query import ResultStore
 
+    bounds = bounds or Bounds()
     try:
-        return ResultStore.from_spec(spec, namespace, redis_share)
+        return ResultStore.from_spec(
+            spec,
+            namespace,
+            redis_share,
+            page_bytes=bounds.max_page_bytes,
+            time_budget_s=bounds.query_budget_ms / 1000,
+        )
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 
@@ -87,6 +94,27 @@ def store_from_spec(
     help="Largest page (limit) of a one-time query.",
 )
 @click.option(
+    "--max-page-bytes",
+    type=click.IntRange(min=1024, max=MAX_PAGE_BYTES * 16),
+    default=MAX_PAGE_BYTES,
+    show_default=True,
+    help="About the most bytes of row values one page of a one-time query holds (the first row always fits).",
+)
+@click.option(
+    "--query-budget-ms",
+    type=click.IntRange(min=100, max=600_000),
+    default=Bounds.query_budget_ms,
+    show_default=True,
+    help="How long a one-time query reads one page; then it answers the rows known first and a cursor for the rest.",
+)
+@click.option(
+    "--max-queries",
+    type=click.IntRange(min=1, max=256),
+    default=Bounds.max_queries,
+    show_default=True,
+    help="One-time queries read at once (the others wait); the proxy's memory stays about this many pages.",
+)
+@click.option(
     "--metrics",
     type=click.Choice(METRICS_MODES),
     default="token",
@@ -116,6 +144,9 @@ def proxy(
     max_streams: int,
     max_span_ms: int,
     max_limit: int,
+    max_page_bytes: int,
+    query_budget_ms: int,
+    max_queries: int,
     metrics: str,
     redis_share: float,
     docs: bool,
@@ -139,7 +170,7 @@ def proxy(
     try:
         tokens = None if tokens_file is None else TokenTable.from_file(tokens_file, [t.name for t in spec.tasks])
         access = Access(tokens, Limits(rate_limit, rate_burst, max_streams), metrics, docs)
-        bounds = Bounds(max_span_ms, max_limit)
+        bounds = Bounds(max_span_ms, max_limit, max_page_bytes, query_budget_ms, max_queries)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     if tokens is None:
@@ -151,7 +182,10 @@ def proxy(
             bold=True,
         )
     app = create_app(
-        store_from_spec(spec, namespace, redis_share), FeedConfig(queue_size=queue_size), access=access, bounds=bounds
+        store_from_spec(spec, namespace, redis_share, bounds),
+        FeedConfig(queue_size=queue_size),
+        access=access,
+        bounds=bounds,
     )
     scheme = "https" if tls_cert_file else "http"
     click.echo(f"windjoin proxy: {scheme}://{host}:{port} (docs: {docs}, metrics: {metrics})", err=True)

@@ -4,12 +4,15 @@ Endpoints (OpenAPI at /openapi.json, docs at /docs): task listing, field listing
 paging, continuous queries as server-sent events (`proxy_feed` fans each task's feed out), snapshot listing,
 /healthz, /readyz and /metrics. Every data endpoint needs a bearer token allowed to read the task (`proxy_access`:
 401, 403, 429); /healthz and /readyz need none (probes). Every `QueryError` becomes the status of its type
-(`STATUSES`, the one place they are mapped) with `{"detail": message}`; a store that cannot be reached becomes 503;
-FastAPI's own parameter validation answers 422.
+(`STATUSES`, the one place they are mapped) with `{"detail": message}`; a store that cannot be reached becomes 503
+naming the tier, never where it is or what it said (that goes to the log); FastAPI's own parameter validation answers
+422. Store calls run on threads: queries on at most `Bounds.max_queries` at once, /readyz on its own, so that a
+storm of queries never holds up the probes.
 """
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -17,12 +20,12 @@ from typing import Annotated, Any, TypeVar
 
 import orjson
 import redis
+from anyio import CapacityLimiter, move_on_after, to_thread
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.concurrency import run_in_threadpool
 
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.operators.query import errors
@@ -36,7 +39,10 @@ from windjoin.pipelines.proxy.feed import SLOW_CONSUMER, Chunk, FeedConfig, Feed
 from windjoin.pipelines.proxy.metrics import ProxyMetrics
 from windjoin.pipelines.proxy.tokens import Client
 
+log = logging.getLogger(__name__)
+
 DEFAULT_LIMIT = 1000
+READY_TIMEOUT_S = 1.0  # a probe answers within this, ready or not
 MAX_CONDITIONS = 32
 MAX_TEXT = 1000  # characters of one condition, of the field list, of a cursor
 
@@ -47,6 +53,7 @@ STATUSES: dict[type[QueryError], int] = {
     errors.NotFound: 404,
     errors.Gone: 410,
     errors.TryAgain: 503,
+    errors.Damaged: 500,
     QueryError: 400,
 }
 
@@ -142,6 +149,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     **DENIED,
     403: {"model": Problem, "description": "The token may not read this task."},
     404: {"model": Problem, "description": "Unknown task (for streams also: no Redis tier configured)."},
+    500: {"model": Problem, "description": "Stored results cannot be read (a damaged file): names the task and batch."},
     503: {"model": Problem, "description": "The store (Redis or Parquet) cannot be reached."},
 }
 
@@ -202,18 +210,28 @@ def create_app(
         return JSONResponse(body, status_code=status)
 
     async def store_down(request: Request, err: Exception) -> JSONResponse:
-        """Redis unreachable, or Parquet files gone while read (a snapshot expired twice during one query)."""
+        """Redis unreachable, or Parquet files gone while read (a snapshot expired twice during one query): the body
+        names the tier only (addresses, paths and server messages go to the log)."""
         metrics.answered(request.scope.get("windjoin.kind", "other"), 503)
-        return JSONResponse({"detail": f"store unavailable: {type(err).__name__}: {err}"}, status_code=503)
+        tier = "Redis" if isinstance(err, redis.RedisError) else "Parquet"
+        log.warning("%s %s: %s unavailable: %r", request.method, request.url.path, tier, err)
+        return JSONResponse({"detail": f"store unavailable: {tier} did not answer; retry later"}, status_code=503)
 
     app.add_exception_handler(redis.RedisError, store_down)
     app.add_exception_handler(OSError, store_down)
 
+    limiters: dict[str, CapacityLimiter] = {}  # made on the event loop that uses them
+
+    def limiter(name: str, tokens: int) -> CapacityLimiter:
+        if name not in limiters:
+            limiters[name] = CapacityLimiter(tokens)
+        return limiters[name]
+
     async def answer(request: Request, kind: str, call: Callable[[], T], rows: Callable[[T], int] | None = None) -> T:
-        """Run a store call in a thread, counted and timed under `kind`."""
+        """Run a store call in a thread (at most `max_queries` at once), counted and timed under `kind`."""
         request.scope["windjoin.kind"] = kind
         with metrics.timed(kind):
-            result = await run_in_threadpool(call)
+            result = await to_thread.run_sync(call, limiter=limiter("queries", bounds.max_queries))
         metrics.answered(kind, 200, rows(result) if rows else 0)
         return result
 
@@ -254,11 +272,12 @@ def create_app(
         def query() -> Any:
             check_bounds(bounds, t_from, t_to, limit)
             conditions, names = parse_query(store, task, where, fields)
-            return store.one_time(task, t_from, t_to, conditions, names, limit, cursor)
+            page = store.one_time(task, t_from, t_to, conditions, names, limit, cursor)
+            body = {"rows": page.rows, "next_cursor": page.next_cursor, "snapshot_id": page.snapshot_id}
+            return len(page.rows), orjson.dumps(body)  # encoded on the thread, not the event loop
 
-        page = await answer(request, "results", query, lambda p: len(p.rows))
-        body = {"rows": page.rows, "next_cursor": page.next_cursor, "snapshot_id": page.snapshot_id}
-        return Response(orjson.dumps(body), media_type="application/json")
+        _, body = await answer(request, "results", query, lambda answered: answered[0])
+        return Response(body, media_type="application/json")
 
     @app.get(
         "/v1/tasks/{task}/stream",
@@ -362,8 +381,11 @@ def create_app(
         tags=["operations"],
     )
     async def readyz() -> JSONResponse:
-        """Readiness: every tier the spec configures (Redis, Parquet) answers."""
-        checks = await run_in_threadpool(store.ready)
+        """Readiness: every tier the spec configures (Redis, Parquet) answers, within a second (on its own thread:
+        never behind queries)."""
+        checks = dict.fromkeys(store.tiers(), False)
+        with move_on_after(READY_TIMEOUT_S):
+            checks = await to_thread.run_sync(store.ready, limiter=limiter("ready", 1), abandon_on_cancel=True)
         ready = all(checks.values())
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 

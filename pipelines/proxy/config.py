@@ -12,6 +12,7 @@ from windjoin.pipelines.proxy.tokens import TokenTable
 
 METRICS_MODES = ("token", "open", "off")
 MAX_PAGE = 10_000  # rows of one page, the most a one-time query returns at once (result_query.MAX_LIMIT)
+MAX_PAGE_BYTES = 8 << 20  # bytes of row values of one page (result_query.MAX_PAGE_BYTES)
 DAY_MS = 86_400_000
 _MAX_TIME = 2**53 - 1
 
@@ -36,16 +37,29 @@ class Limits:
 
 @dataclass(frozen=True)
 class Bounds:
-    """The largest one-time query the proxy answers: `max_span_ms` between from and to, `max_limit` rows a page."""
+    """The largest one-time query the proxy answers: `max_span_ms` between from and to, `max_limit` rows and about
+    `max_page_bytes` of row values a page, `query_budget_ms` of reading a page (then it answers what it knows with a
+    cursor for the rest), and `max_queries` read at once (the rest wait): memory stays about `max_queries` pages."""
 
     max_span_ms: int = 31 * DAY_MS
     max_limit: int = MAX_PAGE
+    max_page_bytes: int = MAX_PAGE_BYTES
+    query_budget_ms: int = 10_000
+    max_queries: int = 8
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_span_ms <= 2 * _MAX_TIME:
             raise ValueError(f"max span: {self.max_span_ms!r} is not accepted (accepted: 1..{2 * _MAX_TIME} ms)")
         if not 1 <= self.max_limit <= MAX_PAGE:
             raise ValueError(f"max limit: {self.max_limit!r} is not accepted (accepted: 1..{MAX_PAGE})")
+        if not 1024 <= self.max_page_bytes <= MAX_PAGE_BYTES * 16:
+            raise ValueError(
+                f"max page bytes: {self.max_page_bytes!r} is not accepted (accepted: 1024..{MAX_PAGE_BYTES * 16})"
+            )
+        if not 100 <= self.query_budget_ms <= 600_000:
+            raise ValueError(f"query budget: {self.query_budget_ms!r} is not accepted (accepted: 100..600000 ms)")
+        if not 1 <= self.max_queries <= 256:
+            raise ValueError(f"max queries: {self.max_queries!r} is not accepted (accepted: 1..256)")
 
 
 @dataclass(frozen=True)

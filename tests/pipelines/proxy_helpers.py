@@ -4,16 +4,20 @@
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
 import uvicorn
+import yaml
 
+from windjoin.connectors import processes
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.processes import free_port
 from windjoin.connectors.redis_sink import RedisSink
@@ -195,3 +199,43 @@ class Server:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=20)
+
+
+class ProxyProcess:
+    """`windjoin proxy` over `spec` in its own process on a free port (the tests' tokens file; `args`: more
+    options), for what a thread of the test process cannot show: its memory, its answers under load."""
+
+    def __init__(self, spec: JoinSpec, folder: Path, args: Sequence[str] = ()) -> None:
+        spec_file, tokens = folder / "proxy-spec.yaml", folder / "proxy-tokens.yaml"
+        spec_file.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
+        tokens.write_text(yaml.safe_dump(TOKENS_FILE))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = folder / "proxy.log"
+        self.argv = [sys.executable, "-m", "windjoin.pipelines", "proxy", str(spec_file), "--port", str(self.port)]
+        self.argv += ["--tokens-file", str(tokens), *args]
+        self.pid = 0
+
+    def __enter__(self) -> ProxyProcess:
+        self.pid = processes.spawn(self.argv, self.log)
+        deadline = time.monotonic() + 60
+        while not processes.port_open("127.0.0.1", self.port):
+            if not processes.is_alive(self.pid) or time.monotonic() > deadline:
+                processes.stop(self.pid)
+                raise RuntimeError(f"the proxy did not start: {processes.log_tail(self.log)}")
+            time.sleep(0.1)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        processes.stop(self.pid)
+
+    def status(self, field: str) -> int:
+        """A /proc/PID/status size in bytes (VmRSS, VmHWM)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError(f"no {field} in /proc/{self.pid}/status")
+
+    def reset_peak(self) -> None:
+        """VmHWM := VmRSS, so the next VmHWM is the peak from now."""
+        Path(f"/proc/{self.pid}/clear_refs").write_text("5")

@@ -12,18 +12,14 @@ reported), then the page over the whole 1.5M-row history, which must raise the p
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
-import yaml
 
-from tests.pipelines.proxy_helpers import AUTH, TOKENS_FILE, make_spec
-from windjoin.connectors import processes
+from tests.pipelines.proxy_helpers import AUTH, ProxyProcess, make_spec
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.processes import free_port
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.result_table import table_from_columns
 
@@ -31,13 +27,6 @@ BATCHES, ROWS = 150, 10_000
 SPAN_MS = 10**9
 LIMIT = 10_000
 MB = 1024 * 1024
-
-
-def _status(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
 def test_a_large_page_over_a_large_history_keeps_one_page(tmp_path: Path) -> None:
@@ -58,33 +47,22 @@ def test_a_large_page_over_a_large_history_keeps_one_page(tmp_path: Path) -> Non
         keys += [(int(ts[i]), b, int(i)) for i in order]
         keys = sorted(keys)[:LIMIT]
     assert SnapshotStore(folder).commit("a", BATCHES - 1, "periodic", 1) is not None
-    spec_file, tokens = tmp_path / "spec.yaml", tmp_path / "tokens.yaml"
-    spec_file.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
-    tokens.write_text(yaml.safe_dump(TOKENS_FILE))
-    port = free_port()
-    argv = [sys.executable, "-m", "windjoin.pipelines", "proxy", str(spec_file), "--port", str(port)]
-    log = tmp_path / "proxy.log"
-    pid = processes.spawn([*argv, "--tokens-file", str(tokens)], log)
-    try:
-        deadline = time.monotonic() + 60
-        while not processes.port_open("127.0.0.1", port):
-            assert processes.is_alive(pid) and time.monotonic() < deadline, processes.log_tail(log)
-            time.sleep(0.1)
-        url = f"http://127.0.0.1:{port}/v1/tasks/a/results"
+    with ProxyProcess(spec, tmp_path, ["--query-budget-ms", "600000"]) as proxy:
+        url = f"{proxy.url}/v1/tasks/a/results"
         with httpx.Client(headers=AUTH, timeout=300) as client:
             warm = client.get(url, params={"from": 0, "to": 0, "limit": 10})  # imports and code paths, no data
             assert warm.status_code == 200, warm.text
-            fresh = _status(pid, "VmRSS")
-            Path(f"/proc/{pid}/clear_refs").write_text("5")
+            fresh = proxy.status("VmRSS")
+            proxy.reset_peak()
             small = client.get(url, params={"from": 0, "to": SPAN_MS // BATCHES, "limit": LIMIT})  # ~10k rows
             assert small.status_code == 200 and len(small.json()["rows"]) > LIMIT // 2
-            page_cost = _status(pid, "VmHWM") - fresh
-            before = _status(pid, "VmRSS")
-            Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
+            page_cost = proxy.status("VmHWM") - fresh
+            before = proxy.status("VmRSS")
+            proxy.reset_peak()
             started = time.monotonic()
             page = client.get(url, params={"from": 0, "to": SPAN_MS, "limit": LIMIT})
             took = time.monotonic() - started
-            peak = _status(pid, "VmHWM")
+            peak = proxy.status("VmHWM")
         assert page.status_code == 200, page.text
         rows = page.json()["rows"]
         assert [(r["result_time"], r["batch_id"], r["row"]) for r in rows] == keys
@@ -101,5 +79,3 @@ def test_a_large_page_over_a_large_history_keeps_one_page(tmp_path: Path) -> Non
             f"history: {before / MB:.0f} -> peak {peak / MB:.0f} MB, query {took:.1f} s"
         )
         assert peak - before < 50 * MB, (before / MB, peak / MB)
-    finally:
-        processes.stop(pid)
