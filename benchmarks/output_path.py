@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -100,7 +99,8 @@ def _stage(phase: str, outputs: Any, batch: int) -> dict[str, float]:
     piece, spec, table = _SLOT["piece"], _SLOT["spec"], _SLOT["tables"][batch]
     if phase != "floor":
         started = time.perf_counter()
-        write_slot(outputs, spec, batch, piece, {TASK: [table]}, pd.DataFrame({"reason": []}), int(time.time() * 1000))
+        refused = pa.table({"reason": pa.array([], pa.string())})
+        write_slot(outputs, spec, batch, piece, {TASK: [table]}, refused, int(time.time() * 1000))
         return {"seconds": time.perf_counter() - started}
     # the floor: the same bytes alone, prepared before the clock starts (no ordering, staging or fencing)
     parquet_dir, redis_sink = outputs

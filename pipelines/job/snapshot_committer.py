@@ -12,7 +12,8 @@ and the oldest of them while it holds more than `max_bytes` (after Redis refused
 The manifest exists before Redis names it. Parquet retention (`retain_ms`) then drops whole old snapshots.
 
 Redis lost (restarted without persistence, flushed) or full (a batch refused for memory, left to Parquet): its
-meta hash comes back without the snapshot marker. The
+meta hash comes back without the snapshot marker (full: with `full_pending`, then a snapshot closes even before
+the task's first, so that Redis gives up every batch Parquet holds and has room again). The
 marker is recovered here, after the next batch, from the manifests: a snapshot (reason "recovery") closes over
 every committed batch up to this one, and Redis records it. Recovering on the job's side rather than by the
 queries: only the job writes the tiers, and a snapshot up to the batch just committed makes the boundary exact
@@ -75,9 +76,9 @@ class SnapshotCommitter:
             latest = self.store.latest(task)
             since = self.started_ms if latest is None else latest.committed_at_ms
             reason = snapshot_reason(since, now_ms, self.every_ms, punctuations > 0)
-            recorded = self._recorded(task) if self.redis is not None and latest is not None else None
-            if reason is None and latest is not None and self.redis is not None and recorded is None:
-                reason = RECOVERY  # Redis lost its marker (see the module docstring)
+            recorded, full = self._marks(task) if self.redis is not None else (None, False)
+            if reason is None and (full or (latest is not None and self.redis is not None and recorded is None)):
+                reason = RECOVERY  # Redis lost its marker, or refused a batch for memory (see the module docstring)
             snapshot = self.store.commit(task, batch_id, reason, now_ms) if reason else None
             if snapshot is not None:
                 closed.append(snapshot)
@@ -89,12 +90,13 @@ class SnapshotCommitter:
                 self.store.expire(task, self.retain_ms)
         return closed
 
-    def _recorded(self, task: str) -> int | None:
-        """The snapshot id Redis records as the task's tier boundary (None: none, e.g. Redis restarted empty)."""
+    def _marks(self, task: str) -> tuple[int | None, bool]:
+        """The snapshot id Redis records as the task's tier boundary (None: none, e.g. Redis restarted empty), and
+        whether Redis refused a batch for memory since (then a snapshot must move everything Parquet holds out)."""
         from windjoin.connectors.redis_keys import meta_key
 
-        value = self.redis.client.hget(meta_key(task, self.redis.namespace), "snapshot")
-        return None if value is None else int(value)
+        value, full = self.redis.client.hmget(meta_key(task, self.redis.namespace), "snapshot", "full_pending")
+        return (None if value is None else int(value)), full is not None
 
     def _advance_redis(self, snapshot: Snapshot) -> None:
         from windjoin.connectors import redis_tier
