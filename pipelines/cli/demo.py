@@ -1,17 +1,22 @@
 """`windjoin demo`: the whole system on one machine — local broker and Redis, generated load, the Spark join.
 
 Brings up the embedded services (reusing running ones), writes a spec with two tasks over two keyed streams,
-starts the paper-000 load generator (`windjoin generate`, paced) in a subprocess, runs the streaming join
-with a line of progress per batch (input and output rates, production delay, window size), stops once the
-load is over and drained, and says where the results are.
+starts the streaming join, warms it up with a second of light load (its first batch starts Spark's Python
+workers), then starts the paper-000 load generator (`windjoin generate`, paced) in a subprocess, with a line of
+progress per batch (input and output rates, production delay, window size); stops once the load is over and
+drained, and says where the results are. Spark's and its Python workers' own output goes to a log file the demo
+names, not the terminal.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
@@ -27,6 +32,7 @@ from windjoin.pipelines.job.sinks import build_sinks
 
 STALL_S = 120
 DEMO_TOPIC_PARTITIONS = 4
+WARM_UP = (20.0, 1.0)  # events/s per stream, seconds: the load that starts the workers before the demo's
 
 
 def demo_spec(run: str, out_dir: Path, redis_url: str) -> dict:
@@ -62,8 +68,8 @@ def demo_spec(run: str, out_dir: Path, redis_url: str) -> dict:
 
 
 class DemoSummary:
-    """The run's production delay (p50, p99 over the pairs of every batch after the first, which waits for
-    Spark and the workers to start; and the worst batch's p99), and its median time budget per batch part."""
+    """The load's production delay (p50, p99 over the pairs of every batch after its first; and the worst batch's
+    p99), and its median time budget per batch part. The demo adds the load's batches only, not the warm-up's."""
 
     BUCKET_MS = 10
 
@@ -117,15 +123,20 @@ def run_demo(out_dir: Path, rate: float, duration: float, keys: int) -> None:
     ensure_topics(urls[svc.KAFKA], [s.topic for s in spec.streams.values()], DEMO_TOPIC_PARTITIONS)
     from windjoin.connectors.spark_session import build_local_spark
 
-    spark = build_local_spark(app_name="windjoin-demo", conf={**STATE_CONF, "spark.ui.showConsoleProgress": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
-    progress, totals = Progress(), {"records": 0, "pairs": 0, "last": time.time()}
+    spark_log = out_dir / f"spark-{run}.log"
+    with _output_to(spark_log):  # the JVM, and the Python workers it starts, keep writing there
+        conf = {**STATE_CONF, "spark.ui.showConsoleProgress": "false"}
+        spark = build_local_spark(app_name="windjoin-demo", conf=conf)
+        spark.sparkContext.setLogLevel("ERROR")
+    click.echo(f"spark:    its log and its Python workers' output go to {spark_log}", err=True)
+    progress, totals = Progress(), {"records": 0, "pairs": 0, "last": time.time(), "loaded": False}
     summary = DemoSummary()
     started_ms = int(time.time() * 1000)
 
     def on_batch(outcome: BatchOutcome) -> None:
         click.echo(progress.line(outcome), err=True)
-        summary.add(outcome)
+        if totals["loaded"]:  # the summary is the load's, not the warm-up's
+            summary.add(outcome)
         totals["records"] += outcome.records
         totals["pairs"] += sum(outcome.pairs.values())
         totals["last"] = time.time()
@@ -137,33 +148,29 @@ def run_demo(out_dir: Path, rate: float, duration: float, keys: int) -> None:
 
     # Every demo run has a new checkpoint and topics over the same sinks: it replaces an earlier run's results.
     query = start_job(spark, spec, urls[svc.KAFKA], build_sinks(spec), on_batch=on_batch, fresh_sinks=True)
-    click.echo("join job started; generating load", err=True)
-    generator = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "windjoin.pipelines",
-            "generate",
-            str(spec_path),
-            "--rate",
-            str(rate),
-            "--duration",
-            str(duration),
-            "--keys",
-            str(keys),
-            "--bootstrap",
-            urls[svc.KAFKA],
-            "--no-progress",
-        ],
-    )
+
+    def generate(events_per_s: float, seconds: float) -> subprocess.Popen:
+        command = ["generate", str(spec_path), "--rate", str(events_per_s), "--duration", str(seconds)]
+        command += ["--keys", str(keys), "--bootstrap", urls[svc.KAFKA], "--no-progress"]
+        return subprocess.Popen([sys.executable, "-m", "windjoin.pipelines", *command])
+
+    def wait(until: Callable[[], bool]) -> None:
+        while not until():
+            if query.exception() is not None:
+                raise click.ClickException(f"the join job failed: {query.exception()} (Spark's log: {spark_log})")
+            if time.time() - totals["last"] > STALL_S:
+                raise click.ClickException(f"no batch for {STALL_S} s; see Spark's log: {spark_log}")
+            time.sleep(0.2)
+
+    click.echo("join job started; warming it up (its first batch starts the workers)", err=True)
+    generator = generate(*WARM_UP)
     totals["last"] = time.time()
     try:
-        while generator.poll() is None or not (totals["records"] and drained()):
-            if query.exception() is not None:
-                raise click.ClickException(f"the join job failed: {query.exception()}")
-            if time.time() - totals["last"] > STALL_S:
-                raise click.ClickException(f"no batch for {STALL_S} s; see the Spark log above")
-            time.sleep(0.5)
+        wait(lambda: totals["records"] > 0 and generator.poll() is not None and drained())
+        click.echo("join job running; generating load", err=True)
+        totals["loaded"] = True
+        generator = generate(rate, duration)
+        wait(lambda: generator.poll() is not None and drained())
     finally:
         query.stop()
         if generator.poll() is None:
@@ -180,3 +187,24 @@ def run_demo(out_dir: Path, rate: float, duration: float, keys: int) -> None:
         f"services still run; stop them with: windjoin services down --state-dir {state_dir}",
         err=True,
     )
+
+
+@contextlib.contextmanager
+def _output_to(path: Path) -> Iterator[None]:
+    """This process' stdout and stderr file descriptors point at `path` while the block runs, so that what it
+    starts there (the JVM, and through it the Python workers) writes there for good; Python's own writes come
+    back to the terminal after."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, original in zip((1, 2), saved, strict=True):
+            os.dup2(original, fd)
+            os.close(original)
