@@ -111,3 +111,10 @@ def unique_topic(request: pytest.FixtureRequest) -> Callable[..., str]:
         return f"{clean}-{test_name}-{uuid.uuid4().hex[:10]}"
 
     return make
+
+
+@pytest.fixture
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`redis://host:port/0` of an embedded redis-server of the test alone (to flush it, fill it, read its SLOWLOG);
+    stopped by PID after the test."""
+    yield from _embedded(tmp_path_factory, services.REDIS)

@@ -7,8 +7,6 @@ Without Parquet, a refused batch is an error naming maxmemory and max_bytes."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,21 +17,9 @@ from tests.connectors.test_redis_loss import Job, follow_all
 from tests.connectors.test_redis_sink import make_table
 from tests.connectors.test_result_query import all_pages, expected, got, record
 from tests.connectors.tiers import Tiers, TiersLayout
-from windjoin.connectors import services
 from windjoin.connectors.redis_keys import meta_key
 from windjoin.connectors.redis_sink import RedisFullError, RedisSink
 from windjoin.operators.query.cursors import FEED_END, feed_cursor
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[str]:
-    """A redis-server of this test alone (its maxmemory is lowered); stopped by PID."""
-    state = tmp_path / "redis-state"
-    [started] = services.up(services.ServicesConfig(state_dir=state, kafka=False))
-    try:
-        yield started.service.url
-    finally:
-        services.down(state)
 
 
 def pairs(*times: int, rows: int = 1) -> list[dict[str, Any]]:

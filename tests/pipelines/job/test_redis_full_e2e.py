@@ -9,13 +9,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import redis
 
+from tests.connectors.test_result_query import all_pages
 from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
-from windjoin.connectors import services
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_keys import meta_key
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
@@ -29,17 +28,6 @@ BASE_TS = 1_700_000_000_000
 N_EVENTS = 1800
 PUNCTUATE_AT = 500  # snapshot 1 closes at the batch holding it, before Redis fills
 FULL_AT_BATCH = 6  # Redis is at its maxmemory once it committed this batch
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path):
-    """A redis-server of this test alone (its maxmemory is lowered); stopped by PID."""
-    state = tmp_path / "redis-state"
-    [started] = services.up(services.ServicesConfig(state_dir=state, kafka=False))
-    try:
-        yield started.service.url
-    finally:
-        services.down(state)
 
 
 class Filler(threading.Thread):
@@ -94,13 +82,7 @@ def test_a_full_redis_leaves_batches_to_parquet_and_the_job_goes_on(
             meta = store.client.hgetall(meta_key(task))
             refused += int(meta.get(b"full_batches", 0))
             assert int(meta[b"committed"]) == last  # every batch closed in Redis too (refused ones included)
-            rows, cursor = [], None
-            while True:
-                page = store.one_time(task, BASE_TS - 10**6, BASE_TS + 10**6, [], None, MAX_LIMIT, cursor)
-                rows += page.rows
-                if page.next_cursor is None:
-                    break
-                cursor = page.next_cursor
+            rows = all_pages(store, task, BASE_TS - 10**6, BASE_TS + 10**6, MAX_LIMIT)
             pairs = [(task, row[join[0]], row[join[1]]) for row in rows]
             assert as_multiset(pairs) == as_multiset([p for p in expected if p[0] == task])
             keys = [(r["result_time"], r["batch_id"], r["row"]) for r in rows]

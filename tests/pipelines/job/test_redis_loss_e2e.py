@@ -12,15 +12,14 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import orjson
 import pytest
 import redis
 
+from tests.connectors.test_result_query import all_pages
 from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
 from tests.pipelines.proxy_helpers import TOKEN, Server, access
-from windjoin.connectors import services
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import meta_key
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
@@ -37,17 +36,6 @@ N_EVENTS = 1800
 PUNCTUATE_AT = 500  # snapshot 1 closes at the batch holding it, before the flush
 READ_AT_BATCH = 1  # the subscriber reads some rows once Redis committed this batch
 FLUSH_AT_BATCH = 6  # FLUSHALL once Redis committed this batch
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path):
-    """A redis-server of this test alone (FLUSHALL must not wipe the session's shared one); stopped by PID."""
-    state = tmp_path / "redis-state"
-    [started] = services.up(services.ServicesConfig(state_dir=state, kafka=False))
-    try:
-        yield started.service.url
-    finally:
-        services.down(state)
 
 
 def _pairs(rows: list[dict], task: str, join: list[str]) -> list[tuple]:
@@ -111,13 +99,7 @@ def test_results_survive_a_flushall_mid_run(spark, kafka_bootstrap, private_redi
         for task, join in joins.items():
             want = [p for p in expected if p[0] == task]
             # one-time queries: every result, from Parquet (all batches up to the recovery snapshot) and Redis
-            rows, cursor = [], None
-            while True:
-                page = store.one_time(task, BASE_TS - 10**6, BASE_TS + 10**6, [], None, MAX_LIMIT, cursor)
-                rows += page.rows
-                if page.next_cursor is None:
-                    break
-                cursor = page.next_cursor
+            rows = all_pages(store, task, BASE_TS - 10**6, BASE_TS + 10**6, MAX_LIMIT)
             assert as_multiset(_pairs(rows, task, join)) == as_multiset(want)
             keys = [(r["result_time"], r["batch_id"], r["row"]) for r in rows]
             assert keys == sorted(keys) and len(set(keys)) == len(keys)

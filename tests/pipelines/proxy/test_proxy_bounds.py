@@ -22,11 +22,9 @@ from typing import Any
 
 import httpx
 import numpy as np
-import pytest
 import redis
 
 from tests.pipelines.proxy_helpers import AUTH, ProxyProcess, make_spec
-from windjoin.connectors import services
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.snapshots import SnapshotStore
@@ -36,16 +34,6 @@ MB = 1024 * 1024
 SLOW_US = 50_000
 STORM = 48  # clients: more than a default thread pool's 40 threads
 SPAN = 10**9  # to: past every result time, within the proxy's largest span
-
-
-@pytest.fixture(scope="module")
-def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    state = tmp_path_factory.mktemp("bounds") / "redis-state"
-    [started] = services.up(services.ServicesConfig(state_dir=state, kafka=False))
-    try:
-        yield started.service.url
-    finally:
-        services.down(state)
 
 
 def write_batches(spec: Any, sinks: list[Any], batches: int, rows: int, z: Any, seed: int = 1) -> list[tuple]:
