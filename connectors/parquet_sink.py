@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 from windjoin.operators.result_table import (
     BATCH_ID,
+    EMITTED_AT,
     check_batch_id,
     check_identifier,
     check_piece,
@@ -54,6 +55,17 @@ OWNER_FILE = "_owner.json"
 _BATCH_DIR = re.compile(r"^batch=(\d+)$")
 _HIDDEN_DIR = re.compile(r"^\.batch=(\d+)\.(pending|tmp-[0-9a-f]+)$")  # pending, or left by older versions
 _PART = re.compile(r"^part-(\d+)\.parquet$")
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns worth dictionary encoding: strings, and the batch id and emission time (one value a piece).
+    Numbers of results rarely repeat, and trying a dictionary on them took 3/4 of a piece's write (60 of 80 ms
+    for 100k pairs of six int64 fields)."""
+    columns = [BATCH_ID, EMITTED_AT]
+    for field in schema:
+        if pa.types.is_struct(field.type):
+            columns += [f"{field.name}.{child.name}" for child in field.type if pa.types.is_string(child.type)]
+    return columns
 
 
 def part_name(piece: int) -> str:
@@ -114,7 +126,7 @@ class ParquetSink:
                 continue
             tmp = pending / f".{name}.tmp-{uuid.uuid4().hex}"
             try:
-                pq.write_table(table, tmp)
+                pq.write_table(table, tmp, use_dictionary=dictionary_columns(table.schema))
                 fsync_path(tmp)
                 os.rename(tmp, final)
             finally:
