@@ -226,6 +226,21 @@ def test_redis_keeps_an_append_only_file_on_a_volume_by_default(helm):
     assert {"name": "redis-data", "emptyDir": {}} in volatile["spec"]["template"]["spec"]["volumes"]
 
 
+def test_redis_memory_is_bounded_without_eviction(helm):
+    """The bundled Redis stops at its maxmemory (under the container's limit) and refuses writes instead of evicting
+    results; the spec's tier keeps at most maxBytes of them (a refused batch goes to Parquet, docs/streaming.md)."""
+    for name in ("default", "autoscaling"):
+        redis = _redis_statefulset(helm, name)
+        [container] = redis["spec"]["template"]["spec"]["containers"]
+        args = container["args"]
+        options = dict(zip(args[::2], args[1::2], strict=True))
+        assert options["--maxmemory"] == "768mb" and options["--maxmemory-policy"] == "noeviction"
+        assert container["resources"]["limits"]["memory"] == "1Gi"
+    docs = _render(helm, "default")
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and "spec.yaml" in d.get("data", {}))
+    assert yaml.safe_load(config["data"]["spec.yaml"])["sinks"]["redis"]["max_bytes"] == 268435456
+
+
 BAD_VALUES = [
     (["--set", "redis.persistence.appendfsync=no"], "/redis/persistence/appendfsync"),
     (["--set", "controller.config.colour.x=1"], "/controller/config"),
