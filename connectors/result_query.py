@@ -5,23 +5,25 @@ A result row has one shape everywhere: `{<A>: {ts: int, field: value, ...}, <B>:
 order; the result time is the latest of their timestamps. The query language (names, conditions, cursors, errors)
 is `operators/query`; this module reads the tiers with it.
 
-One-time queries (`ResultStore.one_time`) read, for result times [from, to]: the Redis view (the snapshot
-recorded as the tier boundary and the members of batches newer than it, read in short paced steps at one
-snapshot, see `redis_tier.read_span`) and the Parquet part, the batches covered by the snapshots up to that id
-(files outside the span are pruned by the snapshots' result-time ranges, then row groups by their statistics, one
-row group read at a time, see `parquet_scan`). Each part keeps at most one page of rows. Both parts are ordered
-by (result_time, batch_id, row) and merged; a batch is in exactly one of them, so there is no duplicate and no gap
-at the boundary. Paging: the cursor is the position (result_time, batch_id, row) of the last row served; the next
-page starts strictly after it, which stays right when a snapshot moves rows from Redis to Parquet in between.
-With one tier configured, it alone serves.
+One-time queries (`ResultStore.one_time`) read, for result times [from, to], both tiers in one scan
+(`span_scan`): Redis' chunks of the batches newer than its recorded snapshot (the index read in short paced steps
+at one boundary, `redis_tier.RedisSpan`) and Parquet's row groups of the batches covered by the snapshots up to
+that id (snapshots outside the span pruned by their result-time ranges, row groups by their statistics,
+`parquet_scan`), in the order of the earliest result time each can hold. A batch is in exactly one tier, so there
+is no duplicate and no gap at the boundary. A page holds at most `limit` rows and about `page_bytes` of them, and
+reads for at most `time_budget_s`: then it answers the rows known to be first and a cursor from where it stopped.
+Paging: the cursor is the position (result_time, batch_id, row) of the last row served (or, for a page the budget
+ended before any row, of the last result time read whole); the next page starts strictly after it, which stays
+right when a snapshot moves rows from Redis to Parquet in between. With one tier configured, it alone serves.
 
-Continuous queries (`ResultStore.follow`) read the Redis feed, in commit order (batch_id, row), after a cursor.
+Continuous queries (`ResultStore.follow`) read the Redis feed, in commit order (batch_id, row), after a cursor:
+the pieces its entries name, a chunk at a time (`redis_feed`).
 
 Redis lost (restarted without persistence, flushed): Redis then records no snapshot marker. A one-time query does
 not take that as "Redis holds everything": Parquet answers for every committed batch up to its last one, Redis for
 the newer ones (recovering the marker is the job's: its snapshot committer re-marks the boundary at the next batch;
 the query side cannot wait for a job that may be stopped, and must not write to either tier). A continuous query
-whose cursor needs batches the feed does not hold (`redis_tier.feed_coverage`) gets `Gone` with a resume cursor
+whose cursor needs batches the feed does not hold (`redis_feed.feed_coverage`) gets `Gone` with a resume cursor
 (`Gone.cursor`) when Parquet still holds them: following with it reads those batches from Parquet in commit
 order (`parquet_replay`), then hands over to the feed, so the subscriber misses nothing and sees nothing twice.
 
