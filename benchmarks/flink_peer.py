@@ -9,11 +9,13 @@ per event), then joined by both systems in the same run:
   b float, c double, d bool), values uniform in 1..10^4; |R.x - S.a| <= 10 AND |R.y - S.b| <= 10, with a
   time window (Flink's interval join is time-based): |R.ts - S.ts| <= 4 s at 1,000 tuples/s per stream.
 
-windjoin: `windjoin join-file`'s code path in this process (pipelines/cli/join_file.py: blocks of 4,096 lines decoded
-and checked at once by pyarrow's JSON reader, each block a chunk into the WindowJoin kernel; results to /dev/null),
-pinned to one core; and the kernel
-alone on the same chunks decoded beforehand. Flink: benchmarks/flink_job.py in .venv-flink
-(scripts/setup_flink.sh), Flink SQL interval joins counting pairs, at parallelism 1 and 2 (all cores).
+windjoin: `windjoin join-file`'s code path from this process (pipelines/cli/join_file.py) with its default
+workers, every core (`--workers`, recorded as `workers`): worker processes decode blocks of 16,384 lines at once
+with pyarrow's JSON reader and join hash partitions of the events, this process judges lateness, routes and
+merges (results to /dev/null; a join that cannot be split, the band workload's, runs in one process); and the
+WindowJoin kernel alone, pinned to one core, on the same chunks decoded beforehand. Flink: benchmarks/flink_job.py
+in .venv-flink (scripts/setup_flink.sh), Flink SQL interval joins counting pairs, at parallelism 1 and 2 (all
+cores).
 
 Rates are steady input tuples/s: (N_full - N_part) / (t_full - t_part) between a prefix of the file (the first
 quarter) and the whole file, so fixed per-job costs cancel (for Flink t is the job's net runtime, after a
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -52,7 +55,7 @@ from windjoin.operators.batch import Arrivals
 from windjoin.operators.mjoin import join_operator
 from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.operators.workloads.b_model import Workload, WorkloadConfig, poisson_arrivals
-from windjoin.pipelines.cli.join_file import join_file
+from windjoin.pipelines.cli.join_file import DEFAULT_CHUNK, default_workers, join_file
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results" / "flink.json"
@@ -74,7 +77,8 @@ class Params:
     band_width: int = 10
     band_values: int = 10_000  # values uniform in 1..band_values
     ts_granularity_ms: int = 1  # timestamps rounded down to multiples of this (coarse: ties, pairs at |dts| = W)
-    chunk: int = 4096  # join-file's chunk size
+    chunk: int = DEFAULT_CHUNK  # join-file's chunk size (lines a block; events a worker joins a step)
+    workers: int = 0  # join-file's worker processes (0: its default, every core)
     part_fraction: float = 0.25  # the prefix for the steady rate; 0: rate = N / t over the whole file
     warmup_lines: int = 2000  # Flink's warm-up job reads this many lines first (0: none)
     repeats: int = 3  # windjoin runs per file, the best kept
@@ -235,16 +239,25 @@ def reference_pairs(workload: str, spec: dict[str, Any], path: Path) -> int:
 # windjoin
 
 
-def run_join_file(spec: JoinSpec, path: Path, chunk: int) -> dict[str, float]:
-    """`windjoin join-file` on `path` (results to /dev/null): pairs, seconds, CPU seconds; refusals fail."""
+def run_join_file(spec: JoinSpec, path: Path, chunk: int, workers: int) -> dict[str, Any]:
+    """`windjoin join-file` on `path` (results to /dev/null): pairs, seconds, CPU seconds (its workers' too: they
+    are this process's children, reaped when it returns), the processes that joined; refusals fail."""
     refused: list[Any] = []
-    cpu, started = time.process_time(), time.perf_counter()
+    notes: list[str] = []
+    cpu, children, started = time.process_time(), _children_cpu_s(), time.perf_counter()
     with open(os.devnull, "wb") as sink:
-        report = join_file(spec, path, sink, refused.append, chunk_size=chunk, show_progress=False)
-    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        report = join_file(spec, path, sink, refused.append, chunk, False, workers, notes.append)
+    seconds = time.perf_counter() - started
+    cpu = time.process_time() - cpu + _children_cpu_s() - children
     if refused:
         raise SystemExit(f"windjoin refused {len(refused)} events of {path} (first: {refused[0]}); expected none")
-    return {"pairs": report.results, "seconds": seconds, "cpu_s": cpu}
+    joined_by = 1 if notes or workers == 1 else workers
+    return {"pairs": report.results, "seconds": seconds, "cpu_s": cpu, "workers": joined_by, "notes": notes}
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def decode_chunks(spec: JoinSpec, path: Path, chunk: int) -> list[dict[str, Arrivals]]:
@@ -278,7 +291,7 @@ def measure_windjoin(mode: str, spec: JoinSpec, w: dict[str, Any], p: Params) ->
 
     def once(path: Path) -> dict[str, float]:
         if mode == "join_file":
-            return best_of(run_join_file, p.repeats, spec, path, p.chunk)
+            return best_of(run_join_file, p.repeats, spec, path, p.chunk, p.workers or default_workers())
         return best_of(run_kernel, p.repeats, spec, decode_chunks(spec, path, p.chunk))
 
     full = once(Path(w["events_file"]))
@@ -352,24 +365,23 @@ def run(p: Params, data: Path, flink_python: Path) -> dict[str, Any]:
         workloads[name] = w
         print(f"{name}: {n:,} events, {w['reference_pairs']:,} pairs (reference count)", flush=True)
 
-    # windjoin, one core
-    affinity = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(affinity)})
-    try:
-        startup = windjoin_startup_s()
-        for name, w in workloads.items():
-            spec = parse_spec(w["spec"])
-            out: dict[str, Any] = {"startup_s": startup}
-            for mode in ("join_file", "kernel"):
-                out[mode] = measure_windjoin(mode, spec, w, p)
-            w["windjoin"] = out
-            print(
-                f"windjoin {name}: join-file {out['join_file']['tuples_per_s']:,.0f} tuples/s, "
-                f"kernel alone {out['kernel']['tuples_per_s']:,.0f}",
-                flush=True,
-            )
-    finally:
-        os.sched_setaffinity(0, affinity)
+    # windjoin: join-file on every core (its default workers), the kernel alone on one
+    startup = windjoin_startup_s()
+    for name, w in workloads.items():
+        spec = parse_spec(w["spec"])
+        out: dict[str, Any] = {"startup_s": startup, "join_file": measure_windjoin("join_file", spec, w, p)}
+        affinity = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {min(affinity)})
+        try:
+            out["kernel"] = measure_windjoin("kernel", spec, w, p)
+        finally:
+            os.sched_setaffinity(0, affinity)
+        w["windjoin"] = out
+        print(
+            f"windjoin {name}: join-file {out['join_file']['tuples_per_s']:,.0f} tuples/s "
+            f"({out['join_file']['full']['workers']} workers), kernel alone {out['kernel']['tuples_per_s']:,.0f}",
+            flush=True,
+        )
 
     # Flink, all cores, one JVM for every job
     jobs = []
@@ -474,13 +486,13 @@ def print_table(result: dict[str, Any]) -> None:
         f"\nFlink JVM start (interpreter, PyFlink, gateway JVM): {result['flink_startup_s']:.1f} s; "
         f"windjoin start (interpreter, imports): {first['windjoin']['startup_s']:.2f} s"
     )
-    head = f"{'workload':<6} {'system':<22} {'tuples/s':>10} {'tuples/CPU-s':>13} {'job start s':>11} {'pairs':>10}"
+    head = f"{'workload':<6} {'system':<24} {'tuples/s':>10} {'tuples/CPU-s':>13} {'job start s':>11} {'pairs':>10}"
     print(f"{head} {'windjoin/this':>14}")
     for name, w in result["workloads"].items():
         wj = w["windjoin"]
         rows = [
             (
-                "windjoin join-file",
+                f"windjoin join-file w={wj['join_file']['full']['workers']}",
                 wj["join_file"]["tuples_per_s"],
                 wj["join_file"]["tuples_per_cpu_s"],
                 None,
@@ -509,7 +521,7 @@ def print_table(result: dict[str, Any]) -> None:
             )
         for label, rate, cpu_rate, fixed, pairs, ratio in rows:
             print(
-                f"{name:<6} {label:<22} {_fmt(rate):>10} {_fmt(cpu_rate):>13} {_fmt(fixed, '.1f'):>11} {pairs:>10,} "
+                f"{name:<6} {label:<24} {_fmt(rate):>10} {_fmt(cpu_rate):>13} {_fmt(fixed, '.1f'):>11} {pairs:>10,} "
                 f"{_fmt(ratio, '.1f') + ('x' if ratio else ''):>14}"
             )
 
@@ -521,7 +533,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4.2))
     for ax, name in zip(np.atleast_1d(axes), names, strict=True):
         w = result["workloads"][name]
-        labels = ["windjoin\njoin-file", "windjoin\nkernel"] + [
+        labels = [f"windjoin\njoin-file w={w['windjoin']['join_file']['full']['workers']}", "windjoin\nkernel"] + [
             f"Flink\np={f['parallelism']}" for f in w["flink"].values()
         ]
         rates = [w["windjoin"]["join_file"]["tuples_per_s"], w["windjoin"]["kernel"]["tuples_per_s"]]
