@@ -15,6 +15,7 @@ from windjoin.connectors.redis_tier import read_all
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.query.conditions import parse_condition
+from windjoin.operators.query.errors import Gone
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import start_job
@@ -82,9 +83,14 @@ def test_queries_over_the_pipeline_output_equal_the_oracle(spark, kafka_bootstra
                 for p in want
                 if p[1 if join[0] == "R" else 2]["k"] in (1, 3)
             )
-            # continuous: from the start of the feed, reconnecting with the cursor every 50 rows
+            # continuous: from the start, reconnecting with the cursor every 50 rows; the batches whose pieces
+            # Redis gave up after the snapshot come with a 410 whose cursor reads them from Parquet first
             followed, cursor = [], None
-            rows, cursor = store.follow(task, from_ms=0, count=50)
+            try:
+                rows, cursor = store.follow(task, from_ms=0, count=50)
+            except Gone as gone:
+                assert gone.cursor is not None, gone
+                rows, cursor = store.follow(task, after=gone.cursor, count=50)
             while rows:
                 followed += rows
                 rows, cursor = store.follow(task, after=cursor, count=50)
