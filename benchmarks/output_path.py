@@ -10,8 +10,9 @@ before the clock starts. A real redis-server (the embedded one) and Parquet file
 Phases, each over the same batches: Parquet alone, Redis alone, both (the job's default output path with both
 sinks); the layout before issue 30 beside them (`pairs_redis`, `pairs_both`: a sorted-set member per pair, copied
 into the feed, `benchmarks.pair_layout`); and the floor in the same run: the same bytes alone, prepared before the
-clock starts and written without ordering, staging or fencing (`pyarrow.parquet.write_table` to a file, and the
-piece's compressed chunks sent as the HSETs the Redis sink sends: Redis' own ingest plus Parquet's encoding).
+clock starts and written without ordering, staging or fencing (`pyarrow.parquet.write_table` to a file with the
+sink's encoding options, and the piece's compressed chunks sent as the HSETs the Redis sink sends: Redis' own
+ingest plus Parquet's encoding).
 Rate = pairs / time of (the slowest slot's staging, both running in parallel, then the driver's commit), over all
 batches; a slot's time starts when it starts writing (the floor's preparation is left out). Redis is emptied before
 each phase; bytes per pair = Redis' `used_memory` after the phase less before, over the phase's pairs.
@@ -91,6 +92,7 @@ def _init_slot(params: Params, piece: int) -> None:
 
 def _stage(phase: str, outputs: Any, batch: int) -> dict[str, float]:
     """Stage this slot's piece of `batch` (in a slot process); returns its seconds."""
+    from windjoin.connectors.parquet_sink import dictionary_columns
     from windjoin.connectors.redis_keys import piece_key
     from windjoin.connectors.redis_pieces import encode_piece
     from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, result_schema
@@ -112,7 +114,9 @@ def _stage(phase: str, outputs: Any, batch: int) -> dict[str, float]:
     chunks = encode_piece(full, batch, piece, 0).chunks
     key = piece_key(f"{TASK}_floor", batch, piece, redis_sink.namespace)
     started = time.perf_counter()
-    pq.write_table(full, Path(parquet_dir) / f"floor-{batch}-{piece}.parquet")
+    pq.write_table(
+        full, Path(parquet_dir) / f"floor-{batch}-{piece}.parquet", use_dictionary=dictionary_columns(schema)
+    )
     with redis_sink.client.pipeline(transaction=False) as pipe:
         for seq, chunk in enumerate(chunks):
             pipe.hset(key, f"c{seq}", chunk)
