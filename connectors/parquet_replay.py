@@ -9,6 +9,7 @@ retained snapshot are not read: retention removes them (folders left there by a 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,8 +19,9 @@ from windjoin.connectors.parquet_scan import readable
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.query.cursors import FEED_END as _END
-from windjoin.operators.query.fields import table_rows
-from windjoin.operators.result_table import EMITTED_AT, PIECE_ROW_BITS
+from windjoin.operators.query.fields import ROW, table_rows
+from windjoin.operators.query.order import ReadBudget
+from windjoin.operators.result_table import EMITTED_AT, PIECE_ROW_BITS, row_bytes
 
 
 class ParquetReplay:
@@ -37,16 +39,18 @@ class ParquetReplay:
         return [b for b in batches if b >= oldest[0].first_batch] if oldest else batches
 
     def rows_after(
-        self, task: str, after: tuple[int, int], upto: int, count: int
+        self, task: str, after: tuple[int, int], upto: int, count: int, max_bytes: int | None = None
     ) -> tuple[list[dict[str, Any]], tuple[int, int]] | None:
-        """Up to `count` rows after the (batch_id, row) position, of batches up to `upto` inclusive, and the
-        position after them ((upto, end) once every batch up to `upto` was read; `end` is any row past the last).
+        """Up to `count` rows after the (batch_id, row) position, of batches up to `upto` inclusive, and about
+        `max_bytes` of row values at most (the first row always; None: no bound), read a row group at a time; and
+        the position after them ((upto, end) once every batch up to `upto` was read; `end` is any row past the last).
 
         None when a batch that must be read is not retained (expired) or not committed yet: the rows cannot be
         served from Parquet now."""
         batch, row = after
         retained = set(self.retained(task))
         rows: list[dict[str, Any]] = []
+        budget = ReadBudget(2**62 if max_bytes is None else max_bytes)
         while len(rows) < count:
             if batch > upto or (batch == upto and row >= _END):
                 return rows, (upto, _END)
@@ -57,14 +61,12 @@ class ParquetReplay:
                 return None
             for piece, file in self.parquet.batch_pieces(task, current):
                 first = piece << PIECE_ROW_BITS  # the piece's rows are numbered from here (result_table.piece_rows)
-                skip = max(0, last_row + 1 - first)
-                table = readable(task, current, lambda file=file: pq.read_table(file))
-                if skip >= table.num_rows:
-                    continue
-                taken = table.slice(skip, count - len(rows))
-                rows += table_rows(taken, first + skip + np.arange(taken.num_rows))
-                if len(rows) >= count and skip + taken.num_rows < table.num_rows:
-                    return rows, (current, first + skip + taken.num_rows - 1)
+                read, whole = _piece_rows(
+                    task, current, file, first, max(0, last_row + 1 - first), count - len(rows), budget
+                )
+                rows += read
+                if not whole:  # stopped inside the piece, at the count or the bytes
+                    return rows, (current, rows[-1][ROW] if rows else last_row)
             batch, row = current, _END
         return rows, (batch, row)
 
@@ -86,6 +88,31 @@ class ParquetReplay:
                 break
             found = batch
         return found
+
+
+def _piece_rows(
+    task: str, batch: int, file: Path, first: int, skip: int, count: int, budget: ReadBudget
+) -> tuple[list[dict[str, Any]], bool]:
+    """Up to `count` rows of a piece file from position `skip` on (its rows numbered from `first`), a row group at
+    a time within `budget`; and whether the file was read to its end."""
+    metadata = readable(task, batch, lambda: pq.read_metadata(file))
+    handle = readable(task, batch, lambda: pq.ParquetFile(file, metadata=metadata))
+    rows: list[dict[str, Any]] = []
+    start = 0  # the group's first position in the file
+    for group in range(metadata.num_row_groups):
+        size = metadata.row_group(group).num_rows
+        if start + size > skip:
+            if len(rows) >= count or budget.left <= 0:
+                return rows, False
+            table = readable(task, batch, lambda group=group: handle.read_row_group(group))
+            low = max(skip - start, 0)
+            taken = table.slice(low, count - len(rows))
+            taken = taken.slice(0, budget.take(row_bytes(taken)))
+            rows += table_rows(taken, first + start + low + np.arange(taken.num_rows))
+            if low + taken.num_rows < size:
+                return rows, False
+        start += size
+    return rows, True
 
 
 _EMPTY = -1  # a file without rows

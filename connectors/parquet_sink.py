@@ -49,12 +49,23 @@ from windjoin.operators.result_table import (
     check_identifier,
     check_piece,
     check_result_table,
+    row_bytes,
 )
 
 OWNER_FILE = "_owner.json"
+GROUP_BYTES = 8 << 20
 _BATCH_DIR = re.compile(r"^batch=(\d+)$")
 _HIDDEN_DIR = re.compile(r"^\.batch=(\d+)\.(pending|tmp-[0-9a-f]+)$")  # pending, or left by older versions
 _PART = re.compile(r"^part-(\d+)\.parquet$")
+
+
+def group_rows(table: pa.Table) -> int:
+    """Rows per row group: about `GROUP_BYTES` of row values each, so that readers (a query's scan, a replay
+    for the continuous feed) hold a bounded part of a piece at a time, whatever its rows hold."""
+    if not table.num_rows:
+        return 1
+    average = max(1, int(row_bytes(table).sum()) // table.num_rows)
+    return max(1, min(table.num_rows, GROUP_BYTES // average))
 
 
 def dictionary_columns(schema: pa.Schema) -> list[str]:
@@ -126,7 +137,9 @@ class ParquetSink:
                 continue
             tmp = pending / f".{name}.tmp-{uuid.uuid4().hex}"
             try:
-                pq.write_table(table, tmp, use_dictionary=dictionary_columns(table.schema))
+                pq.write_table(
+                    table, tmp, row_group_size=group_rows(table), use_dictionary=dictionary_columns(table.schema)
+                )
                 fsync_path(tmp)
                 os.rename(tmp, final)
             finally:

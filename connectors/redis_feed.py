@@ -23,7 +23,8 @@ from windjoin.connectors.redis_keys import feed_key, meta_key, piece_key
 from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk
 from windjoin.operators.query.cursors import FEED_END
 from windjoin.operators.query.fields import table_rows
-from windjoin.operators.result_table import PIECE_ROW_BITS
+from windjoin.operators.query.order import ReadBudget
+from windjoin.operators.result_table import PIECE_ROW_BITS, row_bytes
 
 # Feed entries read per XREAD (each names a piece; its rows are read chunk by chunk).
 _ENTRIES_PER_READ = 16
@@ -162,16 +163,19 @@ def read_feed(
     after: tuple[int, int] | None,
     count: int,
     block_ms: int | None,
+    max_bytes: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Up to `count` result rows after the (batch_id, row) cursor, in (batch_id, row) order.
+    """Up to `count` result rows after the (batch_id, row) cursor, in (batch_id, row) order, and about `max_bytes`
+    of row values at most (`result_table.row_bytes`; the first row always; None: no bound).
 
     Waits up to `block_ms` for a new batch when none is there (None or 0: does not wait; never waits forever).
     PieceGone when a piece an entry names has left Redis."""
     key = feed_key(task, namespace)
     start = "0-0" if after is None else _start_text(after)
     rows: list[dict[str, Any]] = []
+    budget = ReadBudget(2**62 if max_bytes is None else max_bytes)
     block = block_ms if block_ms else None
-    while len(rows) < count:
+    while len(rows) < count and budget.left > 0:
         reply = client.xread({key: start}, count=_ENTRIES_PER_READ, block=block)
         if not reply:
             break
@@ -181,8 +185,8 @@ def read_feed(
             piece = seq - 1
             # rows of a piece are numbered from (piece << 32)
             skip = after[1] + 1 - (piece << PIECE_ROW_BITS) if after is not None and batch == after[0] else 0
-            rows += _piece_rows(client, task, namespace, batch, piece, max(skip, 0), count - len(rows))
-            if len(rows) >= count:
+            rows += _piece_rows(client, task, namespace, batch, piece, max(skip, 0), count - len(rows), budget)
+            if len(rows) >= count or budget.left <= 0:
                 break
         start = entries[-1][0]
         if rows:
@@ -191,9 +195,9 @@ def read_feed(
 
 
 def _piece_rows(
-    client: redis.Redis, task: str, namespace: str, batch: int, piece: int, skip: int, count: int
+    client: redis.Redis, task: str, namespace: str, batch: int, piece: int, skip: int, count: int, budget: ReadBudget
 ) -> list[dict[str, Any]]:
-    """Up to `count` rows of a piece from position `skip` on, read a chunk at a time."""
+    """Up to `count` rows of a piece from position `skip` on, read a chunk at a time, within `budget`."""
     key = piece_key(task, batch, piece, namespace)
     index = client.hget(key, "index")
     if index is None:
@@ -201,13 +205,14 @@ def _piece_rows(
     rows: list[dict[str, Any]] = []
     for entry in map(ChunkEntry.parse, index.split()):
         end = entry.offset + entry.rows
-        if end <= skip or len(rows) >= count:
+        if end <= skip or len(rows) >= count or budget.left <= 0:
             continue
         data = client.hget(key, f"c{entry.seq}")
         if data is None:
             raise PieceGone(f"task {task!r} batch {batch} piece {piece}")
         first = max(skip - entry.offset, 0)
         taken = decode_chunk(data, entry).slice(first, count - len(rows))
+        taken = taken.slice(0, budget.take(row_bytes(taken)))
         rows += table_rows(taken, entry.first_row + first + np.arange(taken.num_rows))
     return rows
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from windjoin.operators.result_table import (
@@ -28,13 +27,13 @@ from windjoin.operators.result_table import (
     META_TIMESTAMPS,
     PIECE_ROW_BITS,
     result_times,
+    row_bytes,
     stream_timestamps,
 )
 
 CHUNK_ROWS = 16_384
 CHUNK_BYTES = 1 << 20  # Arrow bytes of a chunk before compression
 _OPTIONS = ipc.IpcWriteOptions(compression="zstd")
-_FIXED_BYTES = 8  # an int64, float64 (or bool, counted alike) value
 
 
 @dataclass(frozen=True)
@@ -81,23 +80,6 @@ class EncodedPiece:
     @property
     def nbytes(self) -> int:
         return sum(len(c) for c in self.chunks)
-
-
-def row_bytes(table: pa.Table, leaves: list[str] | None = None) -> np.ndarray:
-    """Bytes of each row's values (strings by their length, other values 8): what a chunk or a page is bounded by.
-    `leaves`: the `stream.field` names counted (None: every stream field)."""
-    sizes = np.zeros(table.num_rows, dtype=np.int64)
-    for stream in stream_timestamps(table.schema):
-        column = table.column(stream)
-        for child in column.type:
-            if leaves is not None and f"{stream}.{child.name}" not in leaves:
-                continue
-            if pa.types.is_string(child.type) or pa.types.is_large_string(child.type):
-                lengths = pc.binary_length(pc.struct_field(column, child.name))
-                sizes += lengths.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-            else:
-                sizes += _FIXED_BYTES
-    return sizes
 
 
 def encode_piece(table: pa.Table, batch_id: int, piece: int, emitted_at: int) -> EncodedPiece:

@@ -30,12 +30,12 @@ import pyarrow as pa
 import redis
 
 from windjoin.connectors.redis_keys import index_key, meta_key, piece_key
-from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk, row_bytes
+from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk
 from windjoin.connectors.redis_retention import drop_pieces
 from windjoin.connectors.span_scan import Part
 from windjoin.operators.query.errors import Damaged
 from windjoin.operators.query.fields import table_rows
-from windjoin.operators.result_table import check_batch_id, result_times
+from windjoin.operators.result_table import check_batch_id, result_times, row_bytes
 
 T = TypeVar("T")
 SPAN_STEP = 1000  # chunk entries per index step: a step holds Redis for well under a millisecond

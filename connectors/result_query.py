@@ -335,9 +335,11 @@ class ResultStore:
         fields: Sequence[str] | None = None,
         count: int = 1000,
         block_ms: int = 0,
+        max_bytes: int | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
-        """New results of the task in commit order (batch_id, row), matching every condition, at most `count`
-        examined per call; and the cursor to pass back as `after` (it moves past rows the selection dropped).
+        """New results of the task in commit order (batch_id, row), matching every condition, at most `count` and
+        about `max_bytes` of row values (None: `page_bytes`) examined per call; and the cursor to pass back as
+        `after` (it moves past rows the selection dropped).
 
         Start: after the cursor `after` when given (it wins over `from_ms`); else at the first batch emitted at or
         after `from_ms`; else "now" (after the last committed batch). Waits up to `block_ms` for a new batch.
@@ -359,7 +361,7 @@ class ResultStore:
             raise NotFound("continuous queries need the Redis tier (sinks.redis), which is not configured")
         if upto is not None:
             assert position is not None
-            rows, position, done = self._follow_parquet(task, position, upto, count)
+            rows, position, done = self._follow_parquet(task, position, upto, count, max_bytes or self.page_bytes)
             if rows or not done:
                 cursor = feed_cursor(task, position) if done else resume_cursor(task, position, upto)
                 return [project(row, projection) for row in select(rows, conditions)], cursor
@@ -370,7 +372,7 @@ class ResultStore:
         else:
             position = self._now(task)
         needed = needed_batch(position)
-        rows = self._read_feed(task, position, count, block_ms or None)
+        rows = self._read_feed(task, position, count, block_ms or None, max_bytes or self.page_bytes)
         if rows and rows[0][BATCH_ID] > needed:  # skipped batches: empty ones, or lost while the read waited
             self._check_feed(task, position)
         if rows:
@@ -378,12 +380,12 @@ class ResultStore:
         return [project(row, projection) for row in select(rows, conditions)], feed_cursor(task, position)
 
     def _read_feed(
-        self, task: str, position: tuple[int, int] | None, count: int, block_ms: int | None
+        self, task: str, position: tuple[int, int] | None, count: int, block_ms: int | None, max_bytes: int
     ) -> list[dict[str, Any]]:
         """The feed's rows after `position`; Gone (or TryAgain) when a piece it names left Redis meanwhile."""
         assert self.feed_client is not None
         try:
-            return redis_feed.read_feed(self.feed_client, task, self.namespace, position, count, block_ms)
+            return redis_feed.read_feed(self.feed_client, task, self.namespace, position, count, block_ms, max_bytes)
         except redis_feed.PieceGone:
             self._check_feed(task, position)
             raise TryAgain("the feed moved while it was read; retry") from None
@@ -462,13 +464,13 @@ class ResultStore:
         )
 
     def _follow_parquet(
-        self, task: str, position: tuple[int, int], upto: int, count: int
+        self, task: str, position: tuple[int, int], upto: int, count: int, max_bytes: int
     ) -> tuple[list[dict[str, Any]], tuple[int, int], bool]:
         """Rows after `position` of batches up to `upto`, from Parquet (a resume cursor), the position after them,
         and whether batch `upto` is read to its end (the feed takes over from there)."""
         if self._replay is None:
             raise NotFound("cursor: resuming from Parquet needs the Parquet tier (sinks.parquet)")
-        read = self._replay.rows_after(task, position, upto, count)
+        read = self._replay.rows_after(task, position, upto, count, max_bytes)
         if read is None:
             last = self._parquet.last_committed(task) if self._parquet is not None else None
             if last is None or last < upto:

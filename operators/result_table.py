@@ -41,6 +41,7 @@ MAX_BATCH_ID = 2**53 - 1  # batch ids must survive a round trip through a double
 # piece below, so slots number their rows without knowing each other's counts and (batch, row) stays unique.
 PIECE_ROW_BITS = 32
 MAX_PIECE = 2 ** (53 - PIECE_ROW_BITS) - 1  # rows stay below 2^53 (exact in doubles, Lua numbers, JSON readers)
+FIXED_BYTES = 8  # what `row_bytes` counts for a value that is not a string (int64, float64, bool)
 
 _IDENTIFIER = re.compile(IDENTIFIER)
 
@@ -187,6 +188,23 @@ def result_times(table: pa.Table) -> np.ndarray:
     if table.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
     return pc.max_element_wise(*columns).to_numpy().astype(np.int64, copy=False)
+
+
+def row_bytes(table: pa.Table, leaves: list[str] | None = None) -> np.ndarray:
+    """Bytes of each row's values (strings by their length, other values 8): what a chunk or a page is bounded by.
+    `leaves`: the `stream.field` names counted (None: every stream field)."""
+    sizes = np.zeros(table.num_rows, dtype=np.int64)
+    for stream in stream_timestamps(table.schema):
+        column = table.column(stream)
+        for child in column.type:
+            if leaves is not None and f"{stream}.{child.name}" not in leaves:
+                continue
+            if pa.types.is_string(child.type) or pa.types.is_large_string(child.type):
+                lengths = pc.binary_length(pc.struct_field(column, child.name))
+                sizes += lengths.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            else:
+                sizes += FIXED_BYTES
+    return sizes
 
 
 def order_results(table: pa.Table, order: str) -> pa.Table:

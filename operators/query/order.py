@@ -3,6 +3,8 @@ and the first keys seen so far (bounded in rows and bytes), so that a read of th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from windjoin.operators.query.fields import Key
@@ -60,3 +62,25 @@ class FirstKeys:
                 self.cut = True
                 order = order[: max(fits, 1)]
         self.keys, self.where, self.sizes = keys[order], where[order], sizes[order]
+
+
+@dataclass
+class ReadBudget:
+    """The bytes of row values a read in commit order may still take (the feed, a Parquet replay); its first row
+    is taken whatever its size."""
+
+    left: int
+    rows: int = 0
+
+    def take(self, sizes: np.ndarray) -> int:
+        """How many of the next rows (of these sizes) fit; their bytes are taken, and all that is left once a row
+        does not fit (the rows a read returns are consecutive)."""
+        if not len(sizes):
+            return 0
+        ends = np.cumsum(sizes)
+        fits = int(np.searchsorted(ends, self.left, side="right"))
+        if not fits and not self.rows and len(sizes):
+            fits = 1
+        self.left = self.left - int(ends[fits - 1]) if fits == len(sizes) else 0
+        self.rows += fits
+        return fits

@@ -329,7 +329,9 @@ def create_app(
         def first() -> tuple[Subscription, Chunk]:
             """Validate everything and read the first page, so that a bad query is a 4xx, not a broken stream."""
             conditions, names = parse_query(store, task, where, fields)
-            rows, next_cursor = store.follow(task, after, None if after else t_from, [], None, hub.config.page_rows, 0)
+            start_ms = None if after else t_from
+            config = hub.config
+            rows, next_cursor = store.follow(task, after, start_ms, [], None, config.page_rows, 0, config.read_bytes)
             start = after if after else (None if rows else next_cursor)
             return Subscription(hub, task, start, conditions, names), Chunk(rows, next_cursor)
 

@@ -100,15 +100,18 @@ class Subscriber:
 
 @dataclass
 class FeedConfig:
-    """Fan-out settings. A subscriber holds at most queue_size x page_rows rows pending.
+    """Fan-out settings. A subscriber holds at most queue_size chunks pending, each at most page_rows rows and
+    about read_bytes of row values: a task's feed holds at most about queue_size x read_bytes however large its
+    rows.
 
-    A store read takes whole feed entries (whole batches) from Redis however few rows it keeps, so the reader and
-    catch-ups read `read_rows` at a time and cut them into chunks (events) of `page_rows`."""
+    The reader and catch-ups read `read_rows` rows (and at most about `read_bytes`) at a time and cut them into
+    chunks (events) of `page_rows`."""
 
     queue_size: int = 64  # chunks a subscriber may have pending before it counts as slow
     page_rows: int = 1000  # rows per chunk, i.e. at most per event
     block_ms: int = 1000  # how long the task reader waits in Redis for new rows per read
     read_rows: int = MAX_LIMIT  # rows per store read (at least page_rows, at most MAX_LIMIT)
+    read_bytes: int = 1 << 20  # bytes of row values per store read (about: its first row always)
 
     @property
     def read_count(self) -> int:
@@ -148,6 +151,7 @@ class TaskFeed:
                     None,
                     self.config.read_count,
                     self.config.block_ms,
+                    self.config.read_bytes,
                     limiter=self.limiter,
                 )
                 for chunk in pages(self.task, rows, cursor, self.config.page_rows):
@@ -256,7 +260,7 @@ class Subscription:
         config = self.hub.config
         try:
             rows, cursor = await to_thread.run_sync(
-                self.hub.store.follow, self.task, self.cursor, None, [], None, config.read_count, 0
+                self.hub.store.follow, self.task, self.cursor, None, [], None, config.read_count, 0, config.read_bytes
             )
         except Exception as err:
             raise FeedLost(_reason(err)) from err

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from tests.connectors.sink_cases import SPEC, large_table
 from windjoin.connectors import redis_pieces
-from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk, encode_piece, row_bytes
+from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk, encode_piece
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.sink_owner import StaleBatchError
-from windjoin.operators.result_table import result_times, table_from_records
+from windjoin.operators.result_table import result_times, row_bytes, table_from_records
 
 MAX_TIME = 2**53 - 1
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -11,9 +11,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from tests.connectors.sink_cases import SPEC
+from windjoin.connectors import parquet_sink, redis_pieces
 from windjoin.connectors.parquet_replay import ParquetReplay
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_feed import feed_coverage, read_feed
@@ -176,7 +178,11 @@ def test_a_pickled_redis_sink_stages_with_its_own_client(redis_sink: RedisSink) 
     assert [r["row"] for r in rows] == [2**32]
 
 
-def test_feed_and_parquet_replay_agree_on_positions_across_pieces(tmp_path: Path, redis_sink: RedisSink) -> None:
+def test_feed_and_parquet_replay_agree_on_positions_across_pieces(
+    tmp_path: Path, redis_sink: RedisSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_pieces, "CHUNK_ROWS", 2)  # pieces of several chunks, files of several row groups
+    monkeypatch.setattr(parquet_sink, "GROUP_BYTES", 100)  # a row here is 50 bytes of values: 2 rows a group
     parquet = ParquetSink(tmp_path)
     batches = {0: {0: piece(0, [1, 2, 3]), 2: piece(0, [4, 5])}, 1: {1: piece(1, [6])}, 2: {}}
     for batch, pieces in batches.items():
@@ -186,24 +192,30 @@ def test_feed_and_parquet_replay_agree_on_positions_across_pieces(tmp_path: Path
             commit(sink, batch, pieces)
     replay = ParquetReplay(parquet, SnapshotStore(tmp_path))
 
-    def walk(read: Any, count: int) -> list[tuple[int, int]]:
+    assert pq.read_metadata(parquet.batch_files("a", 0)[0]).num_row_groups == 2
+
+    def walk(read: Any, count: int, max_bytes: int | None = None) -> list[tuple[int, int]]:
         seen, cursor = [], None
-        while rows := read(cursor, count):
+        while rows := read(cursor, count, max_bytes):
+            assert max_bytes is None or len(rows) <= max(1, max_bytes // 50)  # bounded in bytes too
             seen += [(r["batch_id"], r["row"]) for r in rows]
             cursor = seen[-1]
         return seen
 
-    def from_feed(cursor: Any, count: int) -> list[dict]:
-        return read_feed(redis_sink.client, "a", redis_sink.namespace, cursor, count, None)
+    def from_feed(cursor: Any, count: int, max_bytes: int | None = None) -> list[dict]:
+        return read_feed(redis_sink.client, "a", redis_sink.namespace, cursor, count, None, max_bytes)
 
-    def from_parquet(cursor: Any, count: int) -> list[dict]:
-        rows, _ = replay.rows_after("a", cursor or (0, -1), 2, count)
+    def from_parquet(cursor: Any, count: int, max_bytes: int | None = None) -> list[dict]:
+        rows, _ = replay.rows_after("a", cursor or (0, -1), 2, count, max_bytes)
         return rows
 
     expected = [(0, 0), (0, 1), (0, 2), (0, 2 << 32), (0, (2 << 32) + 1), (1, 1 << 32)]
     for count in (1, 2, 4, 100):
         assert walk(from_feed, count) == expected
         assert walk(from_parquet, count) == expected
+    for max_bytes in (1, 120, 175):  # below one row (the first always comes), 2 rows, 3 rows
+        assert walk(from_feed, 100, max_bytes) == expected
+        assert walk(from_parquet, 100, max_bytes) == expected
     assert [r["row"] for r in from_feed((0, 1), 2)] == [2, 2 << 32]
     assert [r["row"] for r in from_parquet((0, 1), 2)] == [2, 2 << 32]
     assert [r["batch_id"] for r in from_feed((0, FEED_END), 5)] == [1]

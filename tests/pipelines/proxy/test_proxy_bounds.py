@@ -2,7 +2,8 @@
 redis-server (SLOWLOG at 50 ms) and Parquet.
 
 - Rows of 100 kB strings: no Redis call over 50 ms (the job's writes included), a full page (limit 10000) is cut
-  at the page's bytes and raises the proxy's peak RSS by less than 50 MB; paging on gives every row once, in order.
+  at the page's bytes and raises the proxy's peak RSS by less than 50 MB; paging on gives every row once, in order;
+  a continuous query from the start gets them all in events of about a MiB at most.
 - A query whose `where` matches nothing over a large history answers at its time budget with no rows and a cursor
   (not a scan to the end); following the cursors ends with every page on time, and a query that does match pages
   through the same rows as without a budget.
@@ -14,6 +15,7 @@ redis-server (SLOWLOG at 50 ms) and Parquet.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -99,6 +101,20 @@ def test_rows_of_100_kb_strings_stay_bounded(private_redis: str, tmp_path: Path)
         assert peak - before < 50 * MB, (before / MB, peak / MB)
         seen = [r for p, _ in pages(client, url, {"from": 0, "to": SPAN, "limit": 10_000}) for r in p["rows"]]
         assert [(r["result_time"], r["batch_id"], r["row"]) for r in seen] == [key[:3] for key in keys]
+        # the continuous query from the start: events of about a MiB of values at most, every row once in order
+        events, followed = [], []
+        with client.stream("GET", f"{proxy.url}/v1/tasks/a/stream", params={"from": 0}) as stream:
+            lines = stream.iter_lines()
+            for line in lines:
+                if line == "event: results":
+                    data = next(lines)
+                    events.append(len(data))
+                    followed += json.loads(data.removeprefix("data: "))
+                if len(followed) >= len(keys):
+                    break
+        print(f"the stream: {len(events)} events, the largest {max(events) / MB:.2f} MB")
+        assert max(events) < 1.3 * MB
+        assert [(r["batch_id"], r["row"]) for r in followed] == sorted((key[1], key[2]) for key in keys)
     slow = admin.slowlog_get(128)
     assert slow == [], [(e["duration"], e["command"][:60]) for e in slow]
     sink.clear("a")
