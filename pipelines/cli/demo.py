@@ -1,11 +1,11 @@
 """`windjoin demo`: the whole system on one machine — local broker and Redis, generated load, the Spark join.
 
 Brings up the embedded services (reusing running ones), writes a spec with two tasks over two keyed streams,
-starts the streaming join, warms it up with a second of light load (its first batch starts Spark's Python
-workers), then starts the paper-000 load generator (`windjoin generate`, paced) in a subprocess, with a line of
-progress per batch (input and output rates, production delay, window size); stops once the load is over and
-drained, and says where the results are. Spark's and its Python workers' own output goes to a log file the demo
-names, not the terminal.
+starts the streaming join, warms it up with a second of the load (its first batch starts Spark's Python workers,
+and the reader learns each partition's density), waits until that is joined, then starts the paper-000 load
+generator (`windjoin generate`, paced) in a subprocess, with a line of progress per batch (input and output rates,
+production delay, window size); stops once the load is over and drained, and says where the results are. Spark's
+and its Python workers' own output goes to a log file the demo names, not the terminal.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from windjoin.pipelines.job.sinks import build_sinks
 
 STALL_S = 120
 DEMO_TOPIC_PARTITIONS = 4
-WARM_UP = (20.0, 1.0)  # events/s per stream, seconds: the load that starts the workers before the demo's
+WARM_UP_S = 1.0  # of the demo's load before its own: starts the workers, and the reader learns its density
 
 
 def demo_spec(run: str, out_dir: Path, redis_url: str) -> dict:
@@ -162,8 +162,11 @@ def run_demo(out_dir: Path, rate: float, duration: float, keys: int) -> None:
                 raise click.ClickException(f"no batch for {STALL_S} s; see Spark's log: {spark_log}")
             time.sleep(0.2)
 
-    click.echo("join job started; warming it up (its first batch starts the workers)", err=True)
-    generator = generate(*WARM_UP)
+    click.echo(
+        f"join job started; warming it up with {WARM_UP_S:.0f} s of the load (its first batch starts the workers)",
+        err=True,
+    )
+    generator = generate(rate, WARM_UP_S)
     totals["last"] = time.time()
     try:
         wait(lambda: totals["records"] > 0 and generator.poll() is not None and drained())
