@@ -10,12 +10,12 @@ checkpointing) opens them with the job's `open_pieces` and counts the rows into 
 
 from __future__ import annotations
 
-import json
 import statistics
-import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from benchmarks.spark_floor import measured_progress
 
 
 def pieces_floor(spark: Any, seconds: float, workdir: Path, rows: int) -> dict[str, Any]:
@@ -34,9 +34,7 @@ def pieces_floor(spark: Any, seconds: float, workdir: Path, rows: int) -> dict[s
         .trigger(processingTime="0 seconds")
         .start()
     )
-    time.sleep(seconds)
-    progress = [json.loads(p.json) for p in query.recentProgress][2:]
-    query.stop()
+    progress = measured_progress(query, seconds)
     batch_ms = [p["durationMs"].get("triggerExecution", 0) for p in progress]
     out = {
         "batches": len(batch_ms),

@@ -40,9 +40,7 @@ def floor(
             .trigger(processingTime=f"{trigger_s} seconds")
             .start()
         )
-        time.sleep(seconds)
-        progress = [json.loads(p.json) for p in query.recentProgress][2:]
-        query.stop()
+        progress = measured_progress(query, seconds)
         batch_ms = [p["durationMs"].get("triggerExecution", 0) for p in progress]
         rows = [p.get("numInputRows", 0) for p in progress]
         out[kind] = {
@@ -53,6 +51,19 @@ def floor(
         }
         print(f"floor {kind}: {out[kind]}", flush=True)
     return out
+
+
+def measured_progress(query: Any, seconds: float, warmup: int = 2, at_least: int = 5) -> list[dict]:
+    """The query's progress reports after its first `warmup` batches (their start-up is not the floor), once it
+    ran `seconds` and made at least `at_least` more, or after 6x `seconds` at most (a slow machine's first
+    transformWithState batches can take most of a short probe); then the query stops."""
+    deadline = time.monotonic() + seconds
+    give_up = time.monotonic() + 6 * seconds
+    while time.monotonic() < deadline or (len(query.recentProgress) < warmup + at_least and time.monotonic() < give_up):
+        time.sleep(0.5)
+    progress = [json.loads(p.json) for p in query.recentProgress][warmup:]
+    query.stop()
+    return progress
 
 
 def _wide(source: Any) -> Any:

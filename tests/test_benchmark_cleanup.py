@@ -82,6 +82,7 @@ def test_latency_benchmark_stops_its_services_and_generator_when_a_phase_fails(
     run = Run(monkeypatch)
     monkeypatch.setattr("windjoin.connectors.spark_session.build_local_spark", lambda **_: run.spark)
     monkeypatch.setattr(latency, "floor", lambda *_a, **_k: {"stateful": {"batch_ms_median": 1.0}})
+    monkeypatch.setattr(latency, "pieces_floor", lambda *_a, **_k: {"batch_ms_median": 1.0})
 
     def failing_variant(_spark: Any, bootstrap: str, _redis: str, workdir: Path, *_a: Any) -> dict:
         run.start_generator_and_fail(error, bootstrap, workdir)
