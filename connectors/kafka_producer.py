@@ -6,10 +6,13 @@ silently loses records. `produce_batch` flushes and raises `DeliveryError` if an
 
 from __future__ import annotations
 
+import contextlib
+import json
+import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 Payload = bytes | str | None
 Record = tuple[Payload, Payload, int | None]  # (key, value, event timestamp in ms since epoch or None)
@@ -28,7 +31,7 @@ class DeliveryError(RuntimeError):
 class BatchProducer:
     """Produces batches to Kafka; each `produce_batch` call returns only when all records are acknowledged."""
 
-    def __init__(self, bootstrap: str, config: Mapping[str, object] | None = None) -> None:
+    def __init__(self, bootstrap: str, config: Mapping[str, object] | None = None, report_state: bool = False) -> None:
         # acks=all and idempotence keep retries from duplicating or reordering records.
         settings: dict[str, object] = {
             "bootstrap.servers": bootstrap,
@@ -37,7 +40,27 @@ class BatchProducer:
             "linger.ms": 5,
         }
         settings.update(config or {})
+        self._idempotence_state: str | None = None
+        if report_state:  # librdkafka's statistics carry the idempotent producer's state (for `wait_until_ready`)
+            settings.update({"statistics.interval.ms": 100, "stats_cb": self._on_statistics})
         self._producer = Producer(settings)
+
+    def _on_statistics(self, statistics: str) -> None:
+        self._idempotence_state = json.loads(statistics).get("eos", {}).get("idemp_state")
+
+    def wait_until_ready(self, timeout_s: float = 10.0) -> bool:
+        """Wait until the idempotent producer holds its producer id; False if not within `timeout_s` (needs
+        `report_state`). librdkafka asks for the id only once it knows a broker by its id, and retries every
+        0.5 s: left alone, the first records of a paced schedule wait ~1 s for it. A metadata request up front
+        names the brokers at once (the id then comes in ~0.1 s)."""
+        deadline = time.monotonic() + timeout_s
+        with contextlib.suppress(KafkaException):  # only a head start: the id may still come
+            self._producer.list_topics(timeout=timeout_s)
+        while self._idempotence_state != "Assigned":
+            if time.monotonic() > deadline:
+                return False
+            self._producer.poll(0.02)
+        return True
 
     def produce_batch(
         self,

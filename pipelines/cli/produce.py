@@ -292,9 +292,11 @@ def generate(
     security = client_security(spec)
     # Pre-encoded: delivery reports for failures only (a Python callback per record costs the loop its time).
     reports = {"delivery.report.only.error": True} if pace and preencode else {}
-    with BatchProducer(bootstrap, {**PRODUCER_CONFIG, **reports, **security}) as producer:
+    with BatchProducer(bootstrap, {**PRODUCER_CONFIG, **reports, **security}, report_state=pace) as producer:
         topics = [e.topic for e in encoders.values()]
         _say_topics(ensure_topics(bootstrap, topics, topic_partitions, security))  # type: ignore[arg-type]
+        if pace and not producer.wait_until_ready(timeout_s=10.0):  # time 0 comes after: the schedule is kept
+            click.echo("the producer has no producer id after 10 s; pacing starts anyway", err=True)
         schedule = Schedule(rate, duration, seed, skew, keys, skew_over, pace, pace and preencode)
         _generate(producer, spec, encoders, schedule, progress)
 
@@ -393,8 +395,8 @@ def _generate(
         err=True,
     )
     if lags:
-        # The first batch waits for the idempotent producer's id (librdkafka retries every ~0.5 s); pacing is
-        # re-based after it, so event times then run that much behind the wall clock, and later lags are steady.
+        # The producer holds its id before time 0 (`wait_until_ready`); a first batch late all the same (a slow
+        # broker) re-bases pacing, so event times then run that much behind the wall clock, and later lags are steady.
         steady = lags[1:] or [0.0]
         click.echo(
             f"start-up: first batch acknowledged {max(lags[0], 0.0):.3f} s after it was due (pacing re-based); "
