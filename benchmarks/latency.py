@@ -38,6 +38,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,17 +100,7 @@ def run_variant(
     outcomes: list = []
     log = workdir / f"generator-{label}.log"
     query = start_job(spark, loaded, bootstrap, build_sinks(loaded), on_batch=outcomes.append, fresh_sinks=True)
-    generator = None
-    try:
-        time.sleep(3)  # the source plans its first batch on empty topics
-        generator = run_generator(generate_cmd(path, bootstrap, params, args.rate, args.seconds, pace=True), log)
-        started_ms = schedule_start_ms(log, generator)  # the load is encoded first; its schedule starts then
-        generator.wait(max(0.0, started_ms / 1000 - time.time()) + args.seconds + 60)
-        time.sleep(5)  # the last records' batch
-    finally:
-        if generator is not None:
-            stop_process(generator)
-        query.stop()
+    started_ms = paced_load(query, path, bootstrap, params, args, log)
     lag_s, steady_lag = generator_lags(log)
     since_ms = started_ms + int(args.warmup * 1000)
     emitted, visible = DelayHistogram(), DelayHistogram()
@@ -160,6 +151,33 @@ def run_variant(
     return result
 
 
+def paced_load(
+    query: Any,
+    path: Path,
+    bootstrap: str,
+    params: Params,
+    args: argparse.Namespace,
+    log: Path,
+    on_start: Callable[[int], None] | None = None,
+) -> int:
+    """Run `windjoin generate` paced at `args.rate` for `args.seconds` into the running `query`, then stop both;
+    return the schedule's start (epoch ms; `on_start` hears it as soon as it is known)."""
+    generator = None
+    try:
+        time.sleep(3)  # the source plans its first batch on empty topics
+        generator = run_generator(generate_cmd(path, bootstrap, params, args.rate, args.seconds, pace=True), log)
+        started_ms = schedule_start_ms(log, generator)  # the load is encoded first; its schedule starts then
+        if on_start is not None:
+            on_start(started_ms)
+        generator.wait(max(0.0, started_ms / 1000 - time.time()) + args.seconds + 60)
+        time.sleep(5)  # the last records' batch
+    finally:
+        if generator is not None:
+            stop_process(generator)
+        query.stop()
+    return started_ms
+
+
 def run_builtin(spark: Any, bootstrap: str, workdir: Path, config: str, args: argparse.Namespace) -> dict[str, Any]:
     """One paced run of Spark's built-in join in configuration `config`: delays to the sink and to the batch's
     end, batch times, what ran."""
@@ -181,18 +199,11 @@ def run_builtin(spark: Any, bootstrap: str, workdir: Path, config: str, args: ar
     sink, checkpoint = BuiltinSink(since_ms=2**62), workdir / f"ckpt-bi-{config}"
     log = workdir / f"generator-bi-{config}.log"
     query = start_builtin(spark, config, topics, bootstrap, sink, checkpoint, params.max_offsets, 10_000, 2000)
-    generator = None
-    try:
-        time.sleep(3)  # the first (empty) batch
-        generator = run_generator(generate_cmd(path, bootstrap, params, args.rate, args.seconds, pace=True), log)
-        started_ms = schedule_start_ms(log, generator)
-        sink.since_ms = started_ms + int(args.warmup * 1000)
-        generator.wait(max(0.0, started_ms / 1000 - time.time()) + args.seconds + 60)
-        time.sleep(5)  # the last records' batch
-    finally:
-        if generator is not None:
-            stop_process(generator)
-        query.stop()
+
+    def started(at_ms: int) -> None:
+        sink.since_ms = at_ms + int(args.warmup * 1000)
+
+    paced_load(query, path, bootstrap, params, args, log, on_start=started)
     lag_s, steady_lag = generator_lags(log)
     ends = batch_ends_ms(progress_rows(query))
     committed = DelayHistogram()
