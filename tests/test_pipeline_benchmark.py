@@ -37,7 +37,8 @@ def test_pipeline_benchmark_quick_run(tmp_path):
     for name, run in configs.items():
         assert run["throughput"]["rows_per_s"] > 0 and all(row["evidence"]["in_effect"] for row in run["sweep"]), name
     assert result["builtin"]["config"] == max(configs, key=lambda c: configs[c]["throughput"]["rows_per_s"])
-    assert result["builtin"]["paced_own"]["config"] == result["builtin"]["config"]
+    assert result["builtin"]["paced_at_builtin_rate"]["config"] == result["builtin"]["config"]
+    assert result["windjoin"]["paced_at_builtin_rate"]["rate"] == result["builtin"]["paced_at_builtin_rate"]["rate"]
     assert result["windjoin"]["paced"]["delay_emitted"]["p50_ms"] is not None
     assert result["ratio_throughput"] > 0
     for kind in ("noop", "stateful"):  # Spark's own floor at the job's batch size, same run
