@@ -1010,7 +1010,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"built-in baseline: the faster configuration, {bi['config']}", flush=True)
         # Spark's own floor at the join job's batch size and row shape (rate source, no Kafka, no join)
         batch_rows = (wj["throughput"].get("profile") or {}).get("rows") or params.max_offsets
-        result["floor"] = floor(spark, params.floor_seconds, workdir, batch_rows / 2, trigger_s=2, wide=True)
+        # a 4 s trigger the floor keeps up with, so that every batch holds batch_rows (a slower one grows them)
+        result["floor"] = floor(spark, params.floor_seconds, workdir, batch_rows / 4, trigger_s=4, wide=True)
         if not wj["throughput"]["rows_per_s"]:  # the paced phases run at a fraction of it
             raise RuntimeError(
                 f"windjoin reached no steady batch within {params.throughput_seconds:g} s (load {load_avg()}): "
