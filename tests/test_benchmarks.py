@@ -49,4 +49,6 @@ def test_latency_benchmark_quick_run(tmp_path):
         "p99_delay_at_most_1s_at_paper_rate",
         "fixed_cost_at_most_0_6s",
         "batch_time_over_floor",
+        "batch_time_over_pieces_floor",
     }
+    assert latency["floor"]["pieces"]["batch_ms_median"] > 0  # the job's own shape with nothing in it, same run
