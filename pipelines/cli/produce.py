@@ -280,7 +280,8 @@ def generate(
     Each stream: Poisson arrivals at RATE events/s; its join key (the stream's key, else its first eq field)
     drawn from a b-model with bias SKEW over KEYS values, the same model for every stream; other fields
     uniform (ints 1..10^4, floats [1, 10^4), 8-letter strings, fair bools). Event timestamps are the scheduled
-    arrival times from now on; with --pace (default) each event is produced at its time, with --no-pace at once.
+    arrival times from now on; with --pace (default) each event is produced at its time (the schedule starts once
+    the producer holds its idempotent producer id, so the first events are not held back), with --no-pace at once.
     """
     spec = load_spec_or_fail(spec_path)
     encoders = {name: _encoder(spec, name, validate_records=False) for name in spec.streams}
