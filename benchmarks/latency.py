@@ -313,7 +313,7 @@ def summarise(result: dict[str, Any]) -> None:
     result["targets"] = {
         "p99_delay_at_most_1s_at_paper_rate": (p99(best_run) or float("inf")) <= 1000,
         "fixed_cost_at_most_0_6s": (best_run["fitted_fixed_ms"] or float("inf")) <= 600,
-        "batch_time_over_floor": None if not stateful_floor else best_run["batch_ms_median"] / stateful_floor,
+        "batch_time_over_floor": _ratio(best_run["batch_ms_median"], stateful_floor),
         "batch_time_over_pieces_floor": _ratio(
             best_run["batch_ms_median"], result["floor"]["pieces"]["batch_ms_median"]
         ),

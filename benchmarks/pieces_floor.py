@@ -52,6 +52,8 @@ def _source(rows: int, labels: tuple[int, ...]) -> Any:
 
     from windjoin.pipelines.job.slot_pieces import PIECE_DDL, PieceBuffer
 
+    schema = _schema()  # a value the workers get with the class, not a call into this module
+
     class Reader(DataSourceStreamReader):
         def __init__(self) -> None:
             self.batch = 0
@@ -70,9 +72,9 @@ def _source(rows: int, labels: tuple[int, ...]) -> Any:
             batch, task = partition.value
             rng = np.random.default_rng(batch * 2 + task)
             n = rows // 2
-            table = pa.table({f"c{i}": rng.integers(0, 10**7, n) if i % 2 == 0 else rng.random(n) for i in range(14)})
-            slot = pa.array(np.asarray(labels, np.int32)[np.arange(table.num_rows) % len(labels)])
-            table = table.append_column("slot", slot)
+            columns = [rng.integers(0, 10**7, n) if i % 2 == 0 else rng.random(n) for i in range(14)]
+            slot = np.asarray(labels, np.int32)[np.arange(n) % len(labels)]
+            table = pa.Table.from_arrays([*columns, slot], schema=schema)
             pieces = PieceBuffer(table.schema)
             for adapted in table.to_batches():
                 yield from pieces.add(adapted)
@@ -95,17 +97,23 @@ def _source(rows: int, labels: tuple[int, ...]) -> Any:
     return Source
 
 
+def _schema() -> Any:
+    """The source's rows: 14 numeric columns (int64 and float64 in turn) and the slot."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [*((f"c{i}", pa.int64() if i % 2 == 0 else pa.float64()) for i in range(14)), ("slot", pa.int32())]
+    )
+
+
 def _count_pieces(source: Any) -> Any:
     import pandas as pd
-    import pyarrow as pa
     from pyspark.sql.streaming import StatefulProcessor
     from pyspark.sql.types import LongType, StructField, StructType
 
     from windjoin.pipelines.job.slot_pieces import open_pieces
 
-    schema = pa.schema(
-        [*((f"c{i}", pa.int64() if i % 2 == 0 else pa.float64()) for i in range(14)), ("slot", pa.int32())]
-    )
+    schema = _schema()
 
     class CountPieces(StatefulProcessor):
         def init(self, handle: Any) -> None:
