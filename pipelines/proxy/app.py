@@ -25,7 +25,7 @@ from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
 
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.operators.query import errors
@@ -348,8 +348,6 @@ def create_app(
                 async for kind, data in subscription.events(chunk):
                     if kind == "results":
                         metrics.rows.labels("stream").inc(data.rows)
-                        if data.frame is None:  # one encoding per chunk for all subscribers of the same selection
-                            data.frame = ServerSentEvent(data.text, event="results", id=data.cursor).encode()
                         yield data.frame
                     elif kind == "ready":
                         yield {"event": "ready", "id": data["cursor"], "data": orjson.dumps(data).decode()}

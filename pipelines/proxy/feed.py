@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -37,13 +38,21 @@ SLOW_CONSUMER = "slow consumer"
 @dataclass(eq=False)
 class Kept:
     """What a selection keeps of a chunk: the JSON array of its rows (projected), their number and the cursor after
-    the chunk. `frame` is free for the HTTP layer to memoise its encoding of the event in: subscribers with the
-    same selection share one `Kept` per chunk, hence one encoding."""
+    the chunk. Subscribers with the same selection share one `Kept` per chunk, hence one encoding of its event."""
 
-    text: str
+    json: bytes
     rows: int
     cursor: str
-    frame: Any = None
+
+    @functools.cached_property
+    def frame(self) -> bytes:
+        """The chunk's "results" server-sent event, built once for every subscriber that shares it.
+
+        Built here rather than by sse_starlette's `ServerSentEvent.encode`, which splits the data on line breaks
+        with a regular expression and copies it three times: a tenth of the proxy's CPU at 32 whole-stream
+        subscribers. The JSON has no line break (orjson escapes them in strings) and the cursor is plain text, so
+        the event is these three lines (sse_starlette's field order and CRLF separator)."""
+        return b"id: %s\r\nevent: results\r\ndata: %s\r\n\r\n" % (self.cursor.encode(), self.json)
 
 
 @dataclass(frozen=True)
@@ -283,7 +292,7 @@ class Subscription:
             found = chunk.kept[self.selection]
         else:
             selected = [project(r, self.fields) for r in select(rows, self.conditions)]
-            found = Kept(orjson.dumps(selected).decode(), len(selected), chunk.cursor)
+            found = Kept(orjson.dumps(selected), len(selected), chunk.cursor)
             if whole:
                 chunk.kept[self.selection] = found
         return found if found.rows else None

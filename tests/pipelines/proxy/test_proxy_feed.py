@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import orjson
+from sse_starlette import ServerSentEvent
+
 from windjoin.operators.query.cursors import decode_cursor, feed_cursor
-from windjoin.pipelines.proxy.feed import FeedConfig, pages
+from windjoin.pipelines.proxy.feed import FeedConfig, Kept, pages
 
 
 def test_pages_cut_a_read_into_chunks_whose_cursors_stand_after_their_last_rows() -> None:
@@ -23,3 +26,10 @@ def test_reads_take_at_least_a_page() -> None:
     assert FeedConfig(page_rows=7).read_count == 10_000
     assert FeedConfig(page_rows=20_000).read_count == 10_000  # follow reads at most MAX_LIMIT rows
     assert FeedConfig(page_rows=500, read_rows=100).read_count == 500
+
+
+def test_a_results_frame_is_the_event_sse_starlette_would_encode() -> None:
+    rows = [{"R": {"s": "a\nb\r\nc", "k": 1}, "batch_id": 3, "row": 0}, {"R": {"s": "\u00e9\u2028", "k": 2}}]
+    kept = Kept(orjson.dumps(rows), 2, feed_cursor("a", (3, 1)))
+    assert kept.frame == ServerSentEvent(kept.json.decode(), event="results", id=kept.cursor).encode()
+    assert kept.frame is kept.frame  # built once for all its subscribers
