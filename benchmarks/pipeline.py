@@ -28,16 +28,18 @@ than a paced rate ramp because it measures the processing capacity directly, ind
 speed on the same 2 cores, and every system sees exactly the same records; the paced runs below check the rates
 live (a system that keeps up paced above its "sustained" rate shows that the sweep missed its best batch size).
 
-Production delay: fresh topics, the query started first, then `windjoin generate --pace --preencode` produces at
-80% of windjoin's sustained rate for T seconds (event time = scheduled wall time, so delay = emission -
-max(R.ts, S.ts)). The load is encoded before its schedule starts, so that beside a saturated Spark it only sends
-(`benchmarks.paced_load`); a phase whose generator still ran behind its schedule by more than 0.2 s (p99 of its
-50-ms slices) is marked void. windjoin's pairs carry `emitted_at` (stamped in the stateful operator); both systems
-also get the time the foreachBatch sink holds the pairs (built-in: after the batch's action returns), which is the
-comparable figure. Pairs whose result time falls in the first `--paced-warmup` seconds of the schedule are left
-out. Delays are corrected by the generator's start-up lag (it re-bases its pacing if its first batch was late, so
-arrivals trail event times by that constant). The built-in join is run paced at the same rate, and both systems
-at 80% of the built-in join's sustained rate (a rate the generator keeps beside either of them).
+Production delay: fresh topics, the query started first, then `windjoin generate --pace --preencode` produces at 80%
+of windjoin's sustained rate for T seconds (event time = scheduled wall time, so delay = emission - max(R.ts,
+S.ts)). The load is encoded before its schedule starts, so that beside a saturated Spark it only sends
+(`benchmarks.paced_load`), and Spark runs at a lower CPU priority than the generator (`benchmarks.spark_priority`:
+even pre-encoded, the generator fell ~5 s behind beside a saturated Spark); a phase whose generator still ran behind
+its schedule by more than 0.2 s (p99 of its 50-ms slices) is marked void. windjoin's pairs carry `emitted_at`
+(stamped in the stateful operator); both systems also get the time the foreachBatch sink holds the pairs (built-in:
+after the batch's action returns), which is the comparable figure. Pairs whose result time falls in the first
+`--paced-warmup` seconds of the schedule are left out. Delays are corrected by the generator's start-up lag (it
+re-bases its pacing if its first batch was late, so arrivals trail event times by that constant). The built-in join
+is run paced at the same rate, and both systems at 80% of the built-in join's sustained rate (a rate the generator
+keeps beside either of them).
 
 Sinks are not alike: windjoin's slots keep their pairs in the executors and report exact delay histograms with
 each batch's outcome (the benchmark counts those, no result reaches the driver); the built-in join's count sink
@@ -85,6 +87,7 @@ from benchmarks.paced_load import (
 from benchmarks.params_cli import add_param_flags, params_from
 from benchmarks.results_file import write_results
 from benchmarks.spark_floor import floor
+from benchmarks.spark_priority import SPARK_NICE, lower_spark_priority
 from benchmarks.teardown import exit_on_sigterm, tear_down
 
 # Re-exported for the benchmarks that take them from here (latency, shedding, declustering, splitjoin).
@@ -539,6 +542,7 @@ class Bench:
             deadline = time.monotonic() + 60
             while query.lastProgress is None and time.monotonic() < deadline:  # source planned, first trigger done
                 time.sleep(0.2)
+            lowered = lower_spark_priority(self.spark)  # the generator keeps its schedule beside a saturated Spark
             gen_log = self.workdir / f"generator-paced-{system}-{uuid.uuid4().hex[:4]}.log"
             proc = run_generator(generate_cmd(path, self.bootstrap, p, rate, p.paced_seconds, pace=True), gen_log)
             start_ms = schedule_start_ms(gen_log, proc)  # encoded in advance: the schedule starts after that
@@ -565,6 +569,7 @@ class Bench:
             "generator_startup_lag_s": startup_lag_s,
             "generator_lag": gen_lag,
             **verdict(gen_lag),
+            "spark_nice": {"nice": SPARK_NICE, "threads_lowered_at_start": lowered},
             "kept_up": drained,
             "backlog_rows_at_end": backlog,
             "pairs": sink.pairs,

@@ -64,3 +64,40 @@ def test_records_read_come_from_the_sources_offsets():
     assert records_read({"numInputRows": 2, "sources": [first]}) == 15
     assert records_read({"numInputRows": 2, "sources": [later, first]}) == 6 + 15  # the built-in join's two sources
     assert records_read({"numInputRows": 7, "sources": [{"startOffset": None, "endOffset": {"0": 7}}]}) is None
+
+
+def test_spark_runs_below_the_generator():
+    """Every thread of the JVM's process tree and of the driver process but its main thread is lowered; the main
+    thread, which starts the generators, keeps its priority. In a process of its own: the driver's threads stay
+    lowered."""
+    script = """
+import json, os, subprocess, sys, threading, time, types
+from benchmarks.spark_priority import lower_spark_priority
+nice = lambda tid: os.getpriority(os.PRIO_PROCESS, tid)
+base = nice(0)
+jvm = subprocess.Popen([sys.executable, "-c", "import subprocess; subprocess.run(['sleep', '30'])"],
+                       stdout=subprocess.DEVNULL, start_new_session=True)
+time.sleep(1)  # the "JVM" has started its "worker"
+stop = threading.Event()
+helper = threading.Thread(target=stop.wait)
+helper.start()
+spark = types.SimpleNamespace(sparkContext=types.SimpleNamespace(_gateway=types.SimpleNamespace(proc=jvm)))
+target = min(base + 3, 19)
+lowered = lower_spark_priority(spark, nice=target)
+tree = [jvm.pid] + [int(p) for p in open(f"/proc/{jvm.pid}/task/{jvm.pid}/children").read().split()]
+print(json.dumps({"base": base, "target": target, "lowered": lowered, "tree": [nice(p) for p in tree],
+                  "helper": nice(helper.native_id), "main": nice(threading.main_thread().native_id),
+                  "again": lower_spark_priority(spark, nice=target)}))
+stop.set()
+os.killpg(jvm.pid, 9)
+"""
+    import json
+    import subprocess
+    import sys
+
+    out = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60, check=True).stdout)
+    if out["base"] >= 19:
+        pytest.skip("running at the lowest priority already: nothing can be lowered")
+    target = out["target"]
+    assert out["tree"] == [target, target] and out["helper"] == target and out["main"] == out["base"]
+    assert out["lowered"] >= 3 and out["again"] == 0  # the JVM, its worker, the helper; then nothing left
