@@ -41,6 +41,7 @@ class BatchProducer:
         }
         settings.update(config or {})
         self._idempotence_state: str | None = None
+        self._reports_state = report_state
         if report_state:  # librdkafka's statistics carry the idempotent producer's state (for `wait_until_ready`)
             settings.update({"statistics.interval.ms": 100, "stats_cb": self._on_statistics})
         self._producer = Producer(settings)
@@ -53,6 +54,8 @@ class BatchProducer:
         `report_state`). librdkafka asks for the id only once it knows a broker by its id, and retries every
         0.5 s: left alone, the first records of a paced schedule wait ~1 s for it. A metadata request up front
         names the brokers at once (the id then comes in ~0.1 s)."""
+        if not self._reports_state:
+            raise ValueError("wait_until_ready needs BatchProducer(report_state=True): nothing reports the state")
         deadline = time.monotonic() + timeout_s
         with contextlib.suppress(KafkaException):  # only a head start: the id may still come
             self._producer.list_topics(timeout=timeout_s)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from windjoin.connectors.kafka_producer import BatchProducer
 
 
@@ -26,3 +28,9 @@ def test_a_producer_without_a_broker_is_not_ready_and_says_so_in_time() -> None:
         port = closed.getsockname()[1]
     producer = BatchProducer(f"127.0.0.1:{port}", {"message.timeout.ms": 1000}, report_state=True)
     assert producer.wait_until_ready(timeout_s=0.5) is False
+
+
+def test_waiting_for_a_state_nothing_reports_is_refused() -> None:
+    producer = BatchProducer("127.0.0.1:1")
+    with pytest.raises(ValueError, match="report_state=True"):
+        producer.wait_until_ready(timeout_s=0.1)
