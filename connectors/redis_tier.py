@@ -44,9 +44,10 @@ SPAN_STEP = 1000  # chunk entries per index step: a step holds Redis for well un
 # ~0.2 ns (HGET of a 1 MiB field: 227 us of Redis CPU against 30 us for a tiny one); five times that, so that
 # pacing errs on the side of the job's writes.
 REPLY_S_PER_BYTE = 1e-9
-# Redis' own CPU for a call beyond what its script measures (the request, entering Lua, the socket): an EVAL of
-# `return 1` took ~40 us of Redis CPU here (INFO cpu over 5,000 calls) while its script measures ~1 us.
-CALL_S = 40e-6
+# Redis' own CPU for a call beyond what its script measures (the request, entering Lua, the socket, the reply): a
+# span scan of 200k members made 210 calls that took 144 ms of Redis CPU over 3 s (INFO cpu; 8 ms of it idle
+# work), their scripts measured 103 ms: ~160 us a call (an EVAL of `return 1` alone costs ~40 us).
+CALL_S = 160e-6
 KEEP_CHUNKS = 4  # chunks a span read keeps (each about 1 MiB at most)
 
 # KEYS: meta. ARGV: snapshot id, its last batch. Records the snapshot as the boundary unless the recorded one is

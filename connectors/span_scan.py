@@ -142,18 +142,26 @@ def _offer(best: FirstKeys, part: Part, unit: int, span: Span, worst: Key | None
 
 
 def _rows(best: FirstKeys, units: list[Leaf], leaves: list[str]) -> list[tuple[Key, dict[str, Any]]]:
-    """The rows `best` holds, in key order: each unit's output leaves read once, only its winning rows kept."""
+    """The rows `best` holds, in key order: each unit's output leaves read once, only its winning rows kept, and
+    made into row dicts by Arrow (one struct array per unit: a dict built per row in Python was a quarter of the
+    proxy's CPU for 1 s spans)."""
+    streams: dict[str, list[str]] = {}
+    for leaf in leaves:
+        stream, _, name = leaf.partition(".")
+        streams.setdefault(stream, []).append(name)
     out: list[tuple[Key, dict[str, Any]] | None] = [None] * len(best.keys)
     for unit in np.unique(best.where[:, 0]).tolist():
         held = np.flatnonzero(best.where[:, 0] == unit)
-        table = units[unit].read([*leaves, EMITTED_AT], None).table
-        picked = table.take(pa.array(best.where[held, 1])).to_pylist()
-        for i, record in zip(held.tolist(), picked, strict=True):
-            t, b, r = best.keys[i].tolist()
-            row: dict[str, Any] = {}
-            for leaf in leaves:
-                stream, _, name = leaf.partition(".")
-                row.setdefault(stream, {})[name] = record[leaf]
-            row.update({BATCH_ID: b, ROW: r, EMITTED_AT: record[EMITTED_AT], RESULT_TIME: t})
-            out[i] = ((t, b, r), row)
+        table = units[unit].read([*leaves, EMITTED_AT], None).table.take(pa.array(best.where[held, 1]))
+        keys = best.keys[held]
+        columns = [
+            pa.StructArray.from_arrays([table.column(f"{s}.{n}").combine_chunks() for n in names], names=names)
+            for s, names in streams.items()
+        ]
+        columns += [pa.array(keys[:, 1]), pa.array(keys[:, 2]), table.column(EMITTED_AT).combine_chunks()]
+        columns.append(pa.array(keys[:, 0]))
+        fields = [*streams, BATCH_ID, ROW, EMITTED_AT, RESULT_TIME]
+        rows = pa.StructArray.from_arrays(columns, names=fields).to_pylist()
+        for i, key, row in zip(held.tolist(), keys.tolist(), rows, strict=True):
+            out[i] = (tuple(key), row)
     return [item for item in out if item is not None]

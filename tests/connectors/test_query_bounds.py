@@ -87,7 +87,8 @@ def test_no_query_holds_redis_for_50_ms(loaded: tuple[str, list[tuple[int, int, 
 
 def test_paced_reads_take_at_most_their_share_of_redis(loaded: tuple[str, list[tuple[int, int, int]]]) -> None:
     """A `where` matching nothing examines all 200k members; paced at 5% of Redis' time, Redis' own CPU time (INFO
-    cpu) over the query's wall time stays within that share, whatever the query's length."""
+    cpu) over the queries' wall time stays within that share, whatever the query's length. Measured over at least
+    2 s of queries: Redis' CPU time is counted in kernel ticks, too coarse for one 0.3 s query's 14 ms."""
     url, _ = loaded
     client = redis.Redis.from_url(url)
 
@@ -100,7 +101,8 @@ def test_paced_reads_take_at_most_their_share_of_redis(loaded: tuple[str, list[t
         store = ResultStore(make_spec(url, None), url, "wj", None, redis_share=share)
         where = [parse_condition("R.k=-1", store.fields("a"))]
         cpu, started = redis_cpu(), time.monotonic()
-        assert store.one_time("a", 0, 10**6, where, limit=10).rows == []
+        while time.monotonic() - started < 2.0:
+            assert store.one_time("a", 0, 10**6, where, limit=10).rows == []
         shares[share] = (redis_cpu() - cpu) / (time.monotonic() - started)
         store.close()
     print(f"Redis busy during the scan: unpaced {shares[1.0]:.1%}, paced at 5%: {shares[0.05]:.1%}")
