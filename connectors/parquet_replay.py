@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from windjoin.connectors.parquet_scan import readable
+from windjoin.connectors.parquet_scan import Footers, readable
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.query.cursors import FEED_END as _END
@@ -30,6 +30,7 @@ class ParquetReplay:
     def __init__(self, parquet: ParquetSink, snapshots: SnapshotStore) -> None:
         self.parquet = parquet
         self.snapshots = snapshots
+        self.footers = Footers(parquet)  # each batch's files and footers, read once (one-time queries share it)
 
     def retained(self, task: str) -> list[int]:
         """The committed batch ids readers may use, ascending: from the oldest retained snapshot's first batch
@@ -59,10 +60,10 @@ class ParquetReplay:
                 return rows, (upto, _END)
             if current not in retained:
                 return None
-            for piece, file in self.parquet.batch_pieces(task, current):
+            for piece, file, metadata in self.footers.pieces(task, current):
                 first = piece << PIECE_ROW_BITS  # the piece's rows are numbered from here (result_table.piece_rows)
                 read, whole = _piece_rows(
-                    task, current, file, first, max(0, last_row + 1 - first), count - len(rows), budget
+                    task, current, file, metadata, first, max(0, last_row + 1 - first), count - len(rows), budget
                 )
                 rows += read
                 if not whole:  # stopped inside the piece, at the count or the bytes
@@ -77,10 +78,7 @@ class ParquetReplay:
         emitted earlier: it reads as many footers as there are batches to replay (empty batches are skipped)."""
         found = None
         for batch in reversed([b for b in self.retained(task) if b < below]):
-            emitted = [
-                _first_emitted_at(readable(task, batch, lambda f=f: pq.read_metadata(f)))
-                for f in self.parquet.batch_files(task, batch)
-            ]
+            emitted = [_first_emitted_at(metadata) for _, _, metadata in self.footers.pieces(task, batch)]
             emitted = [e for e in emitted if e != _EMPTY]
             if not emitted:
                 continue
@@ -91,11 +89,17 @@ class ParquetReplay:
 
 
 def _piece_rows(
-    task: str, batch: int, file: Path, first: int, skip: int, count: int, budget: ReadBudget
+    task: str,
+    batch: int,
+    file: Path,
+    metadata: pq.FileMetaData,
+    first: int,
+    skip: int,
+    count: int,
+    budget: ReadBudget,
 ) -> tuple[list[dict[str, Any]], bool]:
-    """Up to `count` rows of a piece file from position `skip` on (its rows numbered from `first`), a row group at
-    a time within `budget`; and whether the file was read to its end."""
-    metadata = readable(task, batch, lambda: pq.read_metadata(file))
+    """Up to `count` rows of a piece file (footer `metadata`) from position `skip` on (its rows numbered from
+    `first`), a row group at a time within `budget`; and whether the file was read to its end."""
     handle = readable(task, batch, lambda: pq.ParquetFile(file, metadata=metadata))
     rows: list[dict[str, Any]] = []
     start = 0  # the group's first position in the file

@@ -46,7 +46,7 @@ import redis
 
 from windjoin.connectors import redis_feed, redis_tier, span_scan
 from windjoin.connectors.parquet_replay import ParquetReplay
-from windjoin.connectors.parquet_scan import EARLIEST, Batches, Footers
+from windjoin.connectors.parquet_scan import EARLIEST, Batches
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_client import RedisAuth, redis_client, spec_auth
 from windjoin.connectors.redis_keys import meta_key
@@ -136,7 +136,6 @@ class ResultStore:
         self.snapshot_store = None if parquet_path is None else SnapshotStore(parquet_path)
         self._parquet = None if parquet_path is None else ParquetSink(parquet_path)
         self._replay = None if self._parquet is None else ParquetReplay(self._parquet, self.snapshot_store)
-        self._footers = None if self._parquet is None else Footers(self._parquet)
         self.parquet_tail = parquet_tail
         self._pace = redis_tier.Pace(redis_share)
 
@@ -302,7 +301,6 @@ class ResultStore:
         up to it (snapshots then only prune), as scan units: one per snapshot overlapping the span, one for the
         batches no snapshot holds."""
         assert self.snapshot_store is not None and self._parquet is not None and self._replay is not None
-        assert self._footers is not None
         schema, bounds = self._schemas[task], (span.lower, span.upper)
 
         def overlaps(s: Snapshot) -> bool:
@@ -321,9 +319,9 @@ class ResultStore:
             held = [b for b in range(s.first_batch, s.last_batch + 1) if b in committed]
             committed.difference_update(held)
             if overlaps(s):
-                units.append(Batches(s.min_time, self._footers, task, held, schema, bounds))
+                units.append(Batches(s.min_time, self._replay.footers, task, held, schema, bounds))
         if upto_batch is not None and committed:  # batches no snapshot holds yet
-            units.append(Batches(EARLIEST, self._footers, task, sorted(committed), schema, bounds))
+            units.append(Batches(EARLIEST, self._replay.footers, task, sorted(committed), schema, bounds))
         return units
 
     # -- continuous queries -----------------------------------------------------------------------------------

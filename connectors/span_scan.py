@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windjoin.operators.query.conditions import Condition
-from windjoin.operators.query.fields import RESULT_TIME, ROW, Key
+from windjoin.operators.query.fields import RESULT_TIME, Key, result_rows
 from windjoin.operators.query.order import FirstKeys, after_mask, before_mask
 from windjoin.operators.query.selection import arrow_mask
 from windjoin.operators.result_table import BATCH_ID, EMITTED_AT
@@ -154,14 +154,12 @@ def _rows(best: FirstKeys, units: list[Leaf], leaves: list[str]) -> list[tuple[K
         held = np.flatnonzero(best.where[:, 0] == unit)
         table = units[unit].read([*leaves, EMITTED_AT], None).table.take(pa.array(best.where[held, 1]))
         keys = best.keys[held]
-        columns = [
-            pa.StructArray.from_arrays([table.column(f"{s}.{n}").combine_chunks() for n in names], names=names)
+        structs = {
+            s: pa.StructArray.from_arrays([table.column(f"{s}.{n}").combine_chunks() for n in names], names=names)
             for s, names in streams.items()
-        ]
-        columns += [pa.array(keys[:, 1]), pa.array(keys[:, 2]), table.column(EMITTED_AT).combine_chunks()]
-        columns.append(pa.array(keys[:, 0]))
-        fields = [*streams, BATCH_ID, ROW, EMITTED_AT, RESULT_TIME]
-        rows = pa.StructArray.from_arrays(columns, names=fields).to_pylist()
+        }
+        emitted_at = table.column(EMITTED_AT).combine_chunks()
+        rows = result_rows(structs, pa.array(keys[:, 1]), pa.array(keys[:, 2]), emitted_at, pa.array(keys[:, 0]))
         for i, key, row in zip(held.tolist(), keys.tolist(), rows, strict=True):
             out[i] = (tuple(key), row)
     return [item for item in out if item is not None]
