@@ -336,18 +336,25 @@ def _start_one(name: str, config: ServicesConfig, state_dir: Path, port: int | N
 
 
 def _wait_ready(service: RunningService, timeout_s: float, log_start: int) -> str | None:
-    """None once `service` answers; otherwise why it did not (exited, port conflict, timeout)."""
+    """None once `service` answers; otherwise why it did not (exited, port conflict, timeout).
+
+    The exit status is the only liveness check (`exit_code` polls our own child: it never loses the code, where an
+    `is_alive` in between could reap it unseen), and it is read after the deadline and the readiness check of each
+    round: a process that exits is reported with its code whenever it exits, never as a timeout nor as ready
+    (something else may answer on the port)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        if _ready(service):
-            return None
+        late = time.monotonic() >= deadline
+        answered = _ready(service)
         code = processes.exit_code(service.pid)
-        if code is not None or not processes.is_alive(service.pid):
+        if code is not None:
             return f"the process exited (code {code}) before answering"
+        if answered:
+            return None
         tail = processes.log_tail(Path(service.log), since=log_start)
         if any(m in tail for m in _PORT_IN_USE_MARKERS):
             return f"port {service.port} is already in use"
-        if time.monotonic() >= deadline:
+        if late:
             return f"no answer within {timeout_s:g} s"
         time.sleep(0.1)
 

@@ -207,6 +207,39 @@ def test_binary_that_exits_gives_clear_error(tmp_path: Path) -> None:
     assert services.status(config.state_dir) == []
 
 
+def test_a_binary_that_exits_is_reported_with_its_code_every_time(tmp_path: Path) -> None:
+    """50 starts of a broker that exits at once (after 0-49 ms, so the exit lands anywhere in a readiness round):
+    each is reported as an exit with code 3 and the log's last line, never as a timeout."""
+    t0 = time.monotonic()
+    for run in range(50):
+        fake = _script(tmp_path / f"fake-tansu-{run}", f'sleep 0.{run:03d}\necho "fatal: run {run}" >&2\nexit 3\n')
+        config = services.ServicesConfig(state_dir=tmp_path / f"svc{run}", redis=False, tansu_bin=fake)
+        with pytest.raises(services.ServiceStartError) as info:
+            services.up(config)
+        message = str(info.value)
+        assert "exited (code 3)" in message and f"fatal: run {run}" in message, f"run {run}: {message}"
+    assert time.monotonic() - t0 < 20
+
+
+def test_an_exit_between_two_checks_keeps_its_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded machine: the process exits while the readiness loop is between its checks (each check of the
+    exit status is slowed down); the code still reaches the error."""
+    check = services.processes.exit_code
+
+    def slow_check(pid: int) -> int | None:
+        code = check(pid)
+        time.sleep(0.05)
+        return code
+
+    monkeypatch.setattr(services.processes, "exit_code", slow_check)
+    fake = _script(tmp_path / "fake-tansu", 'sleep 0.02\necho "fatal: late" >&2\nexit 3\n')
+    for run in range(5):
+        config = services.ServicesConfig(state_dir=tmp_path / f"svc{run}", redis=False, tansu_bin=fake)
+        with pytest.raises(services.ServiceStartError) as info:
+            services.up(config)
+        assert "exited (code 3)" in str(info.value) and "fatal: late" in str(info.value), str(info.value)
+
+
 def test_readiness_timeout_gives_clear_error_and_stops_process(tmp_path: Path) -> None:
     fake = _script(tmp_path / "fake-redis", 'echo "pretending to start"\nexec sleep 60\n')
     config = services.ServicesConfig(
