@@ -3,27 +3,39 @@
 Whatever a decision hash holds (a bug, a mix-up of namespaces, a writer that should not be there) must not make
 the job shed every record, route to slots that do not exist or roll routing back. A decision is decoded here,
 beside its store (`connectors.control_decisions`), strictly: it is refused, with a reason, when:
-- `schema`: a field is missing or not of its type (ints, JSON of the routing table and the spill request);
-- `shed_ratio`: the ratio is not a number within [0, 1];
+- `schema`: a field is missing or not of its type (ints, JSON of the routing table and the spill request), or a
+  version is outside 0..MAX_VERSION (executors and offsets carry it as a signed 64-bit int; an epoch of 10^4000
+  would refuse every later decision as older);
+- `shed_ratio`: the ratio is not a plain decimal number within [0, 1];
 - `routing`: the table does not place every partition of the job exactly once (its units tile each partition)
-  on a slot the job has, or a spill request names a partition it does not have;
+  on a slot the job has, splits a partition deeper than MAX_SPLIT_DEPTH (routing allocates 2^depth entries per
+  split partition), or a spill request names a partition it does not have;
 - `version`: the routing version, the epoch or the spill request's version is below one already accepted.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from windjoin.operators.control.finetune import FINE_DEPTH
 from windjoin.operators.control.job_epoch import ControlTarget
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
 
 REASONS = ("schema", "shed_ratio", "routing", "version")
+MAX_VERSION = 2**63 - 1  # epoch, routing and spill versions: signed 64-bit ints in executors and offsets
+# The controller splits at most FINE_DEPTH (4) bits deep (fine_tuning.max_depth <= FINE_DEPTH); twice that leaves
+# room for a finer histogram while a split partition's routing directory stays at most 2^8 entries.
+MAX_SPLIT_DEPTH = 2 * FINE_DEPTH
+_WHOLE = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")  # what repr(float) writes
+_NON_FINITE = re.compile(r"[+-]?(nan|inf|infinity)", re.IGNORECASE)
 
 
 class DecisionRefused(ValueError):
@@ -65,23 +77,27 @@ def check_decision(
 
 def _int(fields: Mapping[str, str], key: str) -> int:
     raw = fields.get(key)
-    try:
-        if raw is None or not str(raw).lstrip("-").isdigit():
-            raise ValueError
-        value = int(raw)
-    except ValueError:
-        raise DecisionRefused("schema", f"field {key!r} must be a whole number, got {raw!r}") from None
-    if value < 0:
-        raise DecisionRefused("schema", f"field {key!r} must be >= 0, got {value}")
+    # ASCII digits only, and few enough of them to read cheaply (int() takes "1_0", " 1" and 4000 digits)
+    if not isinstance(raw, str) or len(raw) > 20 or not _WHOLE.fullmatch(raw):
+        raise DecisionRefused("schema", f"field {key!r} must be a whole number in 0..{MAX_VERSION}, got {raw!r}")
+    return _version(int(raw), key)
+
+
+def _version(value: int, what: str) -> int:
+    if not 0 <= value <= MAX_VERSION:
+        raise DecisionRefused("schema", f"{what} must be within 0..{MAX_VERSION}, got {value}")
     return value
 
 
 def _shed_ratio(fields: Mapping[str, str]) -> float:
     raw = fields.get("shed_ratio")
-    try:
-        ratio = float(raw)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise DecisionRefused("schema", f"field 'shed_ratio' must be a number, got {raw!r}") from None
+    # float() would also take "0.2_5", " 0.5 " or "١": only a plain decimal, as repr() writes it, is read
+    text = raw if isinstance(raw, str) else ""
+    if len(text) > 64 or not (_DECIMAL.fullmatch(text) or _NON_FINITE.fullmatch(text)):
+        raise DecisionRefused(
+            "schema", f"field 'shed_ratio' must be a number in decimals such as 0.25 (no '_' or spaces), got {raw!r}"
+        )
+    ratio = float(raw)
     if not math.isfinite(ratio) or not 0.0 <= ratio <= 1.0:
         raise DecisionRefused("shed_ratio", f"shed_ratio {raw!r} is not within [0, 1]")
     return ratio
@@ -117,6 +133,7 @@ def _routing(fields: Mapping[str, str], version: int, partitions: int, slots: in
         _ints(holders, "a routing.spread entry's slots")
     if len(slot_of) != partitions:
         raise DecisionRefused("routing", f"routing.slot_of places {len(slot_of)} partitions, the job has {partitions}")
+    _bounded(split, spread, partitions)
     used = [*slot_of, *(e[3] for e in split), *(s for _, ss in spread for s in ss)]
     outside = sorted({s for s in used if not 0 <= s < slots})
     if outside:
@@ -136,6 +153,21 @@ def _routing(fields: Mapping[str, str], version: int, partitions: int, slots: in
     return table
 
 
+def _bounded(split: list[list[int]], spread: list[Any], partitions: int) -> None:
+    """Refuse shapes no controller makes before anything is allocated for them."""
+    deep = sorted({depth for _, depth, _, _ in split if not 0 <= depth <= MAX_SPLIT_DEPTH})
+    if deep:
+        raise DecisionRefused(
+            "routing", f"routing.split depth(s) {deep[:5]} outside the accepted range 0..{MAX_SPLIT_DEPTH}"
+        )
+    most = partitions << MAX_SPLIT_DEPTH
+    if len(split) > most:
+        raise DecisionRefused("routing", f"routing.split has {len(split)} mini-groups; accepted: at most {most}")
+    spread_parts = [p for p, _ in spread]
+    if len(set(spread_parts)) != len(spread_parts):
+        raise DecisionRefused("routing", "routing.spread lists a partition twice; accepted: each at most once")
+
+
 def _list(data: Mapping[str, Any], key: str) -> list[Any]:
     value = data.get(key, [])
     if not isinstance(value, list):
@@ -147,9 +179,14 @@ def _spill(fields: Mapping[str, str], partitions: int) -> SpillRequest | None:
     if not fields.get("spill"):
         return None
     data = _json(fields, "spill")
-    if not isinstance(data, dict) or not isinstance(data.get("version"), int) or data["version"] < 0:
+    if not isinstance(data, dict) or not isinstance(data.get("version"), int) or isinstance(data["version"], bool):
         raise DecisionRefused("schema", f"field 'spill' must be {{version, spill, cleanup}}, got {data!r}")
-    asked = _ints(data.get("spill", []), "spill.spill") + _ints(data.get("cleanup", []), "spill.cleanup")
+    _version(data["version"], "spill.version")
+    spill, cleanup = _ints(data.get("spill", []), "spill.spill"), _ints(data.get("cleanup", []), "spill.cleanup")
+    for name, listed in (("spill.spill", spill), ("spill.cleanup", cleanup)):
+        if len(listed) > partitions:
+            raise DecisionRefused("schema", f"{name} lists {len(listed)} partitions; accepted: at most {partitions}")
+    asked = spill + cleanup
     outside = sorted({p for p in asked if not 0 <= p < partitions})
     if outside:
         raise DecisionRefused("routing", f"spill request names partition(s) {outside}, the job has 0..{partitions - 1}")

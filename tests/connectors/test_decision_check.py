@@ -10,10 +10,12 @@ import orjson
 import pytest
 
 from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.decision_check import Accepted, DecisionRefused, check_decision
+from windjoin.connectors.decision_check import MAX_SPLIT_DEPTH, Accepted, DecisionRefused, check_decision
 from windjoin.connectors.kafka_source import KafkaSourceOptions
+from windjoin.operators.control.config import FineTuningConfig
 from windjoin.operators.control.declustering import UtilisationState
 from windjoin.operators.control.epoch import ControlState, Decision
+from windjoin.operators.control.finetune import FINE_DEPTH
 from windjoin.operators.control.job_epoch import ControlEpoch, ControlTarget
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.control.reorganise import Classes
@@ -54,6 +56,8 @@ def _edit(fields: dict[str, str], **changes: object) -> dict[str, str]:
 
 GOOD = recorded()
 ROUTING = orjson.loads(GOOD["routing"])
+# partition 3 as Group(3, d, 2^(d-1)) for d = 1..40 and Group(3, 40, 0): a tiling, 40 bits deep
+DEEP = [[3, d, 1 << (d - 1), 1] for d in range(1, 41)] + [[3, 40, 0, 1]]
 
 
 @pytest.mark.parametrize(
@@ -84,12 +88,40 @@ ROUTING = orjson.loads(GOOD["routing"])
         (_edit(GOOD, routing={**ROUTING, "spread": [[2, [1, 0]]]}), "routing", "spread of partition 2"),
         (_edit(GOOD, spill={"version": 1, "spill": [8], "cleanup": []}), "routing", r"partition\(s\) \[8\]"),
         (_edit(GOOD, spill={"version": "1"}), "schema", "'spill'"),
+        # integers the executors carry as signed 64-bit, and an epoch no later decision could pass
+        (_edit(GOOD, routing_version=str(2**64)), "schema", r"routing_version must be within 0\.\."),
+        (_edit(GOOD, routing_version=str(2**63)), "schema", r"routing_version must be within 0\.\.9223372036854775807"),
+        (_edit(GOOD, epoch="1" + "0" * 4000), "schema", "'epoch' must be a whole number"),
+        (_edit(GOOD, epoch="-1"), "schema", "epoch must be within"),
+        (_edit(GOOD, epoch="\u0661"), "schema", "'epoch'"),  # an Arabic-Indic one: int() reads it
+        (_edit(GOOD, epoch="1_0"), "schema", "'epoch'"),
+        (_edit(GOOD, spill={"version": 2**63, "spill": [1]}), "schema", r"spill\.version must be within"),
+        (_edit(GOOD, shed_ratio="0.2_5"), "schema", r"no '_' or spaces"),
+        (_edit(GOOD, shed_ratio=" 0.5 "), "schema", r"no '_' or spaces"),
+        # a partition tiled 40 bits deep (half, quarter, ...): routing would allocate 2^40 directory entries
+        (
+            _edit(GOOD, routing={**ROUTING, "split": DEEP}),
+            "routing",
+            r"depth\(s\) \[9, 10, 11, 12, 13\] outside .* 0\.\.8",
+        ),
+        (_edit(GOOD, routing={**ROUTING, "split": [[0, 1, 0, 0]] * 2049}), "routing", "at most 2048"),
+        (_edit(GOOD, routing={**ROUTING, "spread": [[2, [0, 1]], [2, [0, 3]]]}), "routing", "a partition twice"),
+        (_edit(GOOD, spill={"version": 1, "spill": [1] * 9}), "schema", r"spill\.spill lists 9 partitions"),
     ],
 )
 def test_a_bad_decision_is_refused_with_its_reason(fields, reason, says):
     with pytest.raises(DecisionRefused, match=says) as refused:
         check_decision(fields, PARTITIONS, SLOTS)
     assert refused.value.reason == reason
+
+
+def test_the_deepest_split_accepted_leaves_a_margin_over_the_controllers():
+    """The controller's fine tuning splits at most FINE_DEPTH bits deep: every such decision must pass."""
+    assert FineTuningConfig.model_fields["max_depth"].metadata[-1].le == FINE_DEPTH < MAX_SPLIT_DEPTH
+    deepest = {g: 1 for g in (Group(3, MAX_SPLIT_DEPTH, p) for p in range(1 << MAX_SPLIT_DEPTH))}
+    split = START.with_units({**{g: s for g, s in START.groups().items() if g != Group(3)}, **deepest})
+    target, _ = check_decision(recorded(split), PARTITIONS, SLOTS)
+    assert len(target.routing.split) == 1 << MAX_SPLIT_DEPTH
 
 
 def test_versions_only_grow():
