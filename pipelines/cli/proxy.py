@@ -10,7 +10,7 @@ from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.cli.options import SPEC_ARGUMENT, load_spec_or_fail
 from windjoin.pipelines.proxy.config import MAX_PAGE, MAX_PAGE_BYTES, METRICS_MODES, Access, Bounds, Limits
-from windjoin.pipelines.proxy.tokens import TokenTable
+from windjoin.pipelines.proxy.token_file import DEFAULT_CHECK_S, TokenFile
 
 NAMESPACE_OPTION = click.option(
     "--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Key prefix the Redis sink writes under."
@@ -54,6 +54,14 @@ def store_from_spec(
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="WINDJOIN_PROXY_TOKENS_FILE",
     help="YAML file of bearer tokens (SHA-256 hashes) and the tasks each may read (env WINDJOIN_PROXY_TOKENS_FILE).",
+)
+@click.option(
+    "--tokens-check-s",
+    type=click.FloatRange(min=0, max=3600),
+    default=DEFAULT_CHECK_S,
+    show_default=True,
+    help="Look at most this often (seconds) whether the tokens file changed, and re-read it: revoked, added and "
+    "expiring tokens take effect without a restart; a rewrite that does not parse keeps the last good tokens.",
 )
 @click.option(
     "--insecure-no-auth", is_flag=True, help="Serve without authentication: anyone who reaches the port reads all."
@@ -136,6 +144,7 @@ def proxy(
     queue_size: int,
     namespace: str,
     tokens_file: Path | None,
+    tokens_check_s: float,
     insecure_no_auth: bool,
     tls_cert_file: str | None,
     tls_key_file: str | None,
@@ -168,7 +177,8 @@ def proxy(
             "authentication; pass --insecure-no-auth to do so anyway"
         )
     try:
-        tokens = None if tokens_file is None else TokenTable.from_file(tokens_file, [t.name for t in spec.tasks])
+        tasks = [t.name for t in spec.tasks]
+        tokens = None if tokens_file is None else TokenFile(tokens_file, tasks, tokens_check_s)
         access = Access(tokens, Limits(rate_limit, rate_burst, max_streams), metrics, docs)
         bounds = Bounds(max_span_ms, max_limit, max_page_bytes, query_budget_ms, max_queries)
     except ValueError as err:

@@ -1,5 +1,6 @@
-"""Who may use the query proxy and how much: bearer-token authentication (401), task scopes (403), per-client
-request rate and open-stream limits (429 with Retry-After), and whether /metrics and the API docs are served.
+"""Who may use the query proxy and how much: bearer-token authentication (401: none, unknown or expired; the
+tokens file is re-read when it changes), task scopes (403), per-client request rate and open-stream limits (429 with
+Retry-After), and whether /metrics and the API docs are served.
 
 `Gate` turns an `Access` configuration into the checks the endpoints depend on. Without a token table (only by the
 explicit `--insecure-no-auth` choice) every caller may read every task, and limits apply per client address.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+from datetime import UTC, datetime
 
 from fastapi import HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials
@@ -16,7 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from windjoin.pipelines.proxy.config import Access
 from windjoin.pipelines.proxy.limits import Lease, RateLimiter, StreamSlots
 from windjoin.pipelines.proxy.metrics import ProxyMetrics
-from windjoin.pipelines.proxy.tokens import Client
+from windjoin.pipelines.proxy.tokens import Client, Tokens
 
 log = logging.getLogger("windjoin.proxy")
 
@@ -41,12 +43,7 @@ class Gate:
             host = request.client.host if request.client is not None else "unknown"
             client = Client(f"anonymous@{host}", None)
         else:
-            found = None if credentials is None else self.access.tokens.client(credentials.credentials)
-            if found is None:
-                self._refuse("unauthenticated")
-                detail = "Authorization: a valid bearer token is required (Authorization: Bearer <token>)"
-                raise HTTPException(401, detail, headers={"WWW-Authenticate": "Bearer"})
-            client = found
+            client = self._authenticated(self.access.tokens, credentials)
         wait = self.rate.take(client.name)
         if wait > 0:
             self._refuse("rate")
@@ -57,6 +54,21 @@ class Gate:
                 headers={"Retry-After": str(max(1, math.ceil(wait)))},
             )
         return client
+
+    def _authenticated(self, tokens: Tokens, credentials: HTTPAuthorizationCredentials | None) -> Client:
+        """The client of a bearer token, once `tokens` had its chance to re-read its file (401 for none, an unknown
+        or an expired one)."""
+        reloaded = tokens.refresh()
+        if reloaded is not None:
+            self.metrics.token_reloads.labels(reloaded).inc()
+        found = None if credentials is None else tokens.client(credentials.credentials)
+        if found is None:
+            self._refuse("unauthenticated")
+            raise _unauthorized("a valid bearer token is required (Authorization: Bearer <token>)")
+        if found.expired(datetime.now(UTC)):
+            self._refuse("expired")
+            raise _unauthorized(f"this bearer token expired at {found.expires:%Y-%m-%dT%H:%M:%SZ}; ask for a new one")
+        return found
 
     def check_task(self, client: Client, task: str) -> None:
         """403 when the client may not read the task."""
@@ -78,3 +90,7 @@ class Gate:
 
     def _refuse(self, reason: str) -> None:
         self.metrics.refused.labels(reason).inc()
+
+
+def _unauthorized(why: str) -> HTTPException:
+    return HTTPException(401, f"Authorization: {why}", headers={"WWW-Authenticate": "Bearer"})

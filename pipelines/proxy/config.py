@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from windjoin.pipelines.proxy.tokens import TokenTable
+from windjoin.pipelines.proxy.tokens import Tokens
 
 METRICS_MODES = ("token", "open", "off")
 MAX_PAGE = 10_000  # rows of one page, the most a one-time query returns at once (result_query.MAX_LIMIT)
@@ -64,11 +64,11 @@ class Bounds:
 
 @dataclass(frozen=True)
 class Access:
-    """`tokens`: the token table (None: no authentication at all, only by explicit choice); `limits`: per client;
-    `metrics`: "token" (any valid token may read /metrics), "open" (no token needed) or "off" (not served);
-    `docs`: serve /docs, /redoc and /openapi.json."""
+    """`tokens`: the token table, or the tokens file followed while the proxy runs (None: no authentication at all,
+    only by explicit choice); `limits`: per client; `metrics`: "token" (any valid token may read /metrics), "open"
+    (no token needed) or "off" (not served); `docs`: serve /docs, /redoc and /openapi.json."""
 
-    tokens: TokenTable | None
+    tokens: Tokens | None
     limits: Limits = field(default_factory=Limits)
     metrics: str = "token"
     docs: bool = True

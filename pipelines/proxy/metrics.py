@@ -14,7 +14,8 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 
 
 class ProxyMetrics:
-    """Queries by kind and status, latency by kind, rows served by kind, active stream subscribers, refusals."""
+    """Queries by kind and status, latency by kind, rows served by kind, active stream subscribers, refusals,
+    tokens file reloads."""
 
     content_type = CONTENT_TYPE_LATEST
 
@@ -46,8 +47,15 @@ class ProxyMetrics:
         )
         self.refused = Counter(
             "windjoin_proxy_refused",
-            "Requests refused before any query, by reason: unauthenticated (401), scope (403), rate and streams (429).",
+            "Requests refused before any query, by reason: unauthenticated and expired (401), scope (403), rate and "
+            "streams (429).",
             ["reason"],
+            registry=self.registry,
+        )
+        self.token_reloads = Counter(
+            "windjoin_proxy_token_reloads",
+            "Re-reads of the changed tokens file, by outcome: reloaded, or failed (the last good tokens kept).",
+            ["outcome"],
             registry=self.registry,
         )
 

@@ -6,6 +6,7 @@ File format (only hashes are stored, so the file does not hold the secrets thems
       - name: dashboards                # who: shows in logs and metrics, unique
         sha256: 9f86d081884c7d65...     # hex SHA-256 of the token (printf %s "$TOKEN" | sha256sum)
         tasks: [a, b]                   # the tasks it may read, or "*" for every task of the spec
+        expires: 2027-01-31T00:00:00Z   # optional: refused (401) from then on; ISO-8601 with a time zone
 
 A presented token is hashed and looked up; the comparison never depends on how much of a secret matched.
 """
@@ -17,25 +18,41 @@ import hmac
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9_.@-]{1,100}")
 ALL_TASKS = "*"
+_KEYS, _OPTIONAL_KEYS = {"name", "sha256", "tasks"}, {"expires"}
 
 
 @dataclass(frozen=True)
 class Client:
-    """An authenticated caller: its name and the tasks it may read (None: every task)."""
+    """An authenticated caller: its name, the tasks it may read (None: every task) and when its token stops
+    being accepted (None: never)."""
 
     name: str
     tasks: frozenset[str] | None
+    expires: datetime | None = None
 
     def may_read(self, task: str) -> bool:
         return self.tasks is None or task in self.tasks
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires is not None and now >= self.expires
+
+
+class Tokens(Protocol):
+    """Who presents a token (`TokenTable`, or `token_file.TokenFile` following a file); `refresh()` is called
+    before each lookup and says whether a reload happened ("reloaded", "failed" or None)."""
+
+    def client(self, token: str) -> Client | None: ...
+
+    def refresh(self) -> str | None: ...
 
 
 class TokenTable:
@@ -46,6 +63,10 @@ class TokenTable:
 
     def __len__(self) -> int:
         return len(self._clients)
+
+    def refresh(self) -> str | None:
+        """Nothing to re-read: a table made from data stays as it is (`token_file.TokenFile` follows a file)."""
+        return None
 
     def client(self, token: str) -> Client | None:
         digest = hashlib.sha256(token.encode()).hexdigest()
@@ -81,8 +102,8 @@ class TokenTable:
         names: set[str] = set()
         for i, entry in enumerate(data["tokens"]):
             key = f"tokens[{i}]"
-            if not isinstance(entry, dict) or set(entry) != {"name", "sha256", "tasks"}:
-                raise ValueError(f"{key}: a mapping with exactly the keys name, sha256, tasks")
+            if not isinstance(entry, dict) or not _KEYS <= set(entry) <= _KEYS | _OPTIONAL_KEYS:
+                raise ValueError(f"{key}: a mapping with the keys name, sha256, tasks and optionally expires")
             name, digest, scope = entry["name"], entry["sha256"], entry["tasks"]
             if not isinstance(name, str) or not _NAME.fullmatch(name):
                 raise ValueError(f"{key}.name: {str(name)[:100]!r} is not accepted (accepted: {_NAME.pattern})")
@@ -93,7 +114,8 @@ class TokenTable:
             if digest in clients:
                 raise ValueError(f"{key}.sha256: the same token as {clients[digest].name!r}")
             names.add(name)
-            clients[digest] = Client(name, _scope(f"{key}.tasks", scope, known_tasks))
+            expires = _expiry(f"{key}.expires", entry["expires"]) if "expires" in entry else None
+            clients[digest] = Client(name, _scope(f"{key}.tasks", scope, known_tasks), expires)
         return cls(clients)
 
 
@@ -106,6 +128,21 @@ def _scope(key: str, scope: Any, known: list[str]) -> frozenset[str] | None:
     if unknown:
         raise ValueError(f"{key}: {unknown} not among the spec's tasks {known}")
     return frozenset(scope)
+
+
+def _expiry(key: str, value: Any) -> datetime:
+    """The UTC instant of an `expires` value: YAML's own timestamp or an ISO-8601 string, with a time zone (a
+    local time would mean different instants on different machines)."""
+    accepted = "an ISO-8601 date and time with a time zone, e.g. 2027-01-31T00:00:00Z"
+    when = value
+    if isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"{key}: {value[:100]!r} is not accepted (accepted: {accepted})") from None
+    if not isinstance(when, datetime) or when.utcoffset() is None:
+        raise ValueError(f"{key}: {str(value)[:100]!r} is not accepted (accepted: {accepted})")
+    return when.astimezone(UTC)
 
 
 def token_hash(token: str) -> str:
