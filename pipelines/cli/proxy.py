@@ -9,7 +9,15 @@ import click
 from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.cli.options import SPEC_ARGUMENT, load_spec_or_fail
-from windjoin.pipelines.proxy.config import MAX_PAGE, MAX_PAGE_BYTES, METRICS_MODES, Access, Bounds, Limits
+from windjoin.pipelines.proxy.config import (
+    MAX_PAGE,
+    MAX_PAGE_BYTES,
+    METRICS_MODES,
+    Access,
+    Bounds,
+    Limits,
+    trusted_proxies,
+)
 from windjoin.pipelines.proxy.token_file import DEFAULT_CHECK_S, TokenFile
 
 NAMESPACE_OPTION = click.option(
@@ -136,6 +144,14 @@ def store_from_spec(
     show_default=True,
     help="The most of Redis' time one-time queries take together (reads are paced; the job's writes keep the rest).",
 )
+@click.option(
+    "--forwarded-allow-ips",
+    envvar="WINDJOIN_PROXY_FORWARDED_ALLOW_IPS",
+    default="",
+    help="Reverse proxies (IP addresses or CIDR networks, comma-separated) whose X-Forwarded-For names the client: "
+    "the rightmost address not among them (uvicorn's rule). Default: none, the connection's own address counts "
+    "(env WINDJOIN_PROXY_FORWARDED_ALLOW_IPS).",
+)
 @click.option("--docs/--no-docs", default=True, show_default=True, help="Serve /docs, /redoc and /openapi.json.")
 def proxy(
     spec_path: Path,
@@ -158,6 +174,7 @@ def proxy(
     max_queries: int,
     metrics: str,
     redis_share: float,
+    forwarded_allow_ips: str,
     docs: bool,
 ) -> None:
     """Serve one-time and continuous queries of SPEC's results over HTTP(S) to holders of a token."""
@@ -181,6 +198,7 @@ def proxy(
         tokens = None if tokens_file is None else TokenFile(tokens_file, tasks, tokens_check_s)
         access = Access(tokens, Limits(rate_limit, rate_burst, max_streams), metrics, docs)
         bounds = Bounds(max_span_ms, max_limit, max_page_bytes, query_budget_ms, max_queries)
+        proxies = trusted_proxies(forwarded_allow_ips)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     if tokens is None:
@@ -199,4 +217,15 @@ def proxy(
     )
     scheme = "https" if tls_cert_file else "http"
     click.echo(f"windjoin proxy: {scheme}://{host}:{port} (docs: {docs}, metrics: {metrics})", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="info", ssl_certfile=tls_cert_file, ssl_keyfile=tls_key_file)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        ssl_certfile=tls_cert_file,
+        ssl_keyfile=tls_key_file,
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise: anyone on loopback could pick
+        # the client address (and with --insecure-no-auth a fresh rate-limit bucket per request)
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies,
+    )

@@ -2,8 +2,10 @@
 tokens file is re-read when it changes), task scopes (403), per-client request rate and open-stream limits (429 with
 Retry-After), and whether /metrics and the API docs are served.
 
-`Gate` turns an `Access` configuration into the checks the endpoints depend on. Without a token table (only by the
-explicit `--insecure-no-auth` choice) every caller may read every task, and limits apply per client address.
+`Gate` turns an `Access` configuration into the checks the endpoints depend on. Limits apply per token (its name),
+whatever address the request claims. Without a token table (only by the explicit `--insecure-no-auth` choice)
+every caller may read every task, and limits apply per client address: the connection's, or the one a trusted
+reverse proxy forwards (`--forwarded-allow-ips`, none by default), never an X-Forwarded-For a client wrote.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ Validated once, here: every error names the setting, the bad value and what is a
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from dataclasses import dataclass, field
 
@@ -76,3 +77,18 @@ class Access:
     def __post_init__(self) -> None:
         if self.metrics not in METRICS_MODES:
             raise ValueError(f"metrics: {self.metrics!r} is not accepted (accepted: {list(METRICS_MODES)})")
+
+
+def trusted_proxies(text: str) -> list[str]:
+    """The reverse proxies whose X-Forwarded-For the proxy believes, from a comma-separated list of IP addresses
+    and CIDR networks (empty: none, so a forged header never picks a client's address or rate-limit bucket)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"--forwarded-allow-ips: {item[:100]!r} is not accepted (accepted: IP addresses or CIDR networks, "
+                "comma-separated, e.g. 10.0.0.0/8,127.0.0.1; empty: trust no proxy)"
+            ) from None
+    return items

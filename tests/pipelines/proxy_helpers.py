@@ -202,10 +202,11 @@ class Server:
 
 
 class ProxyProcess:
-    """`windjoin proxy` over `spec` in its own process on a free port (the tests' tokens file; `args`: more
-    options), for what a thread of the test process cannot show: its memory, its answers under load."""
+    """`windjoin proxy` over `spec` in its own process on a free port (the tests' tokens file, or none with
+    `auth=False`; `args`: more options), for what a thread of the test process cannot show: its memory, its
+    answers under load, its HTTP server's settings."""
 
-    def __init__(self, spec: JoinSpec, folder: Path, args: Sequence[str] = ()) -> None:
+    def __init__(self, spec: JoinSpec, folder: Path, args: Sequence[str] = (), auth: bool = True) -> None:
         spec_file, tokens = folder / "proxy-spec.yaml", folder / "proxy-tokens.yaml"
         spec_file.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
         tokens.write_text(yaml.safe_dump(TOKENS_FILE))
@@ -213,7 +214,8 @@ class ProxyProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = folder / "proxy.log"
         self.argv = [sys.executable, "-m", "windjoin.pipelines", "proxy", str(spec_file), "--port", str(self.port)]
-        self.argv += ["--tokens-file", str(tokens), *args]
+        self.argv += ["--tokens-file", str(tokens)] if auth else ["--insecure-no-auth"]
+        self.argv += args
         self.pid = 0
 
     def __enter__(self) -> ProxyProcess:
