@@ -16,6 +16,12 @@ helm_bin="$PWD/.tools/bin/helm"
   echo "#     --from-literal=controller=\$(openssl rand -hex 20) --from-literal=proxy=\$(openssl rand -hex 20)"
   echo "#   kubectl -n windjoin create secret generic windjoin-spark-auth --from-literal=secret=\$(openssl rand -hex 32)"
   echo "#   kubectl -n windjoin create secret generic windjoin-proxy-tokens --from-file=tokens.yaml"
+  echo "# NetworkPolicies: replace 192.0.2.1/32 (a documentation address) with your API server's addresses"
+  echo "#   (kubectl get endpointslices -n default -l kubernetes.io/service-name=kubernetes), and the Kafka peer"
+  echo "#   (namespace \"kafka\") with where your brokers are; or render the chart with networkPolicy.apiServerCIDRs"
+  echo "#   and kafka.networkPeers set."
   "$helm_bin" template windjoin helm/windjoin --namespace windjoin \
-    --set redis.auth.existingSecret=windjoin-redis-auth --set join.authenticate.existingSecret=windjoin-spark-auth
+    --set redis.auth.existingSecret=windjoin-redis-auth --set join.authenticate.existingSecret=windjoin-spark-auth \
+    --set 'networkPolicy.apiServerCIDRs={192.0.2.1/32}' \
+    --set 'kafka.networkPeers[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=kafka'
 } >"$out"

@@ -18,8 +18,10 @@ from windjoin.operators.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "windjoin"
+# "default": the chart's defaults plus what it cannot default (the API server's addresses, where Kafka is).
+REQUIRED_VALUES = ROOT / "tests" / "deploy" / "required-values.yaml"
 VALUE_SETS = {
-    "default": None,
+    "default": REQUIRED_VALUES,
     **{p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*.yaml"))},
 }
 # Every version in 1.30–1.34 that the installed kubernetes-validate ships schemas for.
@@ -317,7 +319,18 @@ def test_controller_replicas_elect_a_leader_through_a_lease(helm):
     ],
 )
 def test_lease_timings_without_a_margin_are_refused(helm, setting, message):
-    done = _helm(helm, "template", "wj", str(CHART), "--set", "controller.enabled=true", "--set", setting)
+    done = _helm(
+        helm,
+        "template",
+        "wj",
+        str(CHART),
+        "-f",
+        str(REQUIRED_VALUES),
+        "--set",
+        "controller.enabled=true",
+        "--set",
+        setting,
+    )
     assert done.returncode != 0 and message in done.stderr, done.stderr
 
 

@@ -190,7 +190,16 @@ def test_spark_authenticates_and_encrypts_with_a_secret_file(helm):  # noqa: F81
             mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
             volume = next(v for v in pod["volumes"] if v["name"] == mounts[str(Path(path).parent)])
             assert volume["secret"]["items"] == [{"key": "secret", "path": Path(path).name}]
-    done = _helm(helm, "template", "wj", str(CHART), "--set", "join.sparkConf.spark\\.authenticate\\.secret=x")
+    done = _helm(
+        helm,
+        "template",
+        "wj",
+        str(CHART),
+        "-f",
+        str(VALUE_SETS["default"]),
+        "--set",
+        "join.sparkConf.spark\\.authenticate\\.secret=x",
+    )
     assert done.returncode != 0 and "join.sparkConf.spark.authenticate.secret: a credential" in done.stderr
 
 
