@@ -93,6 +93,12 @@ class Group:
         )
 
 
+def _span(group: Group, deepest: int) -> tuple[int, int]:
+    """A group's interval of [0, 1) in units of 2^-deepest: its pattern's bits reversed, and its length."""
+    start = int(format(group.pattern, f"0{group.depth}b")[::-1], 2) if group.depth else 0
+    return start << (deepest - group.depth), 1 << (deepest - group.depth)
+
+
 @dataclass(frozen=True)
 class RoutingTable:
     """Which slot owns each partition, in one version of the control epoch.
@@ -233,7 +239,11 @@ class RoutingTable:
         return table
 
     def check_tiling(self, units: set[Group]) -> None:
-        """Raise unless the units cover each partition's hashes exactly once."""
+        """Raise unless the units cover each partition's hashes exactly once.
+
+        A unit's mini bits read backwards (lowest first) are a binary fraction: the unit is the interval of
+        [0, 1) of length 2^-depth starting there. The units tile a partition exactly when, sorted, each starts
+        where the one before ended and the last ends at 1: a sort and a sweep, not a test of every pair."""
         by_part: dict[int, list[Group]] = {}
         for g in units:
             if not 0 <= g.partition < self.partitions:
@@ -241,10 +251,13 @@ class RoutingTable:
             by_part.setdefault(g.partition, []).append(g)
         for p in range(self.partitions):
             groups = by_part.get(p, [])
-            share = sum(2.0**-g.depth for g in groups)
-            overlap = any(a != b and (a.covers(b) or b.covers(a)) for a in groups for b in groups)
-            if share != 1.0 or overlap:
-                raise ValueError(f"partition {p} is not tiled exactly once by its groups {sorted(groups)}")
+            deepest = max((g.depth for g in groups), default=0)
+            end = 0  # in units of 2^-deepest; -1 once a gap or an overlap is seen
+            for start, length in sorted(_span(g, deepest) for g in groups):
+                end = end + length if start == end else -1
+            if end != 1 << deepest:
+                shown = ", ".join(str(g) for g in sorted(groups)[:8]) + (", ..." if len(groups) > 8 else "")
+                raise ValueError(f"partition {p} is not tiled exactly once by its {len(groups)} groups [{shown}]")
 
     def moves_from(self, older: RoutingTable) -> dict[Group, tuple[int, int]]:
         """Groups of this version whose tuples an older version sent elsewhere: group -> (old slot, new slot).

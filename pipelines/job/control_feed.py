@@ -71,7 +71,11 @@ class RefusalCounts:
 
 class DecisionFeed:
     """Reads the latest decision of a namespace from Redis (one small HGETALL per planned batch) and hands out
-    the last one that passed `check_decision` for this job's `partitions` and `slots`."""
+    the last one that passed `check_decision` for this job's `partitions` and `slots`.
+
+    A decision is checked once, not every planned batch (the check walks every mini-group): the same fields
+    refused before stay refused (the accepted versions only grow), and the same fields accepted before give the
+    same target while nothing raised the accepted versions since."""
 
     def __init__(
         self,
@@ -88,6 +92,7 @@ class DecisionFeed:
         self.good: ControlTarget | None = None
         self.accepted = Accepted()
         self._refused: dict[str, str] | None = None  # the last refused decision (each is counted once)
+        self._checked: tuple[dict[str, str], Accepted] | None = None  # the good one's fields, the versions after
 
     def at_least(self, routing_version: int, spill_version: int) -> None:
         """No decision below these versions (those the job runs under) is accepted from now on."""
@@ -96,18 +101,17 @@ class DecisionFeed:
 
     def latest(self) -> ControlTarget | None:
         fields = self.store.latest()
-        if fields is None:
+        if fields is None or fields == self._refused or self._checked == (fields, self.accepted):
             return self.good
         try:
             target, accepted = check_decision(fields, self.partitions, self.slots, self.accepted)
         except DecisionRefused as refused:
-            if fields != self._refused:
-                self._refused = fields
-                log.warning(
-                    "control decision (epoch %r) refused, %s; keeping the last good one", fields.get("epoch"), refused
-                )
-                if self.refusals is not None:
-                    self.refusals.add(refused.reason)
+            self._refused = fields
+            log.warning(
+                "control decision (epoch %r) refused, %s; keeping the last good one", fields.get("epoch"), refused
+            )
+            if self.refusals is not None:
+                self.refusals.add(refused.reason)
             return self.good
-        self.good, self.accepted = target, accepted
+        self.good, self.accepted, self._checked = target, accepted, (fields, accepted)
         return target

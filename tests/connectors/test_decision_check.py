@@ -22,6 +22,7 @@ from windjoin.operators.control.reorganise import Classes
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.controller.control_loop import EpochOutcome, decision_fields, state_from_fields
+from windjoin.pipelines.job import control_feed
 from windjoin.pipelines.job.adapted_source import AdaptedStreamReader
 from windjoin.pipelines.job.adapter import Adapter
 from windjoin.pipelines.job.control_feed import DecisionFeed, RefusalCounts
@@ -205,3 +206,28 @@ def test_a_restarted_reader_refuses_a_rollback_below_the_routing_it_runs(feed):
         running, 0.1
     )
     assert refusals.read() == {"version": 1}
+
+
+def test_a_decision_is_checked_once_however_many_batches_are_planned(feed, monkeypatch):
+    """The check walks every mini-group: it ran for every planned batch, now once per recorded decision."""
+    store, decision_feed, refusals = feed
+    checked = []
+
+    def counting(fields, *args):
+        checked.append(fields["epoch"])
+        return check_decision(fields, *args)
+
+    monkeypatch.setattr(control_feed, "check_decision", counting)
+    moved = START.with_moves({Group(0): 1})
+    store.record(recorded(moved, 0.25, epoch=1))
+    store.record(_edit(recorded(moved, epoch=2), shed_ratio="1.5"))  # refused
+    store.record(recorded(moved, 0.5, epoch=3))
+    assert [decision_feed.latest().shed_ratio for _ in range(4)] == [0.5] * 4
+    store.record(_edit(recorded(moved, epoch=4), shed_ratio="1.5"))
+    assert [decision_feed.latest().shed_ratio for _ in range(4)] == [0.5] * 4
+    assert checked == ["3", "4"] and refusals.read() == {"shed_ratio": 1}
+    store.record(recorded(moved, 0.75, epoch=5))
+    assert decision_feed.latest().shed_ratio == 0.75
+    decision_feed.at_least(2, 0)  # restarted under a newer routing: the same decision is checked again, refused
+    assert [decision_feed.latest().shed_ratio for _ in range(3)] == [0.75] * 3
+    assert checked == ["3", "4", "5", "5"] and refusals.read() == {"shed_ratio": 1, "version": 1}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -55,6 +57,60 @@ def tilings(draw, partitions):
     for p in range(partitions):
         split(p, 0, 0)
     return units
+
+
+def _tiled_by_brute_force(units: set[Group], partitions: int) -> bool:
+    """Every hash pattern of each partition, at its deepest unit's depth, lies in exactly one of its units."""
+    if any(not 0 <= g.partition < partitions for g in units):
+        return False
+    for p in range(partitions):
+        mine = [g for g in units if g.partition == p]
+        deepest = max((g.depth for g in mine), default=0)
+        for bits in range(1 << deepest):
+            if sum(bits % (1 << g.depth) == g.pattern for g in mine) != 1:
+                return False
+    return True
+
+
+@st.composite
+def unit_sets(draw, partitions):
+    """A random tiling, then maybe broken: a unit dropped, an arbitrary one added, one replaced by a child."""
+    units = set(draw(tilings(partitions)))
+    for _ in range(draw(st.integers(0, 2))):
+        change = draw(st.sampled_from(["drop", "add", "child"]))
+        if change == "drop" and units:
+            units.discard(draw(st.sampled_from(sorted(units))))
+        elif change == "add":
+            depth = draw(st.integers(0, 5))
+            units.add(Group(draw(st.integers(0, partitions)), depth, draw(st.integers(0, (1 << depth) - 1))))
+        elif units:
+            g = draw(st.sampled_from(sorted(units)))
+            units.discard(g)
+            units.add(Group(g.partition, g.depth + 1, g.pattern | draw(st.sampled_from([0, 1 << g.depth]))))
+    return units
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), partitions=st.integers(1, 4))
+def test_the_tiling_check_agrees_with_a_brute_force_count(data, partitions):
+    units = data.draw(unit_sets(partitions))
+    try:
+        RoutingTable.round_robin(partitions, 2).check_tiling(units)
+        tiled = True
+    except ValueError:
+        tiled = False
+    assert tiled == _tiled_by_brute_force(units, partitions)
+
+
+def test_the_tiling_check_of_thousands_of_mini_groups_is_quick():
+    """It ran for every planned batch testing every pair of a partition's units: 2^11 of them took 2 s."""
+    table = RoutingTable.round_robin(4, 2)
+    units = {Group(p, 11, pattern) for p in range(4) for pattern in range(1 << 11)}  # 8192 mini-groups
+    started = time.process_time()
+    table.check_tiling(units)
+    with pytest.raises(ValueError, match="partition 3 is not tiled exactly once by its 2049 groups"):
+        table.check_tiling(units | {Group(3, 10, 5)})  # overlaps two of partition 3's
+    assert time.process_time() - started < 0.5  # the pairwise check takes minutes here
 
 
 @settings(max_examples=150, deadline=None)
