@@ -6,8 +6,8 @@ Wire format (what Confluent's serializers write, byte for byte)::
     bytes 1-4   schema id, unsigned 32-bit big-endian (ids are kept in 0 .. 2**31 - 1, Java's int range)
     bytes 5-    the record, Avro binary encoding without a container header ("schemaless"), fastavro
 
-There is no schema-registry server: :class:`SchemaRegistry` maps ids to schemas loaded from ``.avsc`` files
-named in the join spec.
+:class:`SchemaRegistry` maps ids to schemas loaded from ``.avsc`` files named in the join spec; with a
+registry server in the spec, ``schema_registry.RegistrySchemas`` fetches them by id instead.
 
 Schema ids (stable across processes and restarts)
 -------------------------------------------------
@@ -206,6 +206,15 @@ class SchemaRegistry:
         """The parsed schema with this id (KeyError if unknown)."""
         return self._parsed[schema_id]
 
+    def find(self, schema_id: int) -> dict[str, Any]:
+        """The writer schema a decoder needs for `schema_id`; DecodeError (unknown_schema_id) if there is none."""
+        found = self._parsed.get(schema_id)
+        if found is None:
+            known = self.ids()
+            shown = ", ".join(map(str, known[:10])) + (", ..." if len(known) > 10 else "")
+            raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {schema_id} is not registered (known: {shown})")
+        return found
+
     def canonical_form(self, schema_id: int) -> str:
         """The Parsing Canonical Form of the schema with this id (KeyError if unknown)."""
         return self._canonical[schema_id]
@@ -229,23 +238,25 @@ class AvroCodec:
     def __init__(
         self,
         registry: SchemaRegistry,
-        schema_id: int,
+        schema_id: int | None,
         *,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         validate_records: bool = True,
     ) -> None:
-        """``validate_records=False`` skips fastavro's range/type check on encode (about 5x faster encodes,
-        for producers such as the load generator whose records are known to fit); decoding is unaffected."""
+        """``schema_id`` None: a decoder only (one that reads what others registered). ``validate_records=False``
+        skips fastavro's range/type check on encode (about 5x faster encodes, for producers such as the load
+        generator whose records are known to fit); decoding is unaffected."""
         if not isinstance(registry, SchemaRegistry):
             raise ValueError(f"registry must be a SchemaRegistry, not {type(registry).__name__}")
-        _check_schema_id(schema_id)
-        if schema_id not in registry:
-            raise ValueError(f"schema_id {schema_id} is not in the registry (known: {registry.ids()})")
+        if schema_id is not None:
+            _check_schema_id(schema_id)
+            if schema_id not in registry:
+                raise ValueError(f"schema_id {schema_id} is not in the registry (known: {registry.ids()})")
         self.registry = registry
         self.schema_id = schema_id
         self.max_message_bytes = check_max_message_bytes(max_message_bytes)
         self.validate_records = bool(validate_records)
-        self._header = bytes([MAGIC_BYTE]) + schema_id.to_bytes(4, "big")
+        self._header = b"" if schema_id is None else bytes([MAGIC_BYTE]) + schema_id.to_bytes(4, "big")
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
         """The Confluent wire-format message for ``record``; EncodeError if it does not fit the schema.
@@ -255,6 +266,8 @@ class AvroCodec:
         """
         if not isinstance(record, Mapping):
             raise EncodeError(f"a record must be a mapping, not {type(record).__name__}")
+        if self.schema_id is None:
+            raise EncodeError("this codec only decodes: it was built without a writer schema (schema_id)")
         schema = self.registry.schema(self.schema_id)
         try:
             if self.validate_records:
@@ -279,14 +292,11 @@ class AvroCodec:
         if data[0] != MAGIC_BYTE:
             raise DecodeError(BAD_MAGIC_BYTE, f"first byte is 0x{data[0]:02x}, expected 0x{MAGIC_BYTE:02x}")
         schema_id = int.from_bytes(data[1:HEADER_SIZE], "big")
-        if schema_id not in self.registry:
-            known = self.registry.ids()
-            shown = ", ".join(map(str, known[:10])) + (", ..." if len(known) > 10 else "")
-            raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {schema_id} is not registered (known: {shown})")
+        schema = self.registry.find(schema_id)
         body = io.BytesIO(data)
         body.seek(HEADER_SIZE)
         try:
-            record = schemaless_reader(body, self.registry.schema(schema_id))
+            record = schemaless_reader(body, schema)
         except Exception as exc:  # any failure on untrusted bytes is a bad body, never a crash
             raise DecodeError(
                 BAD_AVRO, f"body does not decode with schema id {schema_id}: {type(exc).__name__}: {exc}"

@@ -35,8 +35,8 @@ def codec_for(format: str, **options: Any) -> Codec:
     """A codec for ``format`` (``"avro"`` or ``"json"``) built from keyword ``options``.
 
     ``avro``: ``registry`` (an ``avro_codec.SchemaRegistry``), ``schema_id`` (the writer schema of
-    ``encode``; ``decode`` accepts any id in the registry), optional ``max_message_bytes`` and
-    ``validate_records``.
+    ``encode``, None for a decoder only; ``decode`` accepts any id the registry finds), optional
+    ``max_message_bytes`` and ``validate_records``.
     ``json``: optional ``max_message_bytes``.
     Unknown formats, unknown options and missing options raise ValueError naming what is accepted.
     """

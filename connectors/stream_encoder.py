@@ -9,7 +9,8 @@ stream is allowed and left out of the message). :meth:`StreamEncoder.encode`:
   fields (JSON: all of them; Avro: those the schema names; one it does not name is an error);
 * encodes it with the stream's codec: JSON, or Avro in the Confluent wire format with the writer schema loaded
   from the stream's ``.avsc`` (relative to ``spec.base_dir``) under the spec's ``schema_id`` (else the id derived
-  from the schema, see ``avro_codec``);
+  from the schema, see ``avro_codec``), or with a schema registry in the spec, under the id the registry gives
+  when the schema is registered under the stream's subject (default ``<topic>-value``);
 * Kafka key: the stream's ``key`` field as UTF-8 text (ints in decimal, floats by ``repr``, bools ``true`` /
   ``false``, strings as they are), None when the stream has no key; Kafka timestamp: the event time.
 
@@ -22,11 +23,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from fastavro.schema import load_schema
 from fastavro.validation import ValidationError, validate
 
 from windjoin.connectors.avro_codec import SchemaRegistry
 from windjoin.connectors.codec import Codec, codec_for
 from windjoin.connectors.codec_errors import EncodeError
+from windjoin.connectors.schema_registry import RegistryConnection
 from windjoin.operators.schema import RecordError, StreamSchema
 from windjoin.operators.spec import JoinSpec, StreamSpec
 
@@ -152,6 +155,15 @@ class StreamEncoder:
         return EventEncodeError(NOT_ENCODABLE, None, str(err))
 
 
+def _registered(spec: JoinSpec, name: str, path: Path, schema: dict[str, Any]) -> int:
+    """The id the spec's registry gives the stream's schema, registered under its subject (`<topic>-value`)."""
+    stream = spec.streams[name]
+    if stream.subject is None and stream.topic is None:
+        raise ValueError(f"streams.{name}.subject: needed to register {path} (or a topic, for `<topic>-value`)")
+    subject = stream.subject or f"{stream.topic}-value"
+    return RegistryConnection.from_spec(spec.schema_registry).register(subject, schema)
+
+
 def avro_schema_path(spec: JoinSpec, stream: StreamSpec) -> Path:
     """The stream's ``.avsc`` file: its ``schema`` path, relative to the spec file's folder."""
     if stream.schema_file is None:
@@ -177,6 +189,9 @@ def stream_encoder(spec: JoinSpec, name: str, *, validate_records: bool = True) 
         schema_id = registry.load_avsc(path, schema_id=stream.schema_id)
     except (OSError, ValueError) as err:
         raise ValueError(f"streams.{name}.schema: {err}") from None
+    if spec.schema_registry is not None:  # the same schema under the id the registry gives it
+        schema = load_schema(str(path), _write_hint=False)  # with its docs and defaults, for compatibility checks
+        schema_id = registry.register(schema, schema_id=_registered(spec, name, path, schema))
     fields = tuple(f["name"] for f in registry.schema(schema_id)["fields"])
     missing = [c for c in (stream.timestamp, *stream.fields) if c not in fields]
     if missing:

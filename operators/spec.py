@@ -62,6 +62,7 @@ Window = Annotated[TimeWindow | CountWindow, Field(discriminator="kind")]
 
 
 TOPIC = r"^[A-Za-z0-9._-]{1,249}$"  # Kafka's legal topic names
+SUBJECT = r"^[A-Za-z0-9._:-]{1,255}$"  # a schema registry subject (topic names and `-value`/`-key` suffixes)
 
 
 class StreamSpec(_Strict):
@@ -72,6 +73,8 @@ class StreamSpec(_Strict):
     format: Literal["json", "avro"] = "json"
     schema_file: str | None = Field(default=None, alias="schema", min_length=1)  # .avsc, relative to the spec
     schema_id: Annotated[int, Field(ge=0, lt=2**31)] | None = None
+    # With a schema registry: the subject its producers register the schema under (default `<topic>-value`).
+    subject: Annotated[str, Field(pattern=SUBJECT)] | None = None
     key: Annotated[str, Field(pattern=IDENTIFIER)] | None = None  # partitioning field; none: one partition
 
     def field_type(self, name: str) -> str | None:
@@ -178,6 +181,29 @@ class KafkaSpec(_Strict):
         return self
 
 
+class SchemaRegistrySpec(_Strict):
+    """A schema registry (Confluent's REST API) for the Avro streams: decoders fetch writer schemas by id,
+    producers register theirs. Credentials from a file or a variable, never here."""
+
+    url: Annotated[str, Field(pattern=r"^https?://[^\s/@,]+(/[^\s@,]*)?$")]  # no credentials in the URL
+    username: Annotated[str, Field(min_length=1)] | None = None
+    password_file: Annotated[str, Field(min_length=1)] | None = None
+    password_env: Annotated[str, Field(pattern=ENV_NAME)] | None = None
+    ca_file: Annotated[str, Field(min_length=1)] | None = None  # a CA bundle to verify an https registry
+    timeout_s: Annotated[float, Field(gt=0, le=120, allow_inf_nan=False)] = 10.0  # each request
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SchemaRegistrySpec:
+        has_password = self.password_file is not None or self.password_env is not None
+        if self.username is not None and (self.password_file is None) == (self.password_env is None):
+            raise ValueError("password_file or password_env: exactly one is required with username")
+        if self.username is None and has_password:
+            raise ValueError("username: required with password_file or password_env")
+        if self.ca_file is not None and not self.url.startswith("https://"):
+            raise ValueError(f"ca_file: only used with an https:// url (got {self.url})")
+        return self
+
+
 class PunctuationSpec(_Strict):
     """A record of `stream` whose `field` equals `value` closes a snapshot of every task (it is not joined)."""
 
@@ -270,6 +296,7 @@ class JoinSpec(_Strict):
     checkpoint: Annotated[str, Field(min_length=1)] | None = None
     sinks: SinksSpec = SinksSpec()
     kafka: KafkaSpec = KafkaSpec()
+    schema_registry: SchemaRegistrySpec | None = None
     dead_letter_topic: Annotated[str, Field(pattern=TOPIC)] | None = None
     # A record whose event time runs further ahead of its Kafka record time is refused (`future_timestamp`):
     # one bad clock must not push a partition's event time forward and make every later tuple late.
@@ -292,8 +319,7 @@ class JoinSpec(_Strict):
             if stream.key is not None and stream.field_type(stream.key) is None:
                 known = [stream.timestamp, *stream.fields]
                 problems.append(f"streams.{name}.key: no field {stream.key!r} (one of {known})")
-            if stream.format == "avro" and stream.schema_file is None:
-                problems.append(f"streams.{name}.schema: format 'avro' needs a schema file (.avsc)")
+            problems += self._avro_problems(name, stream)
             if name in RESERVED_STREAM_NAMES:
                 problems.append(f"streams.{name}: the name is reserved (not one of {list(RESERVED_STREAM_NAMES)})")
             if stream.timestamp in stream.fields:
@@ -302,6 +328,19 @@ class JoinSpec(_Strict):
                     "do not list it among the fields"
                 )
         return problems
+
+    def _avro_problems(self, name: str, stream: StreamSpec) -> list[str]:
+        if stream.format != "avro":
+            given = [key for key in ("schema_file", "schema_id", "subject") if getattr(stream, key) is not None]
+            return [f"streams.{name}.{key.removesuffix('_file')}: only used with format 'avro'" for key in given]
+        if self.schema_registry is None:
+            if stream.schema_file is None:
+                return [f"streams.{name}.schema: format 'avro' needs a schema file (.avsc) or a schema_registry"]
+            if stream.subject is not None:
+                return [f"streams.{name}.subject: only used with a schema_registry"]
+        elif stream.schema_id is not None:
+            return [f"streams.{name}.schema_id: not used with a schema_registry (the registry assigns ids)"]
+        return []
 
     def _task_problems(self) -> list[str]:
         problems = []
