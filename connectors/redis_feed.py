@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import redis
 
+from windjoin.connectors.redis_functions import fcall
 from windjoin.connectors.redis_keys import feed_key, meta_key, piece_key
 from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk
 from windjoin.operators.query.cursors import FEED_END
@@ -34,36 +35,6 @@ class PieceGone(Exception):
     """A piece the feed names left Redis while it was read (retention): the feed no longer covers its batch."""
 
 
-# sending any entry's payload over the wire (XINFO STREAM includes the first and last entries).
-_FEED_INFO = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {false, false, 0, 0}
-end
-local info = redis.call('XINFO', 'STREAM', KEYS[1])
-local out = {false, false, 0, 0}
-for i = 1, #info, 2 do
-  local name, value = info[i], info[i + 1]
-  if name == 'first-entry' and value then out[1] = value[1]
-  elseif name == 'last-generated-id' then out[2] = value
-  elseif name == 'entries-added' then out[3] = value
-  elseif name == 'length' then out[4] = value
-  end
-end
-return out
-"""
-
-# KEYS: feed. ARGV: start id. The id and `emitted_at` of the first entry at or after the id (payload left out).
-_ENTRY_HEAD = """
-local entry = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', 1)[1]
-if not entry then return false end
-local fields = entry[2]
-for i = 1, #fields, 2 do
-  if fields[i] == 'emitted_at' then return {entry[1], fields[i + 1]} end
-end
-return {entry[1], false}
-"""
-
-
 @dataclass(frozen=True)
 class FeedInfo:
     """The feed's extent: the first and last batch it holds or held (None when it never held any), and whether
@@ -77,7 +48,7 @@ class FeedInfo:
 
 def feed_info(client: redis.Redis, task: str, namespace: str) -> FeedInfo:
     """The feed's extent in one round trip, without transferring any batch."""
-    first, last, added, length = client.eval(_FEED_INFO, 1, feed_key(task, namespace))
+    first, last, added, length = fcall(client, "windjoin_feed_info", [feed_key(task, namespace)], [], read_only=True)
     last_batch = _entry_id(last)[0] if last and _entry_id(last) != (0, 0) else None
     first_batch = _entry_id(first)[0] if first else None
     return FeedInfo(first_batch, last_batch, int(added) > int(length), int(length))
@@ -132,7 +103,7 @@ def feed_start_at(client: redis.Redis, task: str, namespace: str, from_ms: int) 
         return (None if info.last_batch is None else (info.last_batch, FEED_END)), False
 
     def head(batch: int) -> tuple[int, int] | None:
-        found = client.eval(_ENTRY_HEAD, 1, key, f"{batch}-0")
+        found = fcall(client, "windjoin_entry_head", [key], [f"{batch}-0"], read_only=True)
         return None if not found else (_entry_id(found[0])[0], int(found[1]))
 
     first = head(info.first_batch)

@@ -45,11 +45,12 @@ def owner_key(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     return task_prefix(task, namespace) + "owner"
 
 
+def staged_key(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
+    """The set of the staged pieces not committed yet (`batch:piece`): with `pieces`, every piece hash of the task,
+    found without SCAN (which no component's user may run: it would list every key of the server)."""
+    return task_prefix(task, namespace) + "staged"
+
+
 def task_keys(task: str, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
-    """The task's fixed keys (its pieces are found with `piece_pattern`)."""
-    return [f(task, namespace) for f in (meta_key, index_key, pieces_key, feed_key, owner_key)]
-
-
-def piece_pattern(task: str, namespace: str = DEFAULT_NAMESPACE) -> str:
-    """A SCAN pattern of the task's piece hashes."""
-    return task_prefix(task, namespace) + "piece:*"
+    """The task's fixed keys (its piece hashes are named by the `pieces` and `staged` sets)."""
+    return [f(task, namespace) for f in (meta_key, index_key, pieces_key, feed_key, staged_key, owner_key)]

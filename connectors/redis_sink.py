@@ -19,6 +19,8 @@ Data layout per task (key names: `redis_keys`; `ns:{T}:` is the task's prefix):
 - `ns:{T}:feed` - stream, the continuous-query feed: one entry per committed piece, id `<batch_id>-<piece + 1>`
   (commit order; a (batch, row) cursor maps onto entry ids), fields `emitted_at`, `rows`, `chunks`; readers take
   the rows from the piece hash. Capped with `MAXLEN ~ feed_batches * pieces`.
+- `ns:{T}:staged` - set of the pieces staged and not committed yet (`batch:piece`), added before a piece's first
+  write and removed by its commit: with `pieces`, what names every piece hash (`clear_task` needs no SCAN).
 - `ns:{T}:owner` - hash: `run_id`, `checkpoint`, the checkpoint whose batches the task's keys hold
   (`sink_owner.CheckpointId`), set when a job claims the task (`pipelines.job.sink_fence`).
 
@@ -27,7 +29,8 @@ A result's `row` is `piece << 32 | position in the piece` (`result_table.piece_r
 Two phases, exactly once. Stage (`stage`, each slot's task on an executor, per task and piece): nothing is done when
 `committed` is the batch id (a replay) or the piece hash is already staged (an earlier attempt, which a replay
 repeats exactly); else the chunks go in one pipelined HSET each (every call moves at most a chunk), then the
-describing fields. Commit (`commit`, on the driver once every slot staged, one Lua script per task): unless
+describing fields. Commit (`commit`, on the driver once every slot staged, one library function per task,
+`redis_functions`): unless
 `committed` is the batch id already (a replay), add each reported piece's entries to the index and the pieces set,
 append it to the feed, and set `committed`, `max_time`, `bytes`, `rows`, `width` (and `since`). Readers go by the
 index and the feed, so a staged piece is invisible until its batch commits, and an answer is a union of whole
@@ -52,14 +55,15 @@ import pyarrow as pa
 import redis
 
 from windjoin.connectors.redis_client import RedisAuth, redis_client
+from windjoin.connectors.redis_functions import fcall
 from windjoin.connectors.redis_keys import (
     feed_key,
     index_key,
     meta_key,
     owner_key,
     piece_key,
-    piece_pattern,
     pieces_key,
+    staged_key,
     task_keys,
 )
 from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE, check_namespace
@@ -78,73 +82,6 @@ from windjoin.operators.result_table import (
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 256 << 20
-
-# KEYS: the piece. ARGV: batch id. Marks a piece Redis refused for memory (allowed past maxmemory: a few bytes).
-_REFUSE = """#!lua flags=allow-oom
-redis.call('UNLINK', KEYS[1])
-redis.call('HSET', KEYS[1], 'batch', ARGV[1], 'refused', '1')
-return 1
-"""
-
-# KEYS: meta, index, pieces, feed, the pieces' hashes. ARGV: batch id, the batch's largest result time ("" for
-# none), feed entries kept, then each piece's number. Returns {1, max_time} committed, {0} a replay (committed
-# before), {-1, committed} a stale batch id, {-2, key} a missing piece while the meta hash survived, {-3, key} a
-# missing piece of a Redis that lost the task (meta hash gone too: the batch's pieces are dropped and the batch is
-# left uncommitted here), {-4} a piece refused for memory (the batch is left to Parquet, see the docstring).
-# Allowed past maxmemory: it adds entries of a few bytes per chunk, and must be able to record a refusal.
-_COMMIT = """#!lua flags=allow-oom
-local meta, index, pieces, feed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local b = tonumber(ARGV[1])
-local committed = redis.call('HGET', meta, 'committed')
-if committed and tonumber(committed) == b then return {0} end
-if committed and tonumber(committed) > b then return {-1, committed} end
-local refused = false
-for i = 5, #KEYS do
-  local p = redis.call('HMGET', KEYS[i], 'chunks', 'refused')
-  if p[2] then refused = true
-  elseif not p[1] then
-    if committed then return {-2, KEYS[i]} end
-    for j = 5, #KEYS do redis.call('UNLINK', KEYS[j]) end
-    return {-3, KEYS[i]}
-  end
-end
-if refused then
-  for j = 5, #KEYS do redis.call('UNLINK', KEYS[j]) end
-  redis.call('HSET', meta, 'committed', ARGV[1], 'since', b + 1, 'full_pending', '1')
-  redis.call('HDEL', meta, 'snapshot', 'snapshot_batch')
-  redis.call('HINCRBY', meta, 'full_batches', 1)
-  return {-4}
-end
-local bytes, rows = 0, 0
-local width = tonumber(redis.call('HGET', meta, 'width') or '0')
-for i = 5, #KEYS do
-  local p = redis.call('HMGET', KEYS[i], 'emitted_at', 'rows', 'bytes', 'max', 'width', 'chunks', 'index')
-  local entries = {}
-  for entry in string.gmatch(p[7], '%S+') do
-    entries[#entries + 1] = string.match(entry, '^%d+:%d+:%d+:(%-?%d+):')
-    entries[#entries + 1] = entry
-    if #entries >= 2000 then redis.call('ZADD', index, unpack(entries)); entries = {} end
-  end
-  if #entries > 0 then redis.call('ZADD', index, unpack(entries)) end
-  local piece = ARGV[i - 1]
-  redis.call('ZADD', pieces, p[4], ARGV[1] .. ':' .. piece)
-  redis.call('XADD', feed, 'MAXLEN', '~', ARGV[3], ARGV[1] .. '-' .. (tonumber(piece) + 1), 'emitted_at', p[1],
-    'rows', p[2], 'chunks', p[6])
-  bytes, rows = bytes + tonumber(p[3]), rows + tonumber(p[2])
-  if tonumber(p[5]) > width then width = tonumber(p[5]) end
-end
-if not committed then redis.call('HSET', meta, 'since', ARGV[1]) end
-redis.call('HSET', meta, 'committed', ARGV[1], 'width', string.format('%.0f', width))
-redis.call('HINCRBY', meta, 'bytes', bytes)
-redis.call('HINCRBY', meta, 'rows', rows)
-local max_time = tonumber(redis.call('HGET', meta, 'max_time'))
-if ARGV[2] ~= '' and (not max_time or tonumber(ARGV[2]) > max_time) then max_time = tonumber(ARGV[2]) end
-if max_time then
-  max_time = string.format('%.0f', max_time)
-  redis.call('HSET', meta, 'max_time', max_time)
-end
-return {1, max_time or false}
-"""
 
 
 class RedisFullError(RuntimeError):
@@ -263,17 +200,19 @@ class RedisSink:
         }
         try:
             with self.client.pipeline(transaction=False) as pipe:
+                pipe.sadd(staged_key(task, self.namespace), f"{batch_id}:{piece}")  # first: clear_task finds it
                 for seq, chunk in enumerate(encoded.chunks):
                     pipe.hset(key, f"c{seq}", chunk)
                 pipe.hset(key, mapping=described)
                 pipe.execute()
         except redis.exceptions.OutOfMemoryError as err:
-            self._refused(task, batch_id, key, err)
+            self._refused(task, batch_id, piece, err)
             return False
         return True
 
-    def _refused(self, task: str, batch_id: int, key: str, err: Exception) -> None:
+    def _refused(self, task: str, batch_id: int, piece: int, err: Exception) -> None:
         """Redis refused a piece for memory: mark it refused for the commit, or fail without Parquet."""
+        key, member = piece_key(task, batch_id, piece, self.namespace), f"{batch_id}:{piece}"
         self.client.unlink(key)
         if self.trim:
             raise RedisFullError(
@@ -281,7 +220,7 @@ class RedisSink:
                 f"there is no Parquet tier to leave them to; keep sinks.redis.max_bytes ({self.max_bytes}) well "
                 "below Redis' maxmemory, or add sinks.parquet"
             ) from err
-        self.client.eval(_REFUSE, 1, key, batch_id)
+        fcall(self.client, "windjoin_refuse", [key, staged_key(task, self.namespace)], [batch_id, member])
         log.warning("%s: Redis is full (maxmemory): batch %d's piece is left to Parquet", self.location(task), batch_id)
 
     def commit(
@@ -307,12 +246,12 @@ class RedisSink:
         committed = []
         for task, slots in pieces.items():
             slots = sorted(check_piece(p) for p in slots)
-            keys = [f(task, self.namespace) for f in (meta_key, index_key, pieces_key, feed_key)]
+            keys = [f(task, self.namespace) for f in (meta_key, index_key, pieces_key, feed_key, staged_key)]
             keys += [piece_key(task, batch_id, p, self.namespace) for p in slots]
             top = batch_max.get(task)
             kept = self.feed_batches * max(1, len(slots))  # about `feed_batches` batches of as many pieces
             args = [batch_id, "" if top is None else int(top), kept, *slots]
-            reply = self.client.eval(_COMMIT, len(keys), *keys, *args)
+            reply = fcall(self.client, "windjoin_commit", keys, args)
             status = int(reply[0])
             if status == -1:
                 raise stale_batch(self.name, task, batch_id, int(reply[1]))
@@ -406,9 +345,16 @@ class RedisSink:
 
 
 def clear_task(client: redis.Redis, task: str, namespace: str) -> None:
-    """Delete every key of `task` in `namespace` (as a Redis restarted empty holds nothing of it)."""
-    keys = task_keys(task, namespace) + list(client.scan_iter(match=piece_pattern(task, namespace), count=1000))
-    client.unlink(*keys)
+    """Delete every key of `task` in `namespace` (as a Redis restarted empty holds nothing of it): its fixed keys
+    and the piece hashes its `pieces` and `staged` sets name (a piece is in one of them from its first write)."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.zrange(pieces_key(task, namespace), 0, -1)
+        pipe.smembers(staged_key(task, namespace))
+        committed, staged = pipe.execute()
+    pieces = [piece_key(task, *map(int, m.split(b":")), namespace) for m in {*committed, *staged}]
+    for start in range(0, len(pieces), 1000):
+        client.unlink(*pieces[start : start + 1000])
+    client.unlink(*task_keys(task, namespace))
 
 
 # One client (and connection pool) per Redis per Python worker process, kept across batches.

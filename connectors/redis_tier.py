@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import redis
 
+from windjoin.connectors.redis_functions import fcall
 from windjoin.connectors.redis_keys import index_key, meta_key, piece_key
 from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk
 from windjoin.connectors.redis_retention import drop_pieces
@@ -49,57 +50,6 @@ REPLY_S_PER_BYTE = 1e-9
 # work), their scripts measured 103 ms: ~160 us a call (an EVAL of `return 1` alone costs ~40 us).
 CALL_S = 160e-6
 KEEP_CHUNKS = 4  # chunks a span read keeps (each about 1 MiB at most)
-
-# KEYS: meta. ARGV: snapshot id, its last batch. Records the snapshot as the boundary unless the recorded one is
-# at or past it; returns -1 then, else 1, or 2 when a batch was refused for memory since the last snapshot (then
-# every piece inside this snapshot leaves Redis). Allowed past maxmemory: it moves the boundary that frees memory.
-_ADVANCE = """#!lua flags=allow-oom
-local recorded = tonumber(redis.call('HGET', KEYS[1], 'snapshot'))
-local recorded_batch = tonumber(redis.call('HGET', KEYS[1], 'snapshot_batch'))
-if (recorded and recorded >= tonumber(ARGV[1])) or (recorded_batch and recorded_batch > tonumber(ARGV[2])) then
-  return -1
-end
-redis.call('HSET', KEYS[1], 'snapshot', ARGV[1], 'snapshot_batch', ARGV[2])
-if redis.call('HGET', KEYS[1], 'full_pending') then
-  redis.call('HDEL', KEYS[1], 'full_pending')
-  return 2
-end
-return 1
-"""
-
-# One step of a span's index. KEYS: index, meta. ARGV: from, to, resume entry ("" to start), step. Returns the meta
-# hash's {snapshot, snapshot_batch, committed}, lost (1: the resume entry is gone), at most `step` entries of chunks
-# that may hold result times in [from, to] (smallest time in [from - widest chunk, to]) in (score, entry) order,
-# from the start or just after the resume entry (by rank: O(log N)), and the microseconds the script ran.
-_INDEX_STEP = """
-local t0 = redis.call('TIME')
-local function took()
-  local t1 = redis.call('TIME')
-  return (t1[1] - t0[1]) * 1000000 + (t1[2] - t0[2])
-end
-local meta = redis.call('HMGET', KEYS[2], 'snapshot', 'snapshot_batch', 'committed', 'width')
-local low = tonumber(ARGV[1]) - tonumber(meta[4] or '0')
-local first
-if ARGV[3] ~= '' then
-  local rank = redis.call('ZRANK', KEYS[1], ARGV[3])
-  if not rank then return {meta, 1, {}, took()} end
-  first = rank + 1
-else
-  first = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. string.format('%.0f', low))
-end
-local last = math.min(first + tonumber(ARGV[4]), redis.call('ZCOUNT', KEYS[1], '-inf', ARGV[2])) - 1
-if last < first then return {meta, 0, {}, took()} end
-return {meta, 0, redis.call('ZRANGE', KEYS[1], first, last), took()}
-"""
-
-
-# KEYS: a piece. ARGV: a chunk's field. The chunk (false when the piece is gone) and the microseconds it took.
-_CHUNK = """
-local t0 = redis.call('TIME')
-local data = redis.call('HGET', KEYS[1], ARGV[1])
-local t1 = redis.call('TIME')
-return {data, (t1[1] - t0[1]) * 1000000 + (t1[2] - t0[2])}
-"""
 
 
 def advance_snapshot(
@@ -122,7 +72,7 @@ def advance_snapshot(
     last_batch = check_batch_id(last_batch)
     if cutoff_ms is not None and (isinstance(cutoff_ms, bool) or not isinstance(cutoff_ms, int)):
         raise ValueError(f"cutoff_ms {cutoff_ms!r} is not an int (epoch ms) or None")
-    moved = int(client.eval(_ADVANCE, 1, meta_key(task, namespace), snapshot_id, last_batch))
+    moved = int(fcall(client, "windjoin_advance", [meta_key(task, namespace)], [snapshot_id, last_batch]))
     if moved < 0:
         return -1
     return drop_pieces(
@@ -190,7 +140,7 @@ class RedisSpan:
         args = [self.lower, self.upper, self._resume or b"", SPAN_STEP]
 
         def read() -> tuple[Any, float]:
-            reply = self.client.eval(_INDEX_STEP, 2, *self._keys, *args)
+            reply = fcall(self.client, "windjoin_index_step", self._keys, args, read_only=True)
             return reply, reply[3] / 1e6
 
         (snapshot, snapshot_batch, committed, _), lost, members, _took = self.pace.call(read)
@@ -229,7 +179,7 @@ class RedisSpan:
         key = piece_key(self.task, entry.batch, entry.piece, self.namespace)
 
         def read() -> tuple[Any, float]:
-            data, took_us = self.client.eval(_CHUNK, 1, key, f"c{entry.seq}")
+            data, took_us = fcall(self.client, "windjoin_chunk", [key], [f"c{entry.seq}"], read_only=True)
             return data, took_us / 1e6 + len(data or b"") * REPLY_S_PER_BYTE
 
         data = self.pace.call(read)

@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 from windjoin.connectors import processes
 from windjoin.connectors.redis_client import RedisAuth, redis_client
+from windjoin.connectors.redis_functions import load_library
 
 KAFKA = "kafka"
 REDIS = "redis"
@@ -376,11 +377,15 @@ def up(config: ServicesConfig) -> list[Started]:
             for name in wanted:
                 current = services.get(name)
                 if current is not None and processes.is_alive(current.pid, current.start_ticks):
+                    if name == REDIS:
+                        _load_functions(current)  # this code's version of them
                     result.append(Started(current, reused=True))
                     continue
                 service = _start_one(name, config, state_dir, recorded_ports(state_dir).get(name))
                 services[name] = service
                 started_now.append(service)
+                if name == REDIS:
+                    _load_functions(service)
                 result.append(Started(service, reused=False))
         except BaseException:
             for service in started_now:
@@ -390,6 +395,15 @@ def up(config: ServicesConfig) -> list[Started]:
             raise
         _save_state(state_dir, services)
     return result
+
+
+def _load_functions(service: RunningService) -> None:
+    """Load the windjoin function library as the Redis' administrator (components may only call it)."""
+    client = redis_client(service.url, service.auth, socket_timeout=10)
+    try:
+        load_library(client)
+    finally:
+        client.close()
 
 
 def _still_running(service: RunningService) -> bool:

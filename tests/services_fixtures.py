@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from windjoin.connectors import services
+from windjoin.connectors.redis_client import redis_client
+from windjoin.connectors.redis_functions import load_library
 
 KAFKA_ENV = "WINDJOIN_KAFKA_BOOTSTRAP"
 REDIS_ENV = "WINDJOIN_REDIS_URL"
@@ -81,20 +83,30 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield from _embedded(tmp_path_factory, services.KAFKA)
 
 
+def _with_functions(url: str) -> str:
+    """`url`, its Redis given the windjoin function library (as the embedded services do at start-up)."""
+    client = redis_client(url)
+    try:
+        load_library(client)
+    finally:
+        client.close()
+    return url
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`redis://host:port/0` of a Redis server for the whole session."""
     external = os.environ.get(REDIS_ENV)
     if external:
-        yield external
+        yield _with_functions(external)
     elif docker_available():
         try:
             from testcontainers.community.redis import RedisContainer
         except ImportError:  # testcontainers < 4.13
             from testcontainers.redis import RedisContainer
         with RedisContainer() as redis:
-            yield f"redis://{redis.get_container_host_ip()}:{redis.get_exposed_port(6379)}/0"
-    else:
+            yield _with_functions(f"redis://{redis.get_container_host_ip()}:{redis.get_exposed_port(6379)}/0")
+    else:  # the embedded services load the functions themselves
         yield from _embedded(tmp_path_factory, services.REDIS)
 
 

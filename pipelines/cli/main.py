@@ -20,6 +20,7 @@ from windjoin.pipelines.cli.produce import generate, produce
 from windjoin.pipelines.cli.proxy import proxy
 from windjoin.pipelines.cli.query import query
 from windjoin.pipelines.cli.redis_acl import redis_acl
+from windjoin.pipelines.cli.redis_functions import redis_functions
 from windjoin.pipelines.cli.run import run
 from windjoin.pipelines.cli.services import services
 from windjoin.pipelines.cli.sites import sites
@@ -38,6 +39,7 @@ cli.add_command(controller)
 cli.add_command(sites)
 cli.add_command(bench)
 cli.add_command(redis_acl)
+cli.add_command(redis_functions)
 
 
 @cli.command("join-file")

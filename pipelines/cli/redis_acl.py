@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from windjoin.connectors.redis_acl import COMPONENTS, acl_file, acl_users
+from windjoin.connectors.redis_acl import ROLES, acl_file, acl_users
 
 
 @click.command("redis-acl")
@@ -17,17 +17,18 @@ from windjoin.connectors.redis_acl import COMPONENTS, acl_file, acl_users
     multiple=True,
     required=True,
     metavar="COMPONENT=PATH",
-    help=f"A component's password, read from a file (components: {', '.join(COMPONENTS)}); once per component.",
+    help=f"A user's password, read from a file (users: {', '.join(ROLES)}; admin loads the function library).",
 )
 @click.option("--namespace", default="windjoin", show_default=True, help="The key prefix the users are limited to.")
 def redis_acl(password_files: tuple[str, ...], namespace: str) -> None:
     """Print a Redis ACL file (`aclfile`): the default user off, one user per component limited to its keys and
-    commands, each with the SHA-256 of its password (the passwords themselves are not printed)."""
+    commands, each with the SHA-256 of its password (the passwords themselves are not printed); with an `admin`
+    password also the user that loads the function library (`windjoin redis-functions`)."""
     digests = {}
     for item in password_files:
         component, _, path = item.partition("=")
-        if component not in COMPONENTS or not path:
-            raise click.BadParameter(f"expected COMPONENT=PATH with COMPONENT one of {list(COMPONENTS)}, got {item!r}")
+        if component not in ROLES or not path:
+            raise click.BadParameter(f"expected COMPONENT=PATH with COMPONENT one of {list(ROLES)}, got {item!r}")
         try:
             password = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
         except OSError as err:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,9 +16,10 @@ from tests.connectors.test_redis_sink import make_table
 from windjoin.connectors import processes
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadReports
-from windjoin.connectors.redis_acl import COMPONENTS, acl_file, acl_users, component_rules
+from windjoin.connectors.redis_acl import COMPONENTS, ROLES, acl_file, acl_users, component_rules
 from windjoin.connectors.redis_client import RedisAuth, RedisAuthError, redis_client
 from windjoin.connectors.redis_feed import feed_info, read_feed
+from windjoin.connectors.redis_functions import LIBRARY, MissingLibraryError, load_library
 from windjoin.connectors.redis_keys import index_key, piece_key
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.redis_tier import read_all
@@ -31,7 +32,7 @@ PAIRS = [{"R": {"ts": 7, "k": 1, "x": 1.0, "z": "a"}, "S": {"t": 9, "k": 1, "d":
 @contextmanager
 def acl_redis(root: Path, namespace: str = NS) -> Iterator[tuple[str, dict[str, RedisAuth]]]:
     """A redis-server whose users come from `acl_file`, each password in a file as a mounted Secret would be."""
-    passwords = {c: f"{c}-secret-{i}" for i, c in enumerate(COMPONENTS)}
+    passwords = {c: f"{c}-secret-{i}" for i, c in enumerate(ROLES)}
     auths = {}
     for component, password in passwords.items():
         (root / component).write_text(password + "\n")  # a trailing newline, as `echo > file` leaves
@@ -47,7 +48,10 @@ def acl_redis(root: Path, namespace: str = NS) -> Iterator[tuple[str, dict[str, 
         while not processes.port_open("127.0.0.1", port):
             assert time.monotonic() < deadline, (root / "redis.log").read_text()
             time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0", auths
+        url = f"redis://127.0.0.1:{port}/0"
+        with closing(redis_client(url, auths["admin"])) as admin:
+            load_library(admin)  # as the chart's Redis pod does
+        yield url, auths
     finally:
         processes.stop(pid)
 
@@ -92,6 +96,8 @@ def test_job_writes_results_and_load_reads_decisions_only(acl_server) -> None:
         job.config_get("*")
     with pytest.raises(redis.exceptions.NoPermissionError):
         job.script_flush()
+    sink.clear("a")  # without SCAN: the pieces and staged sets name the piece hashes
+    assert not sink.holds_results("a") and sink.last_committed("a") is None
 
 
 def test_controller_writes_decisions_and_reads_load_only(acl_server) -> None:
@@ -132,16 +138,90 @@ def test_proxy_reads_results_and_cannot_write(acl_server) -> None:
     ):
         with pytest.raises(redis.exceptions.NoPermissionError):
             refused()
-    with pytest.raises(redis.ResponseError, match="can't run this command"):  # a write inside a script
-        proxy.eval("return redis.call('DEL', KEYS[1])", 1, index_key("b", NS))
+    with pytest.raises(redis.exceptions.NoPermissionError):  # a writing function
+        proxy.fcall("windjoin_advance", 1, f"{NS}:{{b}}:meta", 99, 99)
+    with pytest.raises(redis.ResponseError, match="write flag"):  # nor through FCALL_RO
+        proxy.fcall_ro("windjoin_advance", 1, f"{NS}:{{b}}:meta", 99, 99)
     assert RedisSink(url, 10**9, NS, auth=auths["job"]).count("b") == 1  # nothing the proxy tried changed it
+
+
+def _refusals(client: redis.Redis) -> dict[str, object]:
+    """What no component may do: run its own code, change the library, walk or move keys across the server, watch
+    keys it cannot read, copy or inspect values outside its commands, stop a script."""
+    index = index_key("b", NS)
+    return {
+        "EVAL": lambda: client.eval("return 1", 0),
+        "EVAL_RO": lambda: client.eval_ro("return 1", 0),
+        "EVALSHA": lambda: client.evalsha("e0e1f9fabfc9d4800c877a703b823ac0578ff8db", 0),
+        "SCRIPT LOAD": lambda: client.script_load("return 1"),
+        "SCRIPT KILL": client.script_kill,
+        "FUNCTION LOAD": lambda: client.function_load(LIBRARY, replace=True),
+        "FUNCTION FLUSH": client.function_flush,
+        "FUNCTION DELETE": lambda: client.function_delete("windjoin"),
+        "FUNCTION KILL": client.function_kill,
+        "SCAN": lambda: client.scan(0),
+        "KEYS": lambda: client.keys("*"),
+        "RANDOMKEY": client.randomkey,
+        "SELECT": lambda: client.execute_command("SELECT", 1),
+        "MOVE": lambda: client.move(index, 1),
+        "SWAPDB": lambda: client.swapdb(0, 1),
+        "CLIENT TRACKING": lambda: client.execute_command("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", NS),
+        "OBJECT": lambda: client.object("encoding", index),
+        "DUMP": lambda: client.dump(index),
+        "RESTORE": lambda: client.restore(f"{NS}:{{b}}:meta", 0, b"x", replace=True),
+        "MIGRATE": lambda: client.execute_command("MIGRATE", "127.0.0.1", 1, index, 0, 100),
+        "WAIT": lambda: client.wait(0, 1),
+        "CONFIG SET": lambda: client.config_set("busy-reply-threshold", 1),
+        "FLUSHALL": client.flushall,
+        "SUBSCRIBE": lambda: client.execute_command("SUBSCRIBE", "x"),
+    }
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_no_component_runs_its_own_code_or_walks_the_server(acl_server, component) -> None:
+    url, auths = acl_server
+    sink = RedisSink(url, 10**9, NS, auth=auths["job"])
+    sink.write(100, {"b": make_table("b", 100, PAIRS, emitted_at=3)})  # a replay after the first component
+    held = sink.count("b")
+    client = redis_client(url, auths[component])
+    allowed = [name for name, command in _refusals(client).items() if not _refused(command)]
+    assert allowed == []
+    assert sink.count("b") == held and sink.last_committed("b") == 100
+
+
+def _refused(command) -> bool:
+    try:
+        command()
+    except redis.exceptions.NoPermissionError:
+        return True
+    return False
+
+
+def test_the_admin_loads_the_library_and_reads_no_key(acl_server) -> None:
+    url, auths = acl_server
+    admin = redis_client(url, auths["admin"])
+    load_library(admin)  # REPLACE: at every start of the Redis pod
+    assert [lib[b"library_name"] for lib in map(_pairs, admin.function_list())] == [b"windjoin"]
+    for refused in (lambda: admin.get(index_key("b", NS)), lambda: admin.keys("*"), lambda: admin.eval("return 1", 0)):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            refused()
+
+
+def _pairs(flat: list) -> dict:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def test_a_redis_without_the_library_names_what_to_do(private_redis) -> None:
+    redis_client(private_redis).function_flush()
+    with pytest.raises(MissingLibraryError, match="windjoin redis-functions"):
+        RedisSink(private_redis, 10**9, NS).write(1, {"a": make_table("a", 1, PAIRS)})
 
 
 def test_rules_follow_the_namespace() -> None:
     rules = component_rules("proxy", "tenant.a")
     assert "~tenant.a:{*}:index" in rules and "~tenant.a:{*}:piece:*" in rules and "windjoin" not in rules
     with pytest.raises(ValueError, match="component"):
-        component_rules("admin")
+        component_rules("root")
 
 
 def test_a_password_in_the_url_is_refused() -> None:
@@ -183,5 +263,14 @@ def test_the_cli_writes_an_acl_file_for_your_own_redis(tmp_path: Path) -> None:
         )
     )
     assert "j-pass" not in done.output
-    bad = CliRunner().invoke(cli, ["redis-acl", "--password-file", f"admin={tmp_path / 'job'}"])
-    assert bad.exit_code != 0 and "COMPONENT one of ['job', 'controller', 'proxy']" in bad.output
+    bad = CliRunner().invoke(cli, ["redis-acl", "--password-file", f"root={tmp_path / 'job'}"])
+    assert bad.exit_code != 0 and "COMPONENT one of ['job', 'controller', 'proxy', 'admin']" in bad.output
+
+
+def test_the_cli_prints_the_function_library(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from windjoin.pipelines.cli.main import cli
+
+    done = CliRunner().invoke(cli, ["redis-functions"])
+    assert done.exit_code == 0 and done.output == LIBRARY and done.output.startswith("#!lua name=windjoin\n")

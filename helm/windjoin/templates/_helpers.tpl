@@ -142,18 +142,18 @@ envFrom:
 {{- end -}}
 {{- end -}}
 
-{{/* The ACL rules of one component's Redis user: the same as windjoin.connectors.redis_acl.component_rules
-     (tests/deploy checks they agree). (dict "ctx" $ "component" "job") */}}
+{{/* The ACL rules of one Redis user (job, controller, proxy, admin): the same as
+     windjoin.connectors.redis_acl.component_rules (tests/deploy checks they agree). (dict "ctx" $ "component" "job") */}}
 {{- define "windjoin.redisAclRules" -}}
 {{- $ns := .ctx.Values.redis.auth.namespace -}}
-{{- $scripts := "+eval +evalsha +eval_ro +evalsha_ro" -}}
-{{- $tx := "+multi +exec +discard +watch +unwatch" -}}
 {{- if eq .component "job" -}}
-~{{ $ns }}:{*}:index ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed ~{{ $ns }}:{*}:piece:* ~{{ $ns }}:{*}:pieces ~{{ $ns }}:{*}:owner ~{{ $ns }}:{control}:load %R~{{ $ns }}:{control}:decision -@all +@connection +@read +@write {{ $scripts }} {{ $tx }} -@dangerous -@admin
+~{{ $ns }}:{*}:index ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed ~{{ $ns }}:{*}:piece:* ~{{ $ns }}:{*}:pieces ~{{ $ns }}:{*}:staged ~{{ $ns }}:{*}:owner %W~{{ $ns }}:{control}:load %R~{{ $ns }}:{control}:decision -@all +hello +auth +ping +hgetall +smembers +del +type +get +hget +hmget +exists +zrank +zcount +zrange +xrange +xinfo|stream +time +hset +hdel +hincrby +unlink +srem +sadd +zadd +zrem +xadd +fcall +fcall_ro +multi +exec +discard
 {{- else if eq .component "controller" -}}
-%R~{{ $ns }}:{control}:load ~{{ $ns }}:{control}:decision ~{{ $ns }}:{control}:decisions -@all +@connection +@read +@write {{ $tx }} -@dangerous -@admin
+%R~{{ $ns }}:{control}:load ~{{ $ns }}:{control}:decision ~{{ $ns }}:{control}:decisions -@all +hello +auth +ping +xrange +xrevrange +hgetall +del +hset +xadd +multi +exec +discard
+{{- else if eq .component "proxy" -}}
+%R~{{ $ns }}:{*}:index %R~{{ $ns }}:{*}:meta %R~{{ $ns }}:{*}:feed %R~{{ $ns }}:{*}:piece:* -@all +hello +auth +ping +xread +hget +hmget +exists +zrank +zcount +zrange +xrange +xinfo|stream +time +fcall_ro
 {{- else -}}
-~{{ $ns }}:{*}:index ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed ~{{ $ns }}:{*}:piece:* -@all +@connection +@read +time {{ $scripts }} -@dangerous -@admin
+-@all +hello +auth +ping +function|load +function|list +function|kill +script|kill
 {{- end -}}
 {{- end -}}
 

@@ -16,7 +16,7 @@ import pytest
 from tests.connectors.sink_cases import SPEC
 from windjoin.connectors import redis_tier
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_keys import meta_key, owner_key, piece_pattern, task_keys
+from windjoin.connectors.redis_keys import meta_key, owner_key, task_keys
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError
 from windjoin.connectors.snapshots import SnapshotStore
@@ -224,9 +224,10 @@ def test_redis_clear_removes_every_key_of_the_task_and_only_those(redis_url: str
     with RedisSink(redis_url, 10**12, namespace) as sink:
         sink.claim("a", CheckpointId(str(uuid.uuid4()), "/x"))
         sink.write(0, batch(0))
+        sink.stage(1, 3, {"a": batch(1)["a"]})  # staged, never committed (a failed attempt)
         sink.clear("a")
         assert sink.client.exists(*task_keys("a", namespace)) == 0
-        assert list(sink.client.scan_iter(match=piece_pattern("a", namespace))) == []
+        assert list(sink.client.scan_iter(match=f"{namespace}:{{a}}:piece:*")) == []  # SCAN: the tests' admin
         assert sink.count("b") == 2  # another task's results stay
         sink.clear("b")
 
