@@ -470,14 +470,27 @@ class ResultStore:
         and whether batch `upto` is read to its end (the feed takes over from there)."""
         if self._replay is None:
             raise NotFound("cursor: resuming from Parquet needs the Parquet tier (sinks.parquet)")
+        last = self._parquet.last_committed(task) if self._parquet is not None else None
+        if last is None or last < upto:
+            self._check_committed(task, upto)  # before reading: a made-up cursor reads nothing
         read = self._replay.rows_after(task, position, upto, count, max_bytes)
         if read is None:
-            last = self._parquet.last_committed(task) if self._parquet is not None else None
             if last is None or last < upto:
                 raise TryAgain(f"cursor: Parquet has not committed batch {upto} of task {task!r} yet; retry")
             raise self._gap(task, "cursor", "the results after this cursor", None, None, None)
         rows, reached = read
         return rows, reached, reached[0] >= upto and reached[1] >= FEED_END
+
+    def _check_committed(self, task: str, upto: int) -> None:
+        """BadQuery when a resume cursor's last batch is past every batch Redis committed: such a cursor was made up
+        (this service bounds them by a committed batch), and retrying it would never help. Redis without the task
+        (restarted empty) cannot tell: then Parquet may be behind, and the caller retries."""
+        assert self.feed_client is not None
+        committed = self.feed_client.hget(meta_key(task, self.namespace), "committed")
+        if committed is not None and int(committed) < upto:
+            raise BadQuery(
+                f"cursor: batch {upto} of task {task!r} was never committed (pass back a cursor this service returned)"
+            )
 
     # -- the rest ---------------------------------------------------------------------------------------------
 

@@ -76,13 +76,14 @@ def resume_cursor(task: str, position: tuple[int, int], upto: int) -> str:
 
 def follow_position(token: Any, task: str) -> tuple[tuple[int, int], int | None]:
     """The (batch_id, row) position of a continuous-query cursor and, for a resume cursor, the last batch to read
-    from Parquet (None for a feed cursor); BadQuery for anything else."""
+    from Parquet (None for a feed cursor); BadQuery for anything else, also for a resume cursor no service
+    returns (its position is never past its last batch, and that batch is never below 0)."""
     try:
         batch, row = decode_cursor(token, "f", task, 2)
         upto = None
     except BadQuery:
         batch, row, upto = decode_cursor(token, "p", task, 3)
-        if not -1 <= upto <= MAX_TIME:
+        if not (0 <= upto <= MAX_TIME and batch <= upto):
             raise BadQuery(_OUT_OF_RANGE) from None
     if not (-1 <= batch <= MAX_TIME and -1 <= row <= FEED_END):
         raise BadQuery(_OUT_OF_RANGE)
