@@ -10,7 +10,8 @@ tag shared by the control keys):
   (groups as columns, see `operators.control.slot_load`; `fine` holds a histogram per partition). Capped with
   `MAXLEN ~ maxlen`.
 
-A batch replayed after a failure is reported again; readers keep the latest report of each (batch, slot).
+A batch replayed after a failure is reported again; readers keep the latest report of each (batch, slot). An
+entry that fails `connectors.load_entry_check` is skipped, with its id and the reason, and read past.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from windjoin.connectors.load_entry_check import ReportBounds, ReportRefused, check_entry
 from windjoin.connectors.redis_client import RedisAuth, redis_client
 from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE, check_namespace
 from windjoin.operators.control.load import Load, SlotBatch
 from windjoin.operators.partitioning import Group
 
+UNBOUNDED = ReportBounds()  # any partition and slot number
 DEFAULT_MAXLEN = 10_000  # batches kept: hours at a 1 s trigger, far more than one control epoch needs
 
 
@@ -44,6 +47,16 @@ class LoadEntry:
     finished_at: float
     interval_s: float
     slots: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class LoadRead:
+    """What a read found after a cursor: the good entries, the skipped ones' (entry id, reason), and the id of
+    the newest entry read, good or not (None when there was none): the cursor to read on from."""
+
+    entries: list[LoadEntry]
+    skipped: list[tuple[str, str]]
+    last_id: str | None
 
 
 class LoadReports:
@@ -77,24 +90,24 @@ class LoadReports:
         return self.client.xadd(self.key, fields, maxlen=self.maxlen, approximate=True).decode()
 
     def read(self, after: str = "0-0", count: int | None = None) -> list[LoadEntry]:
-        """Entries published after entry id `after` (exclusive), oldest first."""
+        """The good entries published after entry id `after` (exclusive), oldest first."""
+        return self.scan(after, count).entries
+
+    def scan(self, after: str = "0-0", count: int | None = None, bounds: ReportBounds = UNBOUNDED) -> LoadRead:
+        """Entries published after entry id `after` (exclusive), oldest first, each checked within `bounds`."""
         raw = self.client.xrange(self.key, min=f"({after}" if after != "0-0" else "-", max="+", count=count)
-        return [_entry(entry_id, fields) for entry_id, fields in raw]
+        entries, skipped = [], []
+        for entry_id, fields in raw:
+            try:
+                entries.append(LoadEntry(entry_id.decode(), *check_entry(fields, bounds)))
+            except ReportRefused as refused:
+                skipped.append((entry_id.decode(), str(refused)))
+        return LoadRead(entries, skipped, raw[-1][0].decode() if raw else None)
 
     def last_id(self) -> str:
         """The newest entry's id ("0-0" for an empty stream): a cursor that skips everything published so far."""
         newest = self.client.xrevrange(self.key, count=1)
         return newest[0][0].decode() if newest else "0-0"
-
-
-def _entry(entry_id: bytes, fields: dict[bytes, bytes]) -> LoadEntry:
-    return LoadEntry(
-        entry_id.decode(),
-        int(fields[b"batch_id"]),
-        float(fields[b"finished_at"]),
-        float(fields[b"interval_s"]),
-        orjson.loads(fields[b"slots"]),
-    )
 
 
 def slot_batches(entries: Iterable[LoadEntry]) -> list[SlotBatch]:

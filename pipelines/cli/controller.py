@@ -214,12 +214,20 @@ def controller(
         """A controller resuming from the latest recorded decision (at start, and each time we become leader:
         another replica may have decided epochs meanwhile)."""
         try:
-            return Controller(reports, decisions, config, spec.partitions, spec.slots, arrivals=arrivals)
+            return Controller(
+                reports,
+                decisions,
+                config,
+                spec.partitions,
+                spec.slots,
+                arrivals=arrivals,
+                on_skip=metrics.skipped_report,
+            )
         except ValueError as err:
             raise click.ClickException(str(err)) from None
 
-    control = None if leader_election else resume()
     metrics = ControllerMetrics()
+    control = None if leader_election else resume()
     if metrics_port is not None:
         metrics.serve(metrics_port)
         click.echo(f"windjoin controller: metrics on :{metrics_port}/metrics", err=True)

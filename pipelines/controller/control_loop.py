@@ -5,18 +5,22 @@ the epoch's load (`control.load.aggregate_epoch`), runs one control step (`contr
 shed ratio, slot count, fine tuning into mini-groups, reorganisation moves) and records the decision (hash +
 stream in Redis, see `connectors.control_decisions`) together with the new cursor, so a restarted controller
 resumes from the recorded state and never counts a report twice. An epoch with no reports decides nothing.
+A malformed report entry (`connectors.load_entry_check`) is skipped with a warning naming its id and the reason,
+counted (`on_skip`, the metrics' counter), and read past: the cursor recorded with the next decision is beyond it.
 Applying a decision in the join job (the routing version with its state transfer, the slot count, the shed
 ratio) is not done here.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from windjoin.connectors.control_decisions import DecisionStore, encode_decision, state_from_fields
 from windjoin.connectors.control_decisions import recorded_moves as recorded_moves  # re-exported for readers
+from windjoin.connectors.load_entry_check import ReportBounds
 from windjoin.connectors.load_reports import LoadReports, fine_histograms, fine_work, shed_records, slot_batches
 from windjoin.connectors.memory_reports import MemoryHistory
 from windjoin.operators.control.config import ControlConfig
@@ -25,6 +29,8 @@ from windjoin.operators.control.epoch_state import ControlState
 from windjoin.operators.control.load import aggregate_epoch
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.control.reorganise import Classes, classify
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,8 +77,10 @@ class Controller:
         slots: int,
         clock: Callable[[], float] = time.time,
         arrivals: Callable[[], int] | None = None,
+        on_skip: Callable[[str, str], None] | None = None,
     ) -> None:
         self.reports, self.decisions, self.config, self.clock = reports, decisions, config, clock
+        self.on_skip = on_skip  # called with (entry id, reason) of each load report entry skipped
         # Records appended to the input topics so far (`connectors.kafka_arrivals`), for `measure: arrivals`:
         # read at every decided epoch, the difference over the time between readings is the arrival rate.
         self.arrivals = arrivals
@@ -88,11 +96,19 @@ class Controller:
                     f"the recorded decision routes {self.state.routing.partitions} partitions but the spec has "
                     f"{partitions}: use another namespace for this job"
                 )
+        # the job reports its own slots (indexes below the spec's count), whatever count the controller wants
+        self.bounds = ReportBounds(partitions, max(slots, self.state.slots))
 
     def step(self) -> EpochOutcome | None:
         """One epoch over the reports published since the last; None (nothing recorded) when there were none."""
-        entries = self.reports.read(after=self.cursor)
+        read = self.reports.scan(after=self.cursor, bounds=self.bounds)
+        for entry_id, reason in read.skipped:
+            log.warning("load report entry %s skipped: %s", entry_id, reason)
+            if self.on_skip is not None:
+                self.on_skip(entry_id, reason)
+        entries = read.entries
         if not entries:
+            self.cursor = read.last_id or self.cursor  # past skipped entries; recorded with the next decision
             return None
         r = self.config.reorganisation
         load = aggregate_epoch(
@@ -118,7 +134,7 @@ class Controller:
             memory=memory,
             fine_work=fine_work(entries) if fine is not None else None,
         )
-        outcome = EpochOutcome(decision, load.batches, occupancy, classes, entries[-1].entry_id, shed)
+        outcome = EpochOutcome(decision, load.batches, occupancy, classes, read.last_id or self.cursor, shed)
         self.decisions.record(decision_fields(outcome, self.clock()))
         self.state, self.cursor = decision.state, outcome.cursor
         return outcome

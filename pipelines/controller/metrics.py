@@ -14,7 +14,7 @@ SUPPLIER, NEUTRAL, CONSUMER = 1, 0, -1  # windjoin_controller_slot_class values
 
 class ControllerMetrics:
     """Epoch, routing version, desired slots, shed ratio, utilisation; per slot occupancy and class; moves;
-    whether this replica leads."""
+    malformed load reports skipped; whether this replica leads."""
 
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
@@ -41,6 +41,11 @@ class ControllerMetrics:
             registry=r,
         )
         self.moves = Counter("windjoin_controller_moves", "Group moves decided.", registry=r)
+        self.skipped_reports = Counter(
+            "windjoin_controller_load_reports_skipped",
+            "Load report entries skipped as malformed (each logged with its id and the reason).",
+            registry=r,
+        )
         self.hot = Gauge(
             "windjoin_controller_hot_slots", "Suppliers holding a single group in the last epoch.", registry=r
         )
@@ -70,6 +75,10 @@ class ControllerMetrics:
                 else NEUTRAL
             )
             self.slot_class.labels(str(slot)).set(kind)
+
+    def skipped_report(self, entry_id: str, reason: str) -> None:
+        """Count one skipped load report entry (the control loop logs its id and reason)."""
+        self.skipped_reports.inc()
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
         """Serve /metrics on `port` from a background thread; returns (server, thread)."""

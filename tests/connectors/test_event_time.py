@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from windjoin.connectors.event_time import (
     DENSITY_MARGIN,
     PROBE_RECORDS,
@@ -114,3 +118,27 @@ def test_the_state_survives_its_json_and_the_reports_their_files(tmp_path):
     for seq in range(4, 40):
         reports.write(seq, {})
     assert reports.read(3) is None and reports.read(39) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"r:0": [5]}', "'r:0'"),
+        (b'{"r:0": [5, "9"]}', "'r:0'"),
+        (b'{"r:0": [5, true]}', "'r:0'"),
+        (b'{"r:0": [9, 5]}', "'r:0'"),
+        (b'{"r:0": [5, 9223372036854775808]}', "signed 64-bit"),
+    ],
+)
+def test_a_malformed_marks_report_reads_as_lost_with_a_warning(tmp_path, caplog, text, says):
+    """Raising would stop the query's planning, and a restarted query would read the same report again."""
+    reports = MarkReports(tmp_path)
+    reports.write(4, {"r:0": (5, 9)})
+    (tmp_path / f"{3:012d}.json").write_bytes(text)
+    with caplog.at_level(logging.WARNING, logger="windjoin.connectors.mark_reports"):
+        assert reports.read(3) is None
+    [warning] = caplog.records
+    assert f"{3:012d}.json skipped" in warning.getMessage() and says in warning.getMessage()
+    assert reports.read(4) == {"r:0": (5, 9)}

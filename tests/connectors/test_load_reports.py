@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
+import orjson
 import pytest
 
+from windjoin.connectors.load_entry_check import ReportBounds
 from windjoin.connectors.load_reports import LoadEntry, LoadReports, fine_histograms, load_key, slot_batches
 from windjoin.operators.control.load import Load
 from windjoin.operators.partitioning import Group
 from windjoin.pipelines.job.join_job import BatchOutcome
-from windjoin.pipelines.job.load_publisher import LoadPublisher
+from windjoin.pipelines.job.load_publisher import LoadPublisher, slot_reports
 
 
 def _stat(label: int, index: int, parts: list[int], tuples: list[int], seconds: float) -> dict:
@@ -135,3 +138,55 @@ def test_fine_histograms_sum_a_partitions_shares_over_slots_as_of_its_latest_bat
     got = fine_histograms(entries)
     assert sorted(got) == [0, 1, 2]
     assert got[0].tolist() == [3.0] * 16 and got[1].tolist() == [2.0] * 16 and got[2].tolist() == [1.0] * 16
+
+
+def _entry(**slot_changes: object) -> dict[str, bytes]:
+    """A good entry's fields (slot 0 of a real batch) with its slot report changed."""
+    report = slot_reports(_outcome(7, 1007.0))[0]
+    fields = {"batch_id": b"7", "finished_at": b"1007.0", "interval_s": b"1.0"}
+    return {**fields, "slots": orjson.dumps([{**report, **slot_changes}])}
+
+
+GROUPS = slot_reports(_outcome(7, 1007.0))[0]["groups"]  # partitions 0 and 2
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({k: v for k, v in _entry().items() if k != "batch_id"}, "batch_id is missing"),
+        ({**_entry(), "batch_id": b"\xff"}, "batch_id is not ASCII"),
+        ({**_entry(), "batch_id": str(2**63).encode()}, r"batch_id must be a whole number in 0\.\."),
+        ({**_entry(), "interval_s": b"-1.0"}, "interval_s must be a finite decimal number >= 0"),
+        ({**_entry(), "interval_s": b"inf"}, "interval_s must be"),
+        ({**_entry(), "finished_at": b" 1007"}, "finished_at must be"),
+        ({**_entry(), "slots": b'{"slot": 0}'}, "slots must be a JSON array"),
+        (_entry(slot=9), r"slots\[0\]\.slot 9 is outside the job's slots 0\.\.3"),
+        (_entry(slot=True), r"slots\[0\]\.slot: Input should be a valid integer"),
+        (_entry(seconds=-0.5), r"slots\[0\]\.seconds: Input should be greater than or equal to 0"),
+        (_entry(shed={"R": "many"}), r"slots\[0\]\.shed\.R"),
+        (_entry(groups={**GROUPS, "seconds": [0.1]}), "column 'seconds' has 1 values, 'part' has 2"),
+        (_entry(groups={**GROUPS, "part": [0, 0]}), "part lists a partition twice"),
+        (_entry(groups={**GROUPS, "fine": [[1] * 16, [1] * 15]}), r"slots\[0\]\.groups\.fine\.1"),
+        (_entry(groups={**GROUPS, "fine_in": [[1] * 16] * 2}), "'fine_in' comes with 'fine'"),
+        (_entry(spill={"generations": {"x": 1}}), r"slots\[0\]\.spill\.generations\.x"),
+        (_entry(spill={"reload_bytes": {"8": 1}}), r"partition\(s\) \[8\] outside the job's 0\.\.3"),
+        (_entry(spill={"spill_version": -1}), r"spill\.spill_version"),
+    ],
+)
+def test_a_malformed_entry_is_skipped_with_its_reason_and_read_past(reports, fields, says):
+    publish = LoadPublisher(reports, trigger_s=1.0)
+    publish(_outcome(0, 1000.0))
+    bad = reports.client.xadd(reports.key, fields).decode()
+    good = publish(_outcome(1, 1001.0))
+    read = reports.scan(bounds=ReportBounds(partitions=4, slots=4))
+    assert [e.batch_id for e in read.entries] == [0, 1]
+    [(entry_id, reason)] = read.skipped
+    assert entry_id == bad and re.search(says, reason), reason
+    assert read.last_id == good
+    assert reports.scan(after=bad).entries == read.entries[1:]
+
+
+def test_an_entry_as_the_job_writes_it_passes_every_check(reports):
+    reports.client.xadd(reports.key, _entry(spill={"spill_version": 2, "generations": {"2": 1}}))
+    read = reports.scan(bounds=ReportBounds(partitions=4, slots=4))
+    assert read.skipped == [] and [e.batch_id for e in read.entries] == [7]

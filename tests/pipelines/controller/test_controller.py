@@ -4,6 +4,7 @@ become a recorded decision (classes, a move from the hottest slot, shed ratio), 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import socket
 import subprocess
@@ -26,7 +27,7 @@ from windjoin.operators.partitioning import Group
 from windjoin.pipelines.controller.control_loop import Controller, recorded_moves, state_from_fields
 from windjoin.pipelines.controller.metrics import ControllerMetrics
 from windjoin.pipelines.job.join_job import BatchOutcome
-from windjoin.pipelines.job.load_publisher import LoadPublisher
+from windjoin.pipelines.job.load_publisher import LoadPublisher, slot_reports
 
 PARTITIONS, SLOTS = 16, 4
 # Busy seconds per 1 s batch: slot 0 a supplier, 1 and 3 consumers (1 the idlest), 2 neutral.
@@ -134,6 +135,84 @@ def test_skewed_epoch_classifies_slots_moves_a_group_off_the_hottest_and_records
     [move2] = second.decision.moves
     assert move2.source == 0 and move2.group != move.group and second.decision.state.routing.version == 2
     assert [fields["epoch"] for _, fields in decisions.history()] == ["1", "2"]
+
+
+def _bad_slots(**changes: object) -> bytes:
+    """One slot report of a good batch, changed as a writer that should not have could change it."""
+    report = slot_reports(_outcome(9))[0]
+    return orjson.dumps([{**report, **changes}])
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"batch_id": "2", "finished_at": "1002.0", "interval_s": "1.0", "slots": "[{"}, "slots is not JSON"),
+        ({"batch_id": "two", "finished_at": "1002.0", "interval_s": "1.0", "slots": "[]"}, "batch_id must be"),
+        ({"batch_id": "2", "finished_at": "1_002", "interval_s": "1.0", "slots": "[]"}, "finished_at must be"),
+        (
+            {"batch_id": "2", "finished_at": "1002.0", "interval_s": "1.0", "slots": _bad_slots(seconds="fast")},
+            "seconds",
+        ),
+        ({"batch_id": "2", "finished_at": "1002.0", "interval_s": "1.0", "slots": _bad_slots(slot=None)}, "slot"),
+        (
+            {
+                "batch_id": "2",
+                "finished_at": "1002.0",
+                "interval_s": "1.0",
+                "slots": _bad_slots(groups={"part": [0, 4]}),
+            },
+            "column 'tuples_in' is missing",
+        ),
+        (
+            {
+                "batch_id": "2",
+                "finished_at": "1002.0",
+                "interval_s": "1.0",
+                "slots": _bad_slots(groups={**slot_reports(_outcome(9))[0]["groups"], "part": [0, 4, 8, 99]}),
+            },
+            r"partition\(s\) \[99\] outside the job's 0\.\.15",
+        ),
+    ],
+)
+def test_a_malformed_load_report_is_skipped_counted_and_read_past(redis_url, namespace, caplog, fields, says):
+    """The job's Redis user may write the load stream: one bad entry made the controller raise, and a restarted
+    one resumed at the same entry (a crash loop). It is skipped with a warning, counted, and never read again."""
+    reports = LoadReports(redis_url, namespace)
+    _publish(redis_url, namespace, range(2))
+    bad_id = reports.client.xadd(reports.key, fields).decode()
+    _publish(redis_url, namespace, range(3, 5))
+    decisions, metrics = DecisionStore(redis_url, namespace), ControllerMetrics()
+    config = parse_control_config(CONFIG)
+    control = Controller(reports, decisions, config, PARTITIONS, SLOTS, on_skip=metrics.skipped_report)
+    with caplog.at_level(logging.WARNING, logger="windjoin.pipelines.controller.control_loop"):
+        outcome = control.step()
+    assert outcome is not None and outcome.batches == 4  # the good entries on either side
+    [warning] = caplog.records
+    assert warning.getMessage().startswith(f"load report entry {bad_id} skipped: ")
+    assert re.search(says, warning.getMessage())
+    assert metrics.registry.get_sample_value("windjoin_controller_load_reports_skipped_total") == 1
+    # restarted: resumes after the last entry read, the bad one not read (nor counted) again
+    restarted = Controller(reports, decisions, config, PARTITIONS, SLOTS, on_skip=metrics.skipped_report)
+    assert restarted.step() is None
+    assert metrics.registry.get_sample_value("windjoin_controller_load_reports_skipped_total") == 1
+
+
+def test_an_epoch_of_malformed_reports_only_decides_nothing_and_reads_past_them(redis_url, namespace):
+    reports = LoadReports(redis_url, namespace)
+    reports.client.xadd(reports.key, {"batch_id": "0", "slots": "[]"})  # no finished_at, no interval_s
+    skipped: list[str] = []
+    control = Controller(
+        reports,
+        DecisionStore(redis_url, namespace),
+        parse_control_config(CONFIG),
+        PARTITIONS,
+        SLOTS,
+        on_skip=lambda entry_id, reason: skipped.append(reason),
+    )
+    assert control.step() is None and control.step() is None
+    assert skipped == ["finished_at is missing"]  # read once
+    _publish(redis_url, namespace, range(2))
+    assert control.step().batches == 2
 
 
 def test_a_recorded_decision_for_another_partition_count_is_refused(redis_url, namespace):
