@@ -27,14 +27,13 @@ from windjoin.operators.control.finetune import FINE_DEPTH
 from windjoin.operators.control.job_epoch import ControlTarget
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
+from windjoin.operators.plain_numbers import plain_float, plain_int
 
 REASONS = ("schema", "shed_ratio", "routing", "version")
 MAX_VERSION = 2**63 - 1  # epoch, routing and spill versions: signed 64-bit ints in executors and offsets
 # The controller splits at most FINE_DEPTH (4) bits deep (fine_tuning.max_depth <= FINE_DEPTH); twice that leaves
 # room for a finer histogram while a split partition's routing directory stays at most 2^8 entries.
 MAX_SPLIT_DEPTH = 2 * FINE_DEPTH
-_WHOLE = re.compile(r"-?[0-9]+")
-_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")  # what repr(float) writes
 _NON_FINITE = re.compile(r"[+-]?(nan|inf|infinity)", re.IGNORECASE)
 
 
@@ -77,10 +76,10 @@ def check_decision(
 
 def _int(fields: Mapping[str, str], key: str) -> int:
     raw = fields.get(key)
-    # ASCII digits only, and few enough of them to read cheaply (int() takes "1_0", " 1" and 4000 digits)
-    if not isinstance(raw, str) or len(raw) > 20 or not _WHOLE.fullmatch(raw):
+    value = plain_int(raw)  # ASCII digits only (int() takes "1_0", " 1", "١" and 4000 digits)
+    if value is None:
         raise DecisionRefused("schema", f"field {key!r} must be a whole number in 0..{MAX_VERSION}, got {raw!r}")
-    return _version(int(raw), key)
+    return _version(value, key)
 
 
 def _version(value: int, what: str) -> int:
@@ -91,13 +90,13 @@ def _version(value: int, what: str) -> int:
 
 def _shed_ratio(fields: Mapping[str, str]) -> float:
     raw = fields.get("shed_ratio")
-    # float() would also take "0.2_5", " 0.5 " or "١": only a plain decimal, as repr() writes it, is read
-    text = raw if isinstance(raw, str) else ""
-    if len(text) > 64 or not (_DECIMAL.fullmatch(text) or _NON_FINITE.fullmatch(text)):
+    ratio = plain_float(raw)  # float() would also take "0.2_5", " 0.5 " or "١"
+    if ratio is None and isinstance(raw, str) and _NON_FINITE.fullmatch(raw):
+        ratio = math.nan
+    if ratio is None:
         raise DecisionRefused(
             "schema", f"field 'shed_ratio' must be a number in decimals such as 0.25 (no '_' or spaces), got {raw!r}"
         )
-    ratio = float(raw)
     if not math.isfinite(ratio) or not 0.0 <= ratio <= 1.0:
         raise DecisionRefused("shed_ratio", f"shed_ratio {raw!r} is not within [0, 1]")
     return ratio

@@ -54,9 +54,9 @@ from windjoin.operators.result_table import (
 
 OWNER_FILE = "_owner.json"
 GROUP_BYTES = 8 << 20
-_BATCH_DIR = re.compile(r"^batch=(\d+)$")
-_HIDDEN_DIR = re.compile(r"^\.batch=(\d+)\.(pending|tmp-[0-9a-f]+)$")  # pending, or left by older versions
-_PART = re.compile(r"^part-(\d+)\.parquet$")
+_BATCH_DIR = re.compile(r"batch=([0-9]+)")  # fullmatch: "batch=1\n" is no batch
+_HIDDEN_DIR = re.compile(r"\.batch=([0-9]+)\.(pending|tmp-[0-9a-f]+)")  # pending, or left by older versions
+_PART = re.compile(r"part-([0-9]+)\.parquet")
 
 
 def group_rows(table: pa.Table) -> int:
@@ -214,7 +214,7 @@ class ParquetSink:
         """Remove hidden folders of batch ids below `batch_id` (committed since, or never to be) and temporary
         ones of older versions up to it; never the batch's pending folder or newer ones."""
         for entry in task_dir.iterdir():
-            match = _HIDDEN_DIR.match(entry.name)
+            match = _HIDDEN_DIR.fullmatch(entry.name)
             if match and (
                 int(match.group(1)) < batch_id or match.group(2) != "pending" and int(match.group(1)) == batch_id
             ):
@@ -223,7 +223,7 @@ class ParquetSink:
     def batch_pieces(self, task: str, batch_id: int) -> list[tuple[int, Path]]:
         """(piece, file) of a committed batch of `task`, in piece order (the batch's row order)."""
         folder = self.batch_dir(task, batch_id)
-        found = ((_PART.match(entry.name), entry) for entry in folder.iterdir())
+        found = ((_PART.fullmatch(entry.name), entry) for entry in folder.iterdir())
         return sorted((int(m.group(1)), entry) for m, entry in found if m)
 
     def batch_files(self, task: str, batch_id: int) -> list[Path]:
@@ -235,7 +235,7 @@ class ParquetSink:
         task_dir = self.task_dir(task)
         if not task_dir.is_dir():
             return []
-        found = (_BATCH_DIR.match(entry.name) for entry in task_dir.iterdir())
+        found = (_BATCH_DIR.fullmatch(entry.name) for entry in task_dir.iterdir())
         return sorted(int(m.group(1)) for m in found if m)
 
     def last_committed(self, task: str) -> int | None:

@@ -84,7 +84,7 @@ def acl_users(
     users = []
     for component, digest in password_sha256.items():
         name = f"{prefix}{component}"
-        if not USER_NAME.match(name):
+        if not USER_NAME.fullmatch(name):
             raise ValueError(f"ACL user name {name!r} is not accepted (accepted: {USER_NAME.pattern})")
         if digest is not None and not re.fullmatch(r"[0-9a-f]{64}", digest):
             raise ValueError(f"password of {component!r}: a SHA-256 digest is 64 lowercase hex digits")

@@ -35,8 +35,8 @@ from windjoin.operators.result_table import stream_timestamps
 
 SNAPSHOTS_DIR = "_snapshots"
 REASONS = ("periodic", "punctuation", "recovery")  # recovery: Redis lost its boundary marker
-_MANIFEST = re.compile(r"^(\d{12})\.json$")
-_TMP = re.compile(r"^\.tmp-[0-9a-f]+\.json$")
+_MANIFEST = re.compile(r"([0-9]{12})\.json")  # fullmatch: no trailing newline
+_TMP = re.compile(r"\.tmp-[0-9a-f]+\.json")
 MAX_SNAPSHOT_ID = 10**12 - 1
 
 
@@ -71,7 +71,7 @@ class SnapshotStore:
         folder = self.snapshots_dir(task)
         if not folder.is_dir():
             return []
-        found = (_MANIFEST.match(entry.name) for entry in os.scandir(folder))
+        found = (_MANIFEST.fullmatch(entry.name) for entry in os.scandir(folder))
         return sorted(int(m.group(1)) for m in found if m)
 
     def _load(self, task: str, snapshot_id: int) -> Snapshot:
@@ -153,7 +153,7 @@ class SnapshotStore:
         folder = self.snapshots_dir(snapshot.task)
         folder.mkdir(parents=True, exist_ok=True)
         for entry in os.scandir(folder):  # leftovers of crashed commits
-            if _TMP.match(entry.name):
+            if _TMP.fullmatch(entry.name):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
         tmp = folder / f".tmp-{uuid.uuid4().hex}.json"

@@ -48,7 +48,7 @@ _IDENTIFIER = re.compile(IDENTIFIER)
 
 def check_identifier(kind: str, name: str) -> str:
     """Return `name` if it is an identifier (what the spec accepts for names); else raise ValueError."""
-    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
         raise ValueError(f"{kind} {name!r} is not an identifier (accepted: {IDENTIFIER})")
     return name
 

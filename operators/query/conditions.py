@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from windjoin.operators.plain_numbers import plain_float
 from windjoin.operators.query.errors import BadQuery
 from windjoin.operators.query.fields import unknown_field
 
@@ -117,7 +118,7 @@ def _typed(field: str, kind: str, text: str, quoted: bool) -> Any:
     """The condition value `text` as a value of the field's type, or BadQuery."""
     accepted = {
         "int": "an integer",
-        "float": "a finite number",
+        "float": "a finite number in decimals, such as 1.5 or -2e3 (no '_')",
         "string": 'a string (unquoted or "quoted")',
         "bool": "true or false",
     }[kind]
@@ -132,11 +133,8 @@ def _typed(field: str, kind: str, text: str, quoted: bool) -> Any:
             raise bad
         return int(text)
     if kind == "float":
-        try:
-            value = float(text)
-        except ValueError:
-            raise bad from None
-        if not math.isfinite(value):
+        value = plain_float(text)  # float() would also read "1_0" and Unicode digits
+        if value is None or not math.isfinite(value):
             raise bad
         return value
     if text.lower() not in _BOOLS:

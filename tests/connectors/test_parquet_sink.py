@@ -90,6 +90,22 @@ def test_layout_is_hive_partitioned_by_task_and_batch(tmp_path: Path) -> None:
     ]
 
 
+def test_only_exact_folder_and_file_names_count(tmp_path: Path) -> None:
+    """A name with a trailing newline or other scripts' digits is no batch, piece or leftover of the sink's."""
+    sink = ParquetSink(tmp_path)
+    sink.write(3, {"a": make_table("a", 3, [one(1)])})
+    task_dir = tmp_path / "task=a"
+    for name in ("batch=4\n", "batch=\u0665", ".batch=2.pending\n"):
+        (task_dir / name).mkdir()
+    (task_dir / "batch=3" / "part-1.parquet\n").write_bytes(b"")
+    assert sink.committed_batches("a") == [3]
+    assert [piece for piece, _ in sink.batch_pieces("a", 3)] == [0]
+    sink.write(5, {"a": make_table("a", 5, [one(2)])})  # clears leftovers of older batches: not these names
+    assert (task_dir / ".batch=2.pending\n").is_dir()
+    with pytest.raises(ValueError, match=r"task name 'a\\n' is not an identifier"):
+        sink.task_dir("a\n")  # nor is a task name with one a folder of tasks
+
+
 @SETTINGS
 @given(batches=st.lists(pairs, min_size=1, max_size=4))
 def test_rows_written_are_rows_read_back(tmp_path_factory: pytest.TempPathFactory, batches: list[list[Any]]) -> None:

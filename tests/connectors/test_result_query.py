@@ -260,6 +260,12 @@ def test_parse_condition() -> None:
         ('R.z in "a"b,c', "malformed list"),
         ('R.z in "a" "b"', "malformed list"),
         ("R.k=5\n1", "type int"),
+        # float() reads these too: digits with underscores, other scripts' digits, an exponent past a double
+        ("R.x=1_0", "type float"),
+        ("R.x=0.2_5", r"no '_'"),
+        ("R.x=\u0661", "type float"),
+        ("R.x=1e999", "type float"),
+        ("R.x in 1.5,2_0", "type float"),
     ]:
         with pytest.raises(BadQuery, match=words):
             parse_condition(bad, FIELDS)

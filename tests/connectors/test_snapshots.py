@@ -41,6 +41,21 @@ def test_no_batches_no_snapshot(tmp_path: Path) -> None:
         store.get("a", 1)
 
 
+def test_only_exact_manifest_names_are_snapshots(tmp_path: Path) -> None:
+    sink = ParquetSink(tmp_path)
+    write_batch(sink, 0, {"a": [(1, 2)]})
+    store = SnapshotStore(tmp_path)
+    folder = store.snapshots_dir("a")
+    folder.mkdir(parents=True)
+    (folder / f"{7:012d}.json\n").write_bytes(b"{}")  # not a manifest: read as one, it fails to load
+    (folder / f"{7:011d}\u0667.json").write_bytes(b"{}")
+    (folder / ".tmp-ab.json\n").write_bytes(b"")
+    assert store.latest("a") is None and store.list("a") == []
+    assert store.commit("a", 0, "periodic", 1000) is not None
+    assert [s.id for s in store.list("a")] == [1]
+    assert (folder / ".tmp-ab.json\n").exists()  # a crashed commit's leftovers are named exactly
+
+
 def test_consecutive_ranges_rows_and_times(tmp_path: Path) -> None:
     sink, store = ParquetSink(tmp_path), SnapshotStore(tmp_path)
     write_batch(sink, 0, {"a": [(10, 20), (30, 5)]})  # result times 20, 30
