@@ -57,12 +57,22 @@ class Gate:
             )
         return client
 
+    def admits(self, client: Client) -> bool:
+        """Whether an open stream's client may still be served: its token is still in the (re-read) tokens file,
+        unchanged, and has not expired. Always without authentication."""
+        tokens = self.access.tokens
+        if tokens is None:
+            return True
+        self._refresh(tokens)
+        if tokens.admits(client) and not client.expired(datetime.now(UTC)):
+            return True
+        self._refuse("withdrawn")
+        return False
+
     def _authenticated(self, tokens: Tokens, credentials: HTTPAuthorizationCredentials | None) -> Client:
         """The client of a bearer token, once `tokens` had its chance to re-read its file (401 for none, an unknown
         or an expired one)."""
-        reloaded = tokens.refresh()
-        if reloaded is not None:
-            self.metrics.token_reloads.labels(reloaded).inc()
+        self._refresh(tokens)
         found = None if credentials is None else tokens.client(credentials.credentials)
         if found is None:
             self._refuse("unauthenticated")
@@ -89,6 +99,11 @@ class Gate:
                 headers={"Retry-After": str(STREAM_RETRY_S)},
             )
         return lease
+
+    def _refresh(self, tokens: Tokens) -> None:
+        reloaded = tokens.refresh()
+        if reloaded is not None:
+            self.metrics.token_reloads.labels(reloaded).inc()
 
     def _refuse(self, reason: str) -> None:
         self.metrics.refused.labels(reason).inc()

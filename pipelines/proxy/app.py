@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
 import orjson
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LIMIT = 1000
 READY_TIMEOUT_S = 1.0  # a probe answers within this, ready or not
+TOKEN_WITHDRAWN = "token revoked or expired"  # the end event of a stream whose token no longer admits it
 MAX_CONDITIONS = 32
 MAX_TEXT = 1000  # characters of one condition, of the field list, of a cursor
 
@@ -292,7 +293,8 @@ def create_app(
                 "description": 'Server-sent events: "ready" first (data: {"cursor": ...}; id: the start cursor) unless '
                 'the first results come at once, then "results" (data: JSON array of rows in commit order; id: the '
                 'cursor after them), and a last "end" (data: {"error": ..., "cursor": ...}) when the client was too '
-                "slow or the feed failed. Reconnect with the last id (Last-Event-ID) or the end's cursor.",
+                'slow, the feed failed, or the token was revoked or expired ("token revoked or expired"). '
+                "Reconnect with the last id (Last-Event-ID) or the end's cursor.",
                 "content": {"text/event-stream": {"schema": {"type": "string"}}},
             },
         },
@@ -344,17 +346,25 @@ def create_app(
 
         async def events() -> AsyncIterator[dict[str, str] | bytes]:
             metrics.subscribers.inc()
+            sent = after  # the cursor of the last event sent: where the client resumes
             try:
-                async for kind, data in subscription.events(chunk):
-                    if kind == "results":
-                        metrics.rows.labels("stream").inc(data.rows)
-                        yield data.frame
-                    elif kind == "ready":
-                        yield {"event": "ready", "id": data["cursor"], "data": orjson.dumps(data).decode()}
-                    else:
-                        if data["error"] == SLOW_CONSUMER:
-                            metrics.slow_consumers.inc()
-                        yield {"event": "end", "data": orjson.dumps(data).decode()}
+                async with aclosing(subscription.events(chunk)) as stream_events:
+                    async for kind, data in stream_events:
+                        if kind != "end" and not gate.admits(client):  # revoked or expired since the stream began
+                            end = {"error": TOKEN_WITHDRAWN, "cursor": sent}
+                            yield {"event": "end", "data": orjson.dumps(end).decode()}
+                            return
+                        if kind == "results":
+                            metrics.rows.labels("stream").inc(data.rows)
+                            sent = data.cursor
+                            yield data.frame
+                        elif kind == "ready":
+                            sent = data["cursor"]
+                            yield {"event": "ready", "id": data["cursor"], "data": orjson.dumps(data).decode()}
+                        else:
+                            if data["error"] == SLOW_CONSUMER:
+                                metrics.slow_consumers.inc()
+                            yield {"event": "end", "data": orjson.dumps(data).decode()}
             finally:
                 metrics.subscribers.dec()
                 lease.release()

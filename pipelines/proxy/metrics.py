@@ -48,7 +48,7 @@ class ProxyMetrics:
         self.refused = Counter(
             "windjoin_proxy_refused",
             "Requests refused before any query, by reason: unauthenticated and expired (401), scope (403), rate and "
-            "streams (429).",
+            "streams (429); and open streams ended because their token was revoked, changed or expired (withdrawn).",
             ["reason"],
             registry=self.registry,
         )

@@ -44,6 +44,9 @@ class TokenFile:
     def client(self, token: str) -> Client | None:
         return self.table.client(token)
 
+    def admits(self, client: Client) -> bool:
+        return self.table.admits(client)
+
     def refresh(self) -> str | None:
         """RELOADED or FAILED when the file changed since it was last read (looked at no more often than every
         `check_s` seconds), else None. FAILED keeps the last good table."""

@@ -52,6 +52,8 @@ class Tokens(Protocol):
 
     def client(self, token: str) -> Client | None: ...
 
+    def admits(self, client: Client) -> bool: ...
+
     def refresh(self) -> str | None: ...
 
 
@@ -67,6 +69,11 @@ class TokenTable:
     def refresh(self) -> str | None:
         """Nothing to re-read: a table made from data stays as it is (`token_file.TokenFile` follows a file)."""
         return None
+
+    def admits(self, client: Client) -> bool:
+        """Whether a client authenticated earlier still has a token here with the same name, tasks and expiry (an
+        open stream of a revoked or changed token ends)."""
+        return client in self._clients.values()
 
     def client(self, token: str) -> Client | None:
         digest = hashlib.sha256(token.encode()).hexdigest()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import yaml
 
@@ -24,8 +25,10 @@ from tests.pipelines.proxy_helpers import (
     make_spec,
     new_namespace,
 )
+from windjoin.pipelines.cli.query import sse_events
 from windjoin.pipelines.proxy.app import create_app
 from windjoin.pipelines.proxy.config import Access
+from windjoin.pipelines.proxy.feed import FeedConfig
 from windjoin.pipelines.proxy.token_file import TokenFile
 from windjoin.pipelines.proxy.tokens import TokenTable, token_hash
 
@@ -63,6 +66,32 @@ def test_revoked_and_added_tokens_take_effect_without_a_restart(tiers: Results, 
         assert status(server, NEW_AUTH).json() == {"tasks": ["b"]}
         metrics = httpx.get(f"{server.url}/metrics", headers=AUTH).text
         assert 'windjoin_proxy_token_reloads_total{outcome="reloaded"} 2.0' in metrics
+
+
+def test_an_open_stream_ends_when_its_token_is_revoked(redis_url: str, tmp_path: Path) -> None:
+    """Revocation reaches streams opened before it: the next results are not sent, the stream ends saying why,
+    with the cursor of the last results the client got."""
+    live = Results(make_spec(redis_url, tmp_path / "parquet"), new_namespace(), redis_url, tmp_path / "parquet")
+    tokens = tmp_path / "tokens.yaml"
+    write(tokens, TOKENS_FILE["tokens"])
+    access = Access(TokenFile(tokens, TASKS, check_s=0), GENEROUS)
+    with (
+        Server(create_app(live.store(), FeedConfig(block_ms=200), access=access)) as server,
+        httpx.Client(timeout=httpx.Timeout(30, read=60)) as client,
+        client.stream("GET", f"{server.url}/v1/tasks/b/stream", headers=B_AUTH) as response,
+    ):
+        assert response.status_code == 200
+        events = sse_events(response.iter_lines())
+        assert next(events)[0] == "ready"  # subscribed: what is committed from now on reaches it
+        live.write(5, t0=0)
+        event, cursor, data = next(events)
+        assert event == "results" and orjson.loads(data) == live.since("b", 0)
+        write(tokens, TOKENS_FILE["tokens"][:1])  # b-reader revoked
+        live.write(5, t0=100)
+        event, _, data = next(events)
+        assert event == "end" and orjson.loads(data) == {"error": "token revoked or expired", "cursor": cursor}
+        metrics = httpx.get(f"{server.url}/metrics", headers=AUTH).text
+        assert 'windjoin_proxy_refused_total{reason="withdrawn"} 1.0' in metrics
 
 
 def test_a_broken_rewrite_keeps_the_last_good_tokens(tiers: Results, tmp_path: Path) -> None:
