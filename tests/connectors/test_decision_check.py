@@ -171,20 +171,21 @@ def test_the_job_keeps_the_last_good_decision_through_redis(feed, caplog):
             _edit(recorded(START, epoch=2), shed_ratio="1.5"),  # shed everything and more
             _edit(recorded(START, epoch=3), routing={**ROUTING, "slot_of": [0, 7] * 4}),  # to slots that don't exist
             _edit(recorded(START, epoch=4), routing="]"),
+            _edit(recorded(START, epoch=5), routing={**ROUTING, "split": DEEP}),  # 2^40 directory entries
         ):
             store.record(bad)
             for _ in range(3):  # planned batch after batch: the job goes on under the last good decision
                 epoch = reader.next_control(epoch)
                 assert ControlEpoch.from_json(epoch) == ControlEpoch(START, 0.25)
     assert [r.getMessage().split(", ")[0] for r in caplog.records] == [
-        f"control decision (epoch '{e}') refused" for e in (2, 3, 4)
+        f"control decision (epoch '{e}') refused" for e in (2, 3, 4, 5)
     ]
     assert "shed_ratio '1.5' is not within [0, 1]" in caplog.records[0].getMessage()
-    assert refusals.read() == {"shed_ratio": 1, "routing": 1, "schema": 1}  # each decision counted once
+    assert refusals.read() == {"shed_ratio": 1, "routing": 2, "schema": 1}  # each decision counted once
     text = metrics.exposition()
-    for reason, n in (("shed_ratio", 1), ("routing", 1), ("schema", 1), ("version", 0)):
+    for reason, n in (("shed_ratio", 1), ("routing", 2), ("schema", 1), ("version", 0)):
         assert f'windjoin_job_decisions_refused_total{{reason="{reason}"}} {n}.0'.encode() in text
-    store.record(recorded(START.with_moves({Group(1): 0}), 0.5, epoch=5))  # a good one again: applied
+    store.record(recorded(START.with_moves({Group(1): 0}), 0.5, epoch=6))  # a good one again: applied
     assert ControlEpoch.from_json(reader.next_control(epoch)).shed_ratio == 0.5
 
 
