@@ -19,7 +19,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False, strict=True)]  # a YAML number, not text
 
 
 class ReorganisationConfig(_Strict):
@@ -222,6 +222,8 @@ def _accepted(e: dict) -> str:
         return f"; accepted keys: {sorted(section.model_fields)}"
     if e["type"] == "bool_parsing":
         return "; accepted: true or false"
+    if e["type"] == "float_type":  # strict: text such as "0.2_5" or "0.5" is no number here
+        return "; accepted: a number written without quotes, such as 0.25"
     return ""
 
 

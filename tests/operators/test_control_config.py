@@ -39,6 +39,9 @@ def test_defaults_are_valid():
         ({"fine_tuning": {"theta": 1.5}}, ["fine_tuning.theta", "integer", "got 1.5"]),
         ({"fine_tuning": {"enabled": "maybe"}}, ["fine_tuning.enabled", "accepted: true or false"]),
         ({"fine_tuning": {"enable": True}}, ["fine_tuning.enable", "accepted keys: ['enabled', 'max_depth', 'theta']"]),
+        # text for a ratio: pydantic's lax float() read "0.2_5" as 0.25
+        ({"shedding": {"base": "0.2_5"}}, ["shedding.base", "'0.2_5'", "accepted: a number written without quotes"]),
+        ({"reorganisation": {"th_con": "nan"}}, ["reorganisation.th_con", "'nan'", "without quotes"]),
     ],
 )
 def test_errors_name_key_and_accepted_values(data, expected):
