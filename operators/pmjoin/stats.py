@@ -37,6 +37,7 @@ from windjoin.operators.pmjoin.model import EqualityClass, Query, Stream
 from windjoin.operators.pmjoin.partition import METHODS
 from windjoin.operators.pmjoin.planner import PlannerOptions
 from windjoin.operators.pmjoin.pmjoin import Partitioning
+from windjoin.operators.spec import KafkaSpec
 
 MAX_DOMAIN = 2_000_000  # values per equality class once histograms are expanded to FStreams
 NAME = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
@@ -122,6 +123,8 @@ class StatsFile(_Strict):
     joins: list[JoinStats] = Field(default_factory=list)
     result_size: Literal["sum", "max"] = "sum"
     planner: PlannerStats = Field(default_factory=PlannerStats)
+    # How the site runtime's Kafka clients connect (`windjoin sites run`): the join spec's `kafka:` section.
+    kafka: KafkaSpec | None = None
 
     @model_validator(mode="after")
     def _cross_references(self) -> StatsFile:
@@ -186,14 +189,19 @@ class StatsFile(_Strict):
         return []
 
 
-def parse_stats(data: Any) -> tuple[Query, PlannerOptions]:
-    """Validate parsed YAML into the query and the planner options, or raise StatsError naming every bad key."""
+def parse_stats_file(data: Any) -> StatsFile:
+    """Validate parsed YAML into the STATS model, or raise StatsError naming every bad key."""
     if not isinstance(data, dict):
         raise StatsError(f"<top level>: STATS is a mapping with keys streams, joins (got {type(data).__name__})")
     try:
-        stats = StatsFile.model_validate(data)
+        return StatsFile.model_validate(data)
     except ValidationError as err:
         raise StatsError(_format_errors(err)) from None
+
+
+def parse_stats(data: Any) -> tuple[Query, PlannerOptions]:
+    """Validate parsed YAML into the query and the planner options, or raise StatsError naming every bad key."""
+    stats = parse_stats_file(data)
     try:
         return to_query(stats), to_options(stats)
     except ValueError as err:
@@ -202,6 +210,15 @@ def parse_stats(data: Any) -> tuple[Query, PlannerOptions]:
 
 def load_stats(path: str | Path) -> tuple[Query, PlannerOptions]:
     """Read and validate a STATS YAML file."""
+    stats = load_stats_file(path)
+    try:
+        return to_query(stats), to_options(stats)
+    except ValueError as err:
+        raise StatsError(f"{path}: invalid STATS:\n{err}") from None
+
+
+def load_stats_file(path: str | Path) -> StatsFile:
+    """Read and validate a STATS YAML file into its model (the query's sections and the `kafka:` section)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
@@ -211,7 +228,7 @@ def load_stats(path: str | Path) -> tuple[Query, PlannerOptions]:
     except yaml.YAMLError as err:
         raise StatsError(f"{path}: not valid YAML: {err}") from None
     try:
-        return parse_stats(data)
+        return parse_stats_file(data)
     except StatsError as err:
         raise StatsError(f"{path}: invalid STATS:\n{err}") from None
 

@@ -8,12 +8,16 @@ from pathlib import Path
 
 import click
 import orjson
+import yaml
+from pydantic import ValidationError
 
 from windjoin.connectors import services as svc
+from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity, KafkaSecurityError
 from windjoin.operators.pmjoin.execution import ExecutionError, ExecutionPlan
 from windjoin.operators.pmjoin.stats import StatsError
+from windjoin.operators.spec import KafkaSpec
 from windjoin.pipelines.cli.options import BOOTSTRAP_ENV
-from windjoin.pipelines.sites.driver import SitesRunConfig, SitesRunError, run_sites
+from windjoin.pipelines.sites.driver import SitesRunConfig, SitesRunError, run_sites, stats_security
 from windjoin.pipelines.sites.site import SiteConfig, SiteError, run_site
 
 _BOOTSTRAP = click.option(
@@ -32,6 +36,20 @@ _TIMEOUT = click.option(
 )
 
 
+def load_kafka_config(path: Path) -> KafkaSecurity:
+    """A YAML file holding the spec's `kafka:` section (its keys at the top level), validated like the spec's."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return KafkaSecurity.from_spec(KafkaSpec.model_validate(data or {}))
+    except (OSError, yaml.YAMLError) as err:
+        raise click.BadParameter(f"{path}: {err}", param_hint="--kafka-config") from None
+    except ValidationError as err:
+        problems = "; ".join(
+            f"kafka.{'.'.join(map(str, e['loc'])) or '<section>'}: {e['msg']}" for e in err.errors(include_url=False)
+        )
+        raise click.BadParameter(f"{path}: {problems}", param_hint="--kafka-config") from None
+
+
 @click.group("sites")
 def sites() -> None:
     """Run a PMJoin plan distributed over site processes (Kafka topics between them)."""
@@ -47,8 +65,21 @@ def sites() -> None:
 @click.option(
     "--batch", type=click.IntRange(min=1), default=500, show_default=True, help="Messages consumed per join step."
 )
+@click.option(
+    "--kafka-config",
+    "kafka_config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML with the spec's `kafka:` section (TLS / SASL of the site's clients; `run` writes it).",
+)
 def site_command(
-    plan_path: Path, site_name: str, bootstrap: str | None, prefix: str, out_dir: Path, timeout_s: float, batch: int
+    plan_path: Path,
+    site_name: str,
+    bootstrap: str | None,
+    prefix: str,
+    out_dir: Path,
+    timeout_s: float,
+    batch: int,
+    kafka_config: Path | None,
 ):
     """One site: consume local source topics and this site's inter-site topic, run its joins, ship the rest.
 
@@ -62,8 +93,10 @@ def site_command(
         raise click.BadParameter(
             f"{site_name!r} is not a site of the plan (sites: {list(plan.sites)})", param_hint="--site"
         )
+    security = PLAINTEXT if kafka_config is None else load_kafka_config(kafka_config)
+    config = SiteConfig(bootstrap, prefix, out_dir, timeout_s, consume_batch=batch, security=security)
     try:
-        run_site(plan, site_name, SiteConfig(bootstrap, prefix, out_dir, timeout_s, consume_batch=batch))
+        run_site(plan, site_name, config)
     except SiteError as err:
         raise click.ClickException(str(err)) from None
 
@@ -100,18 +133,34 @@ def run_command(
     """Plan STATS, generate its workload, run every site as a process, compare traffic with the plan's cost.
 
     Without --bootstrap (or WINDJOIN_KAFKA_BOOTSTRAP) an embedded broker is started for the run and stopped after.
+    STATS' `kafka:` section (the join spec's: security_protocol, sasl_mechanism, username, password_file or
+    password_env, ca_file) applies to every client of the run: topic creation, the producer, each site's.
     """
     state_dir = None
     try:
+        security = stats_security(stats_path)
+        if not bootstrap and security != PLAINTEXT:
+            raise click.UsageError(
+                f"kafka.security_protocol {security.security_protocol} needs --bootstrap HOST:PORT of a broker "
+                "that speaks it (the embedded broker started without one is PLAINTEXT)"
+            )
         if not bootstrap:
             state_dir = Path(tempfile.mkdtemp(prefix="windjoin-sites-"))
             [started] = svc.up(svc.ServicesConfig(state_dir=state_dir, redis=False))
             bootstrap = started.service.url
         config = SitesRunConfig(
-            stats_path, bootstrap, out_dir, span_s, seed, timeout_s=timeout_s, method=method, partitions=partitions
+            stats_path,
+            bootstrap,
+            out_dir,
+            span_s,
+            seed,
+            timeout_s=timeout_s,
+            method=method,
+            partitions=partitions,
+            security=security,
         )
         report = run_sites(config)
-    except (StatsError, ExecutionError, SitesRunError) as err:
+    except (StatsError, ExecutionError, SitesRunError, KafkaSecurityError) as err:
         raise click.ClickException(str(err)) from None
     finally:
         if state_dir is not None:

@@ -11,11 +11,13 @@ single-process reference of the join contract; the tests compare them with a bru
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,13 +29,14 @@ import yaml
 from windjoin.connectors import processes
 from windjoin.connectors.kafka_admin import create_topics
 from windjoin.connectors.kafka_producer import BatchProducer
+from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.mjoin import MJoin
 from windjoin.operators.pmjoin.execution import ExecutionError, ExecutionPlan, compile_plan, time_window_ms
 from windjoin.operators.pmjoin.model import RateModel
 from windjoin.operators.pmjoin.planner import PlannerOptions, plan_query
 from windjoin.operators.pmjoin.render import report_text
-from windjoin.operators.pmjoin.stats import StatsError, StatsFile, load_stats
+from windjoin.operators.pmjoin.stats import StatsError, StatsFile, load_stats, load_stats_file
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.workloads.sites import StreamEvents, generate
 from windjoin.pipelines.sites.site import END_KEY, site_topic, source_topic
@@ -53,6 +56,7 @@ class SitesRunConfig:
     reference: bool = True  # compare with a centralized MJoin
     method: str | None = None  # override planner.partitioning.method (e.g. "none": the unpartitioned plan)
     partitions: int | None = None  # override planner.partitioning.partitions
+    security: KafkaSecurity = PLAINTEXT  # every client's TLS / SASL: the driver's and the sites' (see stats_security)
 
 
 class SitesRunError(RuntimeError):
@@ -69,6 +73,19 @@ def stats_window_ms(stats_path: Path) -> int:
     return time_window_ms({name: float(s.window.time) for name, s in stats.streams.items() if s.window.time})
 
 
+def stats_security(stats_path: Path) -> KafkaSecurity:
+    """The STATS file's `kafka:` section (the join spec's: security_protocol, sasl_mechanism, username,
+    password_file or password_env, ca_file) as the settings of every Kafka client of the run."""
+    return KafkaSecurity.from_spec(load_stats_file(stats_path).kafka)
+
+
+def write_security(security: KafkaSecurity, path: Path) -> Path:
+    """The `kafka:` section for the site processes (`--kafka-config`): where the password is, never the password."""
+    section = {k: v for k, v in dataclasses.asdict(security).items() if v is not None}
+    path.write_text(yaml.safe_dump(section, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def prepare(
     stats_path: Path, method: str | None = None, partitions: int | None = None
 ) -> tuple[ExecutionPlan, str, Any]:
@@ -83,10 +100,13 @@ def prepare(
     return compile_plan(report.plan, query, window_ms), report_text(report, RateModel(query)), query
 
 
-def produce_events(bootstrap: str, prefix: str, events: list[StreamEvents]) -> int:
-    """Each stream's events, in timestamp order, onto its source topic, closed by an end-of-stream record."""
+def produce_events(
+    bootstrap: str, prefix: str, events: list[StreamEvents], client: Mapping[str, str] | None = None
+) -> int:
+    """Each stream's events, in timestamp order, onto its source topic, closed by an end-of-stream record.
+    `client`: the producer's TLS / SASL settings."""
     total = 0
-    with BatchProducer(bootstrap, PRODUCER_CONFIG) as producer:
+    with BatchProducer(bootstrap, {**PRODUCER_CONFIG, **(client or {})}) as producer:
         for stream in events:
             records = [(None, orjson.dumps(r), int(r["ts"])) for r in stream.records()]
             records.append((END_KEY, b"{}", None))
@@ -115,6 +135,8 @@ def start_sites(plan_path: Path, plan: ExecutionPlan, config: SitesRunConfig, pr
             "--timeout",
             str(config.timeout_s),
         ]
+        if config.security != PLAINTEXT:
+            argv += ["--kafka-config", str(write_security(config.security, config.out_dir / "kafka.yaml"))]
         pids[site] = processes.spawn(argv, config.out_dir / f"{site}.log", env=env)
     return pids
 
@@ -238,9 +260,10 @@ def run_sites(config: SitesRunConfig) -> dict[str, Any]:
     (config.out_dir / "plan.txt").write_text(text + "\n")
     events = generate(query, config.span_s, config.seed)
     prefix = config.prefix or f"wj-sites-{uuid.uuid4().hex[:10]}"
-    create_topics(config.bootstrap, [source_topic(prefix, e.name) for e in events], 1)
-    create_topics(config.bootstrap, [site_topic(prefix, s) for s in plan.sites], 1)
-    produced = produce_events(config.bootstrap, prefix, events)
+    client = config.security.client_config()  # admin and producer here; each site builds its own
+    create_topics(config.bootstrap, [source_topic(prefix, e.name) for e in events], 1, client=client)
+    create_topics(config.bootstrap, [site_topic(prefix, s) for s in plan.sites], 1, client=client)
+    produced = produce_events(config.bootstrap, prefix, events, client)
     produced_at = time.monotonic()
     pids = start_sites(plan_path, plan, config, prefix)
     wait_sites(pids, config)
@@ -281,4 +304,4 @@ def run_sites(config: SitesRunConfig) -> dict[str, Any]:
     return out
 
 
-__all__ = ["SitesRunConfig", "SitesRunError", "StatsError", "run_sites", "prepare", "result_ids"]
+__all__ = ["SitesRunConfig", "SitesRunError", "StatsError", "run_sites", "prepare", "result_ids", "stats_security"]

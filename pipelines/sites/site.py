@@ -26,6 +26,7 @@ import numpy as np
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
+from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity, KafkaSecurityError
 from windjoin.operators.pmjoin.execution import ExecutionPlan
 from windjoin.operators.pmjoin.execution_engine import (
     END,
@@ -62,6 +63,7 @@ class SiteConfig:
     timeout_s: float = 300.0
     consume_batch: int = 500  # messages per poll: each poll ends in a join step and watermark messages
     poll_timeout_s: float = 0.05
+    security: KafkaSecurity = PLAINTEXT  # TLS / SASL of the site's consumer and producer (the `kafka:` section)
 
 
 @dataclass
@@ -108,6 +110,10 @@ class Site:
         cfg = self.config
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
         results_path = cfg.out_dir / f"{self.site}.results.jsonl"
+        try:
+            security = cfg.security.client_config()  # the password read now, in this process
+        except KafkaSecurityError as err:
+            raise SiteError(f"site {self.site}: {err}") from None
         consumer = Consumer(
             {
                 "bootstrap.servers": cfg.bootstrap,
@@ -115,10 +121,17 @@ class Site:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 20,
+                **security,
             }
         )
         producer = Producer(
-            {"bootstrap.servers": cfg.bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5}
+            {
+                "bootstrap.servers": cfg.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                **security,
+            }
         )
         topics = [*self._topic_stream, self._own_topic]
         consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics])
