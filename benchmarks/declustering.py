@@ -342,6 +342,8 @@ def main() -> None:
     cluster = None
     try:
         started = {s.service.name: s.service.url for s in services.up(services.ServicesConfig(state_dir=state_dir))}
+        # clients, and the processes started, log in with the embedded Redis' password file
+        os.environ["WINDJOIN_REDIS_PASSWORD_FILE"] = str(services.redis_password_file(state_dir))
         cluster = start_cluster(ClusterConfig(state_dir=workdir / "cluster", workers=p.max_executors))
         result["runs"] = []
         for i, mode in enumerate(("adaptive", "fixed")):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -278,6 +279,8 @@ def main(argv: list[str] | None = None) -> None:
     exit_on_sigterm()
     try:  # whatever happens, the broker, Redis, the generator and Spark stop (tear_down)
         started = services.up(services.ServicesConfig(state_dir=state_dir))
+        # clients, and the processes started, log in with the embedded Redis' password file
+        os.environ["WINDJOIN_REDIS_PASSWORD_FILE"] = str(services.redis_password_file(state_dir))
         urls = {s.service.name: s.service.url for s in started}
         conf = {**STATE_CONF, "spark.ui.showConsoleProgress": "false"}
         spark = build_local_spark(app_name="windjoin-latency", conf=conf)

@@ -202,6 +202,8 @@ def main() -> None:
     }
     try:
         [redis] = services.up(services.ServicesConfig(state_dir=root / "services", kafka=False))
+        # clients, and the processes started, log in with the embedded Redis' password file
+        os.environ["WINDJOIN_REDIS_PASSWORD_FILE"] = str(services.redis_password_file(root / "services"))
         ctx = multiprocessing.get_context("spawn")
         pools = [ctx.Pool(1, _init_slot, (params, piece)) for piece in range(params.slots)]  # a process per slot
         try:

@@ -314,6 +314,8 @@ def main() -> None:
     }
     try:
         [redis] = services.up(services.ServicesConfig(state_dir=workdir / "services", kafka=False))
+        # clients, and the processes started, log in with the embedded Redis' password file
+        os.environ["WINDJOIN_REDIS_PASSWORD_FILE"] = str(services.redis_password_file(workdir / "services"))
         spec_path = workdir / "spec.yaml"
         retain_ms = p.retain_s * 1000
         spec_path.write_text(yaml.safe_dump(spec_dict(workdir / "parquet", redis.service.url, retain_ms, 10**9)))

@@ -220,6 +220,8 @@ def run(args: argparse.Namespace, pinning: tuple[list[int], list[int]] | None) -
     everywhere = os.sched_getaffinity(0)
     try:
         [started] = services.up(services.ServicesConfig(state_dir=state, kafka=False))
+        # clients, and the processes started, log in with the embedded Redis' password file
+        os.environ["WINDJOIN_REDIS_PASSWORD_FILE"] = str(services.redis_password_file(state))
         url = started.service.url
         if pinning is not None:
             os.sched_setaffinity(started.service.pid, pinning[0])

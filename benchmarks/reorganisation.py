@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -471,6 +472,8 @@ def main() -> None:
     exit_on_sigterm()  # a killed run tears down too
     try:
         started = {s.service.name: s.service.url for s in services.up(services.ServicesConfig(state_dir=state_dir))}
+        # clients, and the processes started, log in with the embedded Redis' password file
+        os.environ["WINDJOIN_REDIS_PASSWORD_FILE"] = str(services.redis_password_file(state_dir))
         spark = build_local_spark(
             app_name="windjoin-bench-reorg",
             conf={**STATE_CONF, "spark.ui.showConsoleProgress": "false", "spark.driver.memory": "3g"},

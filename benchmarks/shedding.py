@@ -602,6 +602,8 @@ def main() -> None:
     exit_on_sigterm()  # a killed run tears down too
     try:
         kafka, redis = services.up(services.ServicesConfig(state_dir=state_dir))
+        # clients, and the processes started, log in with the embedded Redis' password file
+        os.environ["WINDJOIN_REDIS_PASSWORD_FILE"] = str(services.redis_password_file(state_dir))
         bootstrap, redis_url = kafka.service.url, redis.service.url
         spark = build_local_spark(
             app_name="windjoin-bench-shedding",

@@ -77,9 +77,10 @@ def check_url(url: str) -> str:
 
 
 def redis_client(url: str, auth: RedisAuth | None = None, **options: Any) -> redis.Redis:
-    """A client for `url` with `auth`'s credentials (and its CA when the URL is rediss://)."""
+    """A client for `url` with `auth`'s credentials (None: the environment's, `RedisAuth.from_env`), and its CA when
+    the URL is rediss://."""
     check_url(url)
-    auth = auth or RedisAuth()
+    auth = RedisAuth.from_env() if auth is None else auth
     extra: dict[str, Any] = {}
     if auth.username:
         extra["username"] = auth.username

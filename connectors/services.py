@@ -5,11 +5,11 @@ Each service runs on loopback, in its own process group; its PID, port and log f
 service's last port after `down`: the next `up` takes it again when it is free (else a free one), so the
 addresses a spec was written with (the demo's) stay valid across a restart of the services.
 
-Redis bound beyond loopback (the caller's choice, e.g. for Spark workers in network namespaces) requires a
-password: generated once per state dir into `<state_dir>/redis.password` (0600) and handed to redis-server in a
-0600 config file, never on its command line (visible in `ps`). The URL stays the server only (the project's
-rule: a password in a URL ends up in specs and logs); clients read the file (`RunningService.auth`, or a spec's
-`sinks.redis.password_file`).
+Redis requires a password, on loopback too (any local user reaches a loopback port and could rewrite results or
+decisions): generated once per state dir into `<state_dir>/redis.password` (0600, 256 random bits) and handed to
+redis-server in a 0600 config file, never on its command line (visible in `ps`). The URL stays the server only (the
+project's rule: a password in a URL ends up in specs and logs); clients read the file (`RunningService.auth`, a
+spec's `sinks.redis.password_file`, or WINDJOIN_REDIS_PASSWORD_FILE for the proxy, controller and query CLI).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.resources
-import ipaddress
 import json
 import os
 import re
@@ -88,7 +87,7 @@ class RunningService:
     argv: list[str] = field(default_factory=list)
     start_ticks: int | None = None
     started_at: float = 0.0
-    password_file: str | None = None  # Redis beyond loopback: the file holding its password
+    password_file: str | None = None  # Redis: the file holding its password
 
     @property
     def url(self) -> str:
@@ -215,13 +214,6 @@ def _save_state(state_dir: Path, services: dict[str, RunningService]) -> None:
 # ---- start / stop ------------------------------------------------------------------------------------------
 
 
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a name
-        return host == "localhost"
-
-
 def _private_file(path: Path, text: str) -> None:
     """Write `text` to `path` readable by its owner only (0600 from creation: never briefly world-readable)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -237,11 +229,6 @@ def redis_password_file(state_dir: Path) -> Path:
     if not path.exists():
         _private_file(path, secrets.token_urlsafe(32) + "\n")
     return path
-
-
-def _redis_password(config: ServicesConfig, state_dir: Path) -> Path | None:
-    """The password file of a Redis bound beyond loopback; None on loopback (protected mode keeps others out)."""
-    return None if _loopback(config.host) else redis_password_file(state_dir)
 
 
 def _auth_conf(data_dir: Path, password_file: Path) -> Path:
@@ -266,13 +253,12 @@ def _argv(name: str, config: ServicesConfig, port: int, state_dir: Path) -> list
         ]
     data_dir = state_dir / "redis-data"
     data_dir.mkdir(parents=True, exist_ok=True)
-    # Protected mode stays on: it refuses non-loopback clients only of a password-less server, and a Redis bound
-    # beyond loopback has a password (in its config file, the first argument: redis-server's config-file slot).
-    password_file = _redis_password(config, state_dir)
-    conf = [] if password_file is None else [str(_auth_conf(data_dir, password_file))]
+    # The password is in its config file, the first argument (redis-server's config-file slot). Protected mode
+    # stays on: it refuses non-loopback clients only of a password-less server.
+    conf = _auth_conf(data_dir, redis_password_file(state_dir))
     return [
         config.redis_bin or redis_binary(),
-        *conf,
+        str(conf),
         "--port",
         str(port),
         "--bind",
@@ -302,7 +288,7 @@ def _start_one(name: str, config: ServicesConfig, state_dir: Path, port: int | N
         if port is None or attempt > 1 or not processes.port_free(config.host, port):
             port = processes.free_port(config.host)
         argv = _argv(name, config, port, state_dir)
-        password_file = _redis_password(config, state_dir) if name == REDIS else None
+        password_file = redis_password_file(state_dir) if name == REDIS else None
         log_start = log.stat().st_size if log.exists() else 0
         try:
             pid = processes.spawn(argv, log, env={**os.environ, "NO_COLOR": "1"})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from windjoin.connectors import services
-from windjoin.connectors.redis_client import redis_client
+from windjoin.connectors.redis_client import ENV_PASSWORD_FILE, redis_client
 from windjoin.connectors.redis_functions import load_library
 
 KAFKA_ENV = "WINDJOIN_KAFKA_BOOTSTRAP"
@@ -55,9 +56,26 @@ def docker_available(timeout_s: float = 0.5) -> bool:
         return False
 
 
-def _embedded(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[str]:
-    """Start one embedded service in its own temporary state dir; always stop it (by PID) afterwards."""
+@pytest.fixture(scope="session")
+def redis_login(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One password file for every embedded Redis of the session, named by WINDJOIN_REDIS_PASSWORD_FILE, so that a
+    client built without credentials (the tests', the processes they start) logs in as the embedded services ask."""
+    path = services.redis_password_file(tmp_path_factory.mktemp("redis-login"))
+    before = os.environ.get(ENV_PASSWORD_FILE)
+    os.environ[ENV_PASSWORD_FILE] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop(ENV_PASSWORD_FILE, None)
+    else:
+        os.environ[ENV_PASSWORD_FILE] = before
+
+
+def _embedded(tmp_path_factory: pytest.TempPathFactory, name: str, login: Path | None = None) -> Iterator[str]:
+    """Start one embedded service in its own temporary state dir (Redis with the session's password file); always
+    stop it (by PID) afterwards."""
     state_dir: Path = tmp_path_factory.mktemp(f"services-{name}")
+    if login is not None:
+        shutil.copy(login, state_dir / services.REDIS_PASSWORD_FILE)  # keeps its 0600
     config = services.ServicesConfig(state_dir=state_dir, kafka=name == services.KAFKA, redis=name == services.REDIS)
     try:
         [started] = services.up(config)
@@ -94,7 +112,7 @@ def _with_functions(url: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def redis_url(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[str]:
     """`redis://host:port/0` of a Redis server for the whole session."""
     external = os.environ.get(REDIS_ENV)
     if external:
@@ -107,7 +125,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         with RedisContainer() as redis:
             yield _with_functions(f"redis://{redis.get_container_host_ip()}:{redis.get_exposed_port(6379)}/0")
     else:  # the embedded services load the functions themselves
-        yield from _embedded(tmp_path_factory, services.REDIS)
+        yield from _embedded(tmp_path_factory, services.REDIS, request.getfixturevalue("redis_login"))
 
 
 @pytest.fixture
@@ -126,7 +144,7 @@ def unique_topic(request: pytest.FixtureRequest) -> Callable[..., str]:
 
 
 @pytest.fixture
-def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def private_redis(tmp_path_factory: pytest.TempPathFactory, redis_login: Path) -> Iterator[str]:
     """`redis://host:port/0` of an embedded redis-server of the test alone (to flush it, fill it, read its SLOWLOG);
     stopped by PID after the test."""
-    yield from _embedded(tmp_path_factory, services.REDIS)
+    yield from _embedded(tmp_path_factory, services.REDIS, redis_login)

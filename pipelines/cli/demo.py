@@ -35,7 +35,7 @@ DEMO_TOPIC_PARTITIONS = 4
 WARM_UP_S = 1.0  # of the demo's load before its own: starts the workers, and the reader learns its density
 
 
-def demo_spec(run: str, out_dir: Path, redis_url: str) -> dict:
+def demo_spec(run: str, out_dir: Path, redis_url: str, redis_password_file: str) -> dict:
     return {
         "window": {"kind": "time", "size_ms": 10_000},
         "allowed_lateness_ms": 3_000,
@@ -64,7 +64,10 @@ def demo_spec(run: str, out_dir: Path, redis_url: str) -> dict:
         "trigger_ms": 0,
         "latency_target_ms": 1000,
         "checkpoint": str(out_dir / f"checkpoint-{run}"),
-        "sinks": {"redis": {"url": redis_url, "retain_ms": 600_000}, "parquet": {"path": str(out_dir / "parquet")}},
+        "sinks": {
+            "redis": {"url": redis_url, "password_file": redis_password_file, "retain_ms": 600_000},
+            "parquet": {"path": str(out_dir / "parquet")},
+        },
         "dead_letter_topic": f"demo-{run}-dead",
     }
 
@@ -116,11 +119,12 @@ def run_demo(out_dir: Path, rate: float, duration: float, keys: int) -> None:
     state_dir = out_dir / "services"
     started = svc.up(svc.ServicesConfig(state_dir=state_dir))
     urls = {s.service.name: s.service.url for s in started}
+    redis_login = next(s.service.password_file for s in started if s.service.name == svc.REDIS)
     for s in started:
         click.echo(f"{s.service.name}: {s.service.url} ({'reused' if s.reused else 'started'})", err=True)
     run = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
     spec_path = out_dir / f"spec-{run}.yaml"
-    spec_path.write_text(yaml.safe_dump(demo_spec(run, out_dir, urls[svc.REDIS]), sort_keys=False))
+    spec_path.write_text(yaml.safe_dump(demo_spec(run, out_dir, urls[svc.REDIS], redis_login), sort_keys=False))
     spec = load_spec(spec_path)
     ensure_topics(urls[svc.KAFKA], [s.topic for s in spec.streams.values()], DEMO_TOPIC_PARTITIONS)
     from windjoin.connectors.spark_session import build_local_spark

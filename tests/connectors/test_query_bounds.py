@@ -4,16 +4,17 @@ the whole span (limit=1 over ties, a `where` that matches nothing). Checked with
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-import redis
 
 from tests.pipelines.proxy_helpers import make_spec
 from windjoin.connectors import services
+from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.result_query import ResultStore
 from windjoin.operators.query.conditions import parse_condition
@@ -25,9 +26,13 @@ SLOW_US = 50_000
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[tuple[int, int, int]]]]:
+def loaded(
+    tmp_path_factory: pytest.TempPathFactory, redis_login: Path
+) -> Iterator[tuple[str, list[tuple[int, int, int]]]]:
     """A private redis-server holding 200k result members of task "a"; yields its URL and every row's key."""
     state: Path = tmp_path_factory.mktemp("bounds") / "redis-state"
+    state.mkdir()
+    shutil.copy(redis_login, state / services.REDIS_PASSWORD_FILE)  # the session's login
     [started] = services.up(services.ServicesConfig(state_dir=state, kafka=False))
     url = started.service.url
     try:
@@ -44,7 +49,7 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list
             }
             sink.write(b, {"a": table_from_columns(spec, "a", sides, b, 1)})
             keys += [(int(t), b, r) for r, t in enumerate(ts)]
-        client = redis.Redis.from_url(url)
+        client = redis_client(url)
         client.config_set("slowlog-log-slower-than", SLOW_US)
         client.slowlog_reset()
         yield url, sorted(keys)
@@ -54,7 +59,7 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list
 
 def test_no_query_holds_redis_for_50_ms(loaded: tuple[str, list[tuple[int, int, int]]]) -> None:
     url, keys = loaded
-    client = redis.Redis.from_url(url)
+    client = redis_client(url)
     assert int(client.hget("wj:{a}:meta", "rows")) == BATCHES * ROWS
     store = ResultStore(make_spec(url, None), url, "wj", None)
     fields = store.fields("a")
@@ -90,7 +95,7 @@ def test_paced_reads_take_at_most_their_share_of_redis(loaded: tuple[str, list[t
     cpu) over the queries' wall time stays within that share, whatever the query's length. Measured over at least
     2 s of queries: Redis' CPU time is counted in kernel ticks, too coarse for one 0.3 s query's 14 ms."""
     url, _ = loaded
-    client = redis.Redis.from_url(url)
+    client = redis_client(url)
 
     def redis_cpu() -> float:
         info = client.info("cpu")

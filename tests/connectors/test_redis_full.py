@@ -17,6 +17,7 @@ from tests.connectors.test_redis_loss import Job, follow_all
 from tests.connectors.test_redis_sink import make_table
 from tests.connectors.test_result_query import all_pages, expected, got, record
 from tests.connectors.tiers import Tiers, TiersLayout
+from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_keys import meta_key
 from windjoin.connectors.redis_sink import RedisFullError, RedisSink
 from windjoin.operators.query.cursors import FEED_END, feed_cursor
@@ -37,7 +38,7 @@ def fill(client: redis.Redis) -> None:
 
 
 def test_a_batch_redis_refuses_is_left_to_parquet(private_redis: str, caplog: pytest.LogCaptureFixture) -> None:
-    admin = redis.Redis.from_url(private_redis)
+    admin = redis_client(private_redis)
     assert admin.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}  # as services start it
     tiers = Tiers(private_redis, TiersLayout(SPEC, ("a", "b"), make_table, record), retain_ms=10**6)
     job = Job(tiers)
@@ -74,7 +75,7 @@ def test_a_batch_redis_refuses_is_left_to_parquet(private_redis: str, caplog: py
 
 
 def test_without_parquet_a_refused_batch_is_an_error_naming_the_bounds(private_redis: str) -> None:
-    admin = redis.Redis.from_url(private_redis)
+    admin = redis_client(private_redis)
     sink = RedisSink(private_redis, 10**6, "full", max_bytes=1 << 20)
     sink.write(0, {"a": make_table("a", 0, pairs(1))})
     fill(admin)

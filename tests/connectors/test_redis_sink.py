@@ -11,12 +11,12 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
-import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.connectors.sink_cases import SPEC, large_table
 from windjoin.connectors import redis_pieces
+from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk, encode_piece
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.sink_owner import StaleBatchError
@@ -285,7 +285,7 @@ def test_keys_follow_the_documented_layout(sink_factory, redis_url: str) -> None
     sink = sink_factory()
     pairs = [{"R": {"ts": 7, "k": 1, "x": 1.0, "z": "a"}, "S": {"t": 9, "k": 1, "d": True}}]
     sink.write(5, {"a": make_table("a", 5, pairs, emitted_at=123)})
-    client = redis.Redis.from_url(redis_url)
+    client = redis_client(redis_url)
     prefix = f"{sink.namespace}:{{a}}:"
     [(entry, score)] = client.zrange(prefix + "index", 0, -1, withscores=True)
     assert (entry, score) == (b"5:0:0:9:9:0:1:123", 9)

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 
 from windjoin.connectors import kafka_admin, kafka_producer, services
+from windjoin.connectors.redis_client import RedisAuth, redis_client
 from windjoin.pipelines.cli.services import services as services_cli
 
 PARTITIONS = 4
@@ -98,7 +99,7 @@ def test_lifecycle_kafka_round_trip_and_redis(tmp_path: Path) -> None:
             consumer.close()
         _check_exactly_once(sent, got)
 
-        client = redis.Redis.from_url(by_name["redis"].url)
+        client = redis_client(by_name["redis"].url, by_name["redis"].auth)
         try:
             assert client.set("windjoin:test", b"\x00value") is True
             assert client.get("windjoin:test") == b"\x00value"
@@ -123,13 +124,15 @@ def test_services_restarted_keep_their_ports_when_free(tmp_path: Path) -> None:
         [again] = services.up(config)
         assert not again.reused and again.service.pid != first.service.pid
         assert again.service.port == first.service.port
-        assert services.redis_ready(again.service.url)
+        assert services.redis_ready(again.service.url, auth=again.service.auth)
         services.down(config.state_dir)
         with socket.socket() as squatter:  # someone else took the port meanwhile
             squatter.bind(("127.0.0.1", first.service.port))
             squatter.listen()
             [moved] = services.up(config)
-            assert moved.service.port != first.service.port and services.redis_ready(moved.service.url)
+            assert moved.service.port != first.service.port and services.redis_ready(
+                moved.service.url, auth=moved.service.auth
+            )
         assert services.recorded_ports(config.state_dir) == {"redis": moved.service.port}
     finally:
         services.down(config.state_dir)
@@ -152,7 +155,7 @@ def test_fixtures_give_working_services(kafka_bootstrap: str, redis_url: str, un
     kafka_admin.delete_topics(kafka_bootstrap, topic)
     assert topic not in kafka_admin.list_topics(kafka_bootstrap)
 
-    client = redis.Redis.from_url(redis_url)
+    client = redis_client(redis_url)  # the session's password file (WINDJOIN_REDIS_PASSWORD_FILE)
     try:
         client.set(topic, "1")
         assert client.incr(topic) == 2
@@ -171,7 +174,9 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
         redis_address = lines["redis"].split()[0]
         assert bootstrap.startswith("127.0.0.1:") and redis_address.startswith("redis://127.0.0.1:")
         assert "pid " in lines["kafka"] and "pid " in lines["redis"]
-        assert services.kafka_ready(bootstrap) and services.redis_ready(redis_address)
+        login = RedisAuth(password_file=lines["redis"].split("password in ")[1].rstrip(")"))  # printed: its path
+        assert services.kafka_ready(bootstrap) and services.redis_ready(redis_address, auth=login)
+        assert not services.redis_ready(redis_address, auth=RedisAuth())  # on loopback too: no password, no entry
 
         result = runner.invoke(services_cli, ["status", *state])
         assert result.exit_code == 0, result.output
@@ -292,14 +297,12 @@ def _non_loopback_address() -> str:
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "10.231.0.1"])
-def test_redis_keeps_protected_mode_and_has_a_password_only_beyond_loopback(tmp_path: Path, host: str):
-    """Protected mode stays on everywhere; beyond loopback the password is in a 0600 config file, not in argv."""
+def test_redis_keeps_protected_mode_and_has_a_password_on_every_address(tmp_path: Path, host: str):
+    """Protected mode stays on everywhere; on loopback too the password is in a 0600 config file, not in argv (any
+    local user reaches a loopback port)."""
     argv = services._argv(services.REDIS, services.ServicesConfig(host=host, redis_bin="redis-server"), 6379, tmp_path)
     assert argv[argv.index("--protected-mode") + 1] == "yes"
     password_file = tmp_path / services.REDIS_PASSWORD_FILE
-    if host != "10.231.0.1":
-        assert argv[1] == "--port" and not password_file.exists()
-        return
     password = password_file.read_text().strip()
     assert len(password) >= 32 and not any(password in arg for arg in argv)
     conf = Path(argv[1])
@@ -307,10 +310,12 @@ def test_redis_keeps_protected_mode_and_has_a_password_only_beyond_loopback(tmp_
     assert stat.S_IMODE(password_file.stat().st_mode) == stat.S_IMODE(conf.stat().st_mode) == 0o600
 
 
-def test_redis_beyond_loopback_refuses_clients_without_its_password(tmp_path: Path) -> None:
-    """Every endpoint authenticates: a Redis serving others (a non-loopback address) answers only clients that
-    give the password from its file; the reported URL (server only) with that file works; nothing prints it."""
-    host = _non_loopback_address()
+@pytest.mark.parametrize("where", ["loopback", "beyond loopback"])
+def test_redis_refuses_clients_without_its_password(tmp_path: Path, where: str) -> None:
+    """Every endpoint authenticates: the embedded Redis, on loopback (any local user reaches it) as beyond, answers
+    only clients that give the password from its file; the reported URL (server only) with that file works;
+    nothing prints it."""
+    host = "127.0.0.1" if where == "loopback" else _non_loopback_address()
     config = services.ServicesConfig(state_dir=tmp_path / "svc", kafka=False, host=host)
     try:
         [started] = services.up(config)

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
 import uvicorn
 import yaml
 
 from windjoin.connectors import processes
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.processes import free_port
+from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.redis_tier import advance_snapshot
 from windjoin.connectors.result_query import ResultStore
@@ -89,7 +89,7 @@ class Results:
     def __post_init__(self) -> None:
         self.sinks: list[Any] = []
         if self.redis_url:
-            self.redis = redis.Redis.from_url(self.redis_url)
+            self.redis = redis_client(self.redis_url)
             self.sinks.append(RedisSink(self.redis_url, 10**12, self.namespace, trim=False, feed_batches=10_000))
         if self.parquet_path:
             self.sinks.append(ParquetSink(self.parquet_path))

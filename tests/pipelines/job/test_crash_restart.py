@@ -53,6 +53,7 @@ from tests.pipelines.pipeline_helpers import parquet_pairs, read_dead_letters, r
 from windjoin.connectors.kafka_admin import create_topics
 from windjoin.connectors.kafka_producer import BatchProducer
 from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_keys import meta_key
 from windjoin.connectors.redis_sink import RedisSink, clear_task
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
@@ -283,7 +284,7 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
     rng.shuffle(plan)
 
     parquet = ParquetSink(parquet_path)
-    admin = redis.Redis.from_url(redis_url)
+    admin = redis_client(redis_url)
     producer = PacedProducer(kafka_bootstrap, spec, seed)
     procs: list[subprocess.Popen] = []
     log_path = tmp_path / "runs.log"

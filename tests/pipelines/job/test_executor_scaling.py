@@ -20,12 +20,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
 from windjoin.connectors import processes
 from windjoin.connectors.control_decisions import DecisionStore, decision_key
 from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.spark_cluster import ClusterConfig, ClusterStartError, StandaloneCluster, start_cluster
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
@@ -239,7 +239,7 @@ def test_executors_follow_the_controller_on_load(rule, cluster, kafka_bootstrap,
     waves keep two executors, a trickle releases one, the next wave takes it back. Redis database 12 is this test's
     own (the load reports and the decisions use the default namespace)."""
     url = redis_url.rsplit("/", 1)[0] + "/12"
-    redis.Redis.from_url(url).flushdb()
+    redis_client(url).flushdb()
     case = SCALING[rule]
     spec = keyed_eq_spec(unique_topic, tmp_path)
     parquet = {"path": str(tmp_path / "parquet")}

@@ -6,12 +6,12 @@ import threading
 import uuid
 
 import pytest
-import redis
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
 from windjoin.connectors.control_decisions import DecisionStore, decision_key
+from windjoin.connectors.redis_client import redis_client
 from windjoin.pipelines.cli.main import cli
 from windjoin.pipelines.job.executor_scaling import (
     ExecutorFollower,
@@ -143,7 +143,7 @@ def test_desired_count_is_read_from_the_controllers_decision_or_a_plain_key(redi
     assert read() == 3
     store.close()
     plain = f"{namespace}:executors"
-    client = redis.Redis.from_url(redis_url)
+    client = redis_client(redis_url)
     client.set(plain, "2")
     assert redis_desired(redis_url, plain)() == 2
     client.set(plain, "two")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import redis
 
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
 from windjoin.connectors.load_reports import LoadReports, slot_batches
+from windjoin.connectors.redis_client import redis_client
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import oracle_join
@@ -91,7 +91,7 @@ def test_windjoin_run_publishes_and_the_controller_decides_on_it(kafka_bootstrap
     """The real commands: `windjoin run --available-now` with a Redis sink publishes its batches' load, then
     `windjoin controller --once` decides one epoch over all of it. Redis database 11 is this test's own."""
     url = redis_url.rsplit("/", 1)[0] + "/11"
-    client = redis.Redis.from_url(url)
+    client = redis_client(url)
     client.flushdb()
     spec = {
         **keyed_eq_spec(unique_topic, tmp_path),

@@ -11,11 +11,11 @@ import time
 import uuid
 
 import pytest
-import redis
 
 from tests.connectors.test_result_query import all_pages
 from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
 from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_keys import meta_key
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.connectors.snapshots import SnapshotStore
@@ -35,7 +35,7 @@ class Filler(threading.Thread):
 
     def __init__(self, url: str, task: str) -> None:
         super().__init__(daemon=True)
-        self.client, self.task = redis.Redis.from_url(url), task
+        self.client, self.task = redis_client(url), task
         self.filled_after: int | None = None
         self.stop = threading.Event()
 

@@ -15,12 +15,12 @@ import uuid
 
 import orjson
 import pytest
-import redis
 
 from tests.connectors.test_result_query import all_pages
 from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
 from tests.pipelines.proxy_helpers import TOKEN, Server, access
 from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_sink import meta_key
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.connectors.snapshots import SnapshotStore
@@ -48,7 +48,7 @@ class Flusher(threading.Thread):
 
     def __init__(self, store: ResultStore, url: str, task: str) -> None:
         super().__init__(daemon=True)
-        self.store, self.client, self.task = store, redis.Redis.from_url(url), task
+        self.store, self.client, self.task = store, redis_client(url), task
         self.read: list[dict] = []
         self.cursor: str | None = None
         self.flushed_after: int | None = None

@@ -24,10 +24,10 @@ from typing import Any
 
 import httpx
 import numpy as np
-import redis
 
 from tests.pipelines.proxy_helpers import AUTH, ProxyProcess, make_spec
 from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.result_table import table_from_columns
@@ -71,7 +71,7 @@ def pages(client: httpx.Client, url: str, params: dict[str, Any]) -> Iterator[tu
 
 
 def test_rows_of_100_kb_strings_stay_bounded(private_redis: str, tmp_path: Path) -> None:
-    admin = redis.Redis.from_url(private_redis)
+    admin = redis_client(private_redis)
     admin.config_set("slowlog-log-slower-than", SLOW_US)
     admin.slowlog_reset()
     spec = make_spec(private_redis, None)
