@@ -4,11 +4,13 @@ deletes to its own executor pods, which may reference the job's own Secrets only
 
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
 import yaml
 
+from tests.deploy.cel_subset import evaluate
 from tests.deploy.test_chart import CHART, REQUIRED_VALUES, VALUE_SETS, _helm, _render
 
 # What KubernetesClusterSchedulerBackend / ExecutorPodsAllocator / ExecutorPodsLifecycleManager and the watch and
@@ -165,3 +167,108 @@ def test_the_admission_policy_is_on_by_default_and_can_be_switched_off(helm):
     off = _render(helm, "default", "--set", "join.admissionPolicy.enabled=false")
     assert not _find(off, "ValidatingAdmissionPolicy") and not _find(off, "ValidatingAdmissionPolicyBinding")
     assert _find(off, "Role", "wj-windjoin-driver")
+
+
+def _spark_executor_pod(template: dict, image: str) -> dict:
+    """The executor pod Spark 4 creates from the chart's template: its labels, image, env and local-dir volume."""
+    pod = copy.deepcopy(template)
+    pod["metadata"]["name"] = "wj-windjoin-exec-1"
+    pod["metadata"]["labels"].update(
+        {"spark-app-selector": "spark-0123", "spark-role": "executor", "spark-exec-id": "1"}
+    )
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "wj-windjoin-driver-x"}]
+    [container] = pod["spec"]["containers"]
+    container["image"] = image
+    container["env"] = [
+        *container.get("env", []),
+        {"name": "SPARK_EXECUTOR_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "SPARK_EXECUTOR_ID", "value": "1"},
+    ]
+    pod["spec"]["volumes"].append({"name": "spark-local-dir-1", "emptyDir": {}})
+    pod["spec"]["restartPolicy"] = "Never"
+    return pod
+
+
+def _decide(policy: dict, operation: str, obj: dict | None, old: dict | None, user: str) -> list[str]:
+    """The messages of the validations that deny this request ([]: admitted), as the API server would."""
+    spec = policy["spec"]
+    request = {"operation": operation, "userInfo": {"username": user}}
+    env: dict = {"object": obj, "oldObject": old, "request": request}
+    if not all(evaluate(c["expression"], env) for c in spec["matchConditions"]):
+        return []  # not the driver: the policy does not apply
+    env["variables"] = {}
+    for variable in spec["variables"]:
+        env["variables"][variable["name"]] = evaluate(variable["expression"], env)
+    return [v["message"] for v in spec["validations"] if not evaluate(v["expression"], env)]
+
+
+DRIVER = "system:serviceaccount:streams:wj-windjoin-driver"
+
+
+def _bad_pods(pod: dict) -> dict[str, dict]:
+    def changed(change) -> dict:
+        bad = copy.deepcopy(pod)
+        change(bad)
+        return bad
+
+    return {
+        "another component's Redis password": changed(
+            lambda p: p["spec"]["volumes"].append(
+                {"name": "x", "secret": {"secretName": "wj-windjoin-redis-controller"}}
+            )
+        ),
+        "the proxy's tokens": changed(
+            lambda p: p["spec"]["volumes"].append({"name": "x", "secret": {"secretName": "wj-windjoin-proxy-tokens"}})
+        ),
+        "a projected Secret": changed(
+            lambda p: p["spec"]["volumes"].append(
+                {"name": "x", "projected": {"sources": [{"secret": {"name": "wj-windjoin-redis-admin"}}]}}
+            )
+        ),
+        "a hostPath": changed(lambda p: p["spec"]["volumes"].append({"name": "x", "hostPath": {"path": "/"}})),
+        "a Secret in env": changed(
+            lambda p: p["spec"]["containers"][0]["env"].append(
+                {"name": "X", "valueFrom": {"secretKeyRef": {"name": "wj-windjoin-redis-proxy", "key": "password"}}}
+            )
+        ),
+        "a Secret in envFrom": changed(
+            lambda p: p["spec"]["containers"][0].setdefault("envFrom", []).append({"secretRef": {"name": "other"}})
+        ),
+        "another image": changed(lambda p: p["spec"]["containers"][0].update(image="attacker/image:1")),
+        "another ServiceAccount": changed(lambda p: p["spec"].update(serviceAccountName="wj-windjoin-controller")),
+        "the token": changed(lambda p: p["spec"].update(automountServiceAccountToken=True)),
+        "no executor label": changed(
+            lambda p: p["metadata"]["labels"].update({"app.kubernetes.io/component": "proxy"})
+        ),
+        "another release's executor": changed(
+            lambda p: p["metadata"]["labels"].update({"app.kubernetes.io/instance": "x"})
+        ),
+        "the host's network": changed(lambda p: p["spec"].update(hostNetwork=True)),
+        "a privileged container": changed(
+            lambda p: p["spec"]["containers"][0]["securityContext"].update(privileged=True)
+        ),
+        "an init container": changed(
+            lambda p: p["spec"].update(initContainers=[dict(p["spec"]["containers"][0], name="init")])
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["default", "secure", "autoscaling"])
+def test_the_admission_policy_admits_sparks_executors_and_denies_anything_else(helm, name):
+    """The policy's CEL evaluated (tests/deploy/cel_subset.py) on the pod Spark makes from the chart's template and
+    on pods that differ from it in one way each."""
+    docs = _render(helm, name)
+    policy, _ = _policy(docs)
+    pod = _spark_executor_pod(_executor_template(docs), _spark_conf(docs)["spark.kubernetes.container.image"])
+    assert _decide(policy, "CREATE", pod, None, DRIVER) == []
+    for what, bad in _bad_pods(pod).items():
+        assert _decide(policy, "CREATE", bad, None, DRIVER), f"{name}: a pod with {what} was admitted"
+        assert _decide(policy, "CREATE", bad, None, "system:serviceaccount:streams:someone-else") == []
+    [driver] = _find(docs, "Deployment", "wj-windjoin-driver")
+    driver_pod = {"metadata": {"labels": driver["spec"]["template"]["metadata"]["labels"]}, "spec": {}}
+    assert _decide(policy, "DELETE", None, pod, DRIVER) == []  # its executor
+    assert _decide(policy, "DELETE", None, driver_pod, DRIVER)  # any other pod: denied
+    assert _decide(policy, "DELETE", None, None, DRIVER) == []  # deletecollection as a whole (each item checked)
+    relabelled = copy.deepcopy(pod)
+    relabelled["spec"]["containers"][0]["image"] = "attacker/image:1"
+    assert _decide(policy, "UPDATE", relabelled, pod, DRIVER)  # an executor's image cannot be swapped either
