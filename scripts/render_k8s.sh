@@ -12,8 +12,9 @@ helm_bin="$PWD/.tools/bin/helm"
   echo "# Install: kubectl create namespace windjoin, create the Secrets below, then"
   echo "#   kubectl apply -n windjoin -f k8s/windjoin.yaml"
   echo "# Secrets (docs/deployment.md, \"Security\"):"
-  echo "#   kubectl -n windjoin create secret generic windjoin-redis-auth --from-literal=job=\$(openssl rand -hex 20) \\"
-  echo "#     --from-literal=controller=\$(openssl rand -hex 20) --from-literal=proxy=\$(openssl rand -hex 20)"
+  echo "#   for user in job controller proxy admin; do  # one Secret per Redis user: each pod mounts its own only"
+  echo "#     kubectl -n windjoin create secret generic windjoin-redis-\$user --from-literal=password=\$(openssl rand -hex 20)"
+  echo "#   done"
   echo "#   kubectl -n windjoin create secret generic windjoin-spark-auth --from-literal=secret=\$(openssl rand -hex 32)"
   echo "#   kubectl -n windjoin create secret generic windjoin-proxy-tokens --from-file=tokens.yaml"
   echo "# NetworkPolicies: replace 192.0.2.1/32 (a documentation address) with your API server's addresses"
@@ -21,7 +22,9 @@ helm_bin="$PWD/.tools/bin/helm"
   echo "#   (namespace \"kafka\") with where your brokers are; or render the chart with networkPolicy.apiServerCIDRs"
   echo "#   and kafka.networkPeers set."
   "$helm_bin" template windjoin helm/windjoin --namespace windjoin \
-    --set redis.auth.existingSecret=windjoin-redis-auth --set join.authenticate.existingSecret=windjoin-spark-auth \
+    --set redis.auth.existingSecrets.job=windjoin-redis-job --set redis.auth.existingSecrets.controller=windjoin-redis-controller \
+    --set redis.auth.existingSecrets.proxy=windjoin-redis-proxy --set redis.auth.existingSecrets.admin=windjoin-redis-admin \
+    --set join.authenticate.existingSecret=windjoin-spark-auth \
     --set 'networkPolicy.apiServerCIDRs={192.0.2.1/32}' \
     --set 'kafka.networkPeers[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=kafka'
 } >"$out"

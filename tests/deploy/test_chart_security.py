@@ -7,17 +7,21 @@ from __future__ import annotations
 import base64
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import redis
 import yaml
 
+from tests.connectors.test_redis_acl import PAIRS
+from tests.connectors.test_redis_sink import make_table
 from tests.deploy.test_chart import CHART, VALUE_SETS, _helm, _render
 from windjoin.connectors import processes
 from windjoin.connectors.redis_acl import COMPONENTS, component_rules
 from windjoin.connectors.redis_client import RedisAuth, redis_client
+from windjoin.connectors.redis_functions import LIBRARY
+from windjoin.connectors.redis_sink import RedisSink
+from windjoin.connectors.redis_tier import read_all
 from windjoin.connectors.services import redis_binary
 from windjoin.operators.spec import parse_spec
 
@@ -49,7 +53,10 @@ def _user_secrets(values: dict) -> set[str]:
     def walk(node: object, key: str = "") -> None:
         if isinstance(node, dict):
             for k, v in node.items():
-                walk(v, k)
+                if k == "existingSecrets":  # the Redis users': {user: name}
+                    found.update(name for name in v.values() if name)
+                else:
+                    walk(v, k)
         elif (
             isinstance(node, str)
             and node
@@ -164,8 +171,8 @@ def test_the_spec_names_credential_files_only(helm):  # noqa: F811
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
         volumes = {v["name"]: v for v in pods[pod_name]["volumes"]}
         redis_volume = volumes[mounts["/var/run/secrets/windjoin/redis"]]["secret"]
-        assert redis_volume["secretName"] == "windjoin-redis-users"
-        assert redis_volume["items"] == [{"key": component, "path": component}]  # its own password only
+        assert redis_volume["secretName"] == f"windjoin-redis-{component}"  # its own Secret only
+        assert redis_volume["items"] == [{"key": "password", "path": component}]
         kafka_mounted = "/var/run/secrets/windjoin/kafka" in mounts
         assert kafka_mounted == (component != "proxy")
     proxy = pods["wj-windjoin-proxy"]["containers"][0]
@@ -265,40 +272,110 @@ def test_bad_security_values_are_refused(helm):  # noqa: F811
     assert done.returncode != 0 and "/proxy/auth/tokens/0" in done.stderr, done.stderr
 
 
-def test_the_bundled_redis_loads_the_acl_users_from_its_secret(helm, tmp_path):  # noqa: F811
-    """The Redis pod's init script, run here with sh on the chart's own Secret, writes an ACL file a real
-    redis-server loads: the same rules as `connectors.redis_acl`, each user logging in with its password."""
+def _secret_names(pod: dict) -> set[str]:
+    """Every Secret a pod spec references: volumes (projected ones too) and environment."""
+    names = set()
+    for volume in pod.get("volumes", []):
+        if "secret" in volume:
+            names.add(volume["secret"]["secretName"])
+        for source in volume.get("projected", {}).get("sources", []):
+            if "secret" in source:
+                names.add(source["secret"]["name"])
+    for container in _containers(pod):
+        for env in container.get("env", []):
+            ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+            if ref:
+                names.add(ref["name"])
+        names.update(e["secretRef"]["name"] for e in container.get("envFrom", []) if "secretRef" in e)
+    return names
+
+
+@pytest.mark.parametrize("name", ["default", "secure"])
+def test_each_pod_mounts_only_its_own_redis_secret(helm, name):  # noqa: F811
+    """A pod that could mount another component's Redis Secret could act as that component (the job steering
+    itself as the controller, the proxy writing results): one Secret per user, each only where it belongs."""
+    docs = _render(helm, name)
+    values = _values(name).get("redis", {}).get("auth", {}).get("existingSecrets", {})
+    secret_of = {user: values.get(user) or f"wj-windjoin-redis-{user}" for user in ("job", "controller", "proxy")}
+    secret_of["admin"] = "wj-windjoin-redis-admin"
+    owner = {v: k for k, v in secret_of.items()}
+    expected = {
+        "wj-windjoin-driver": {"job"},
+        "executor": {"job"},
+        "wj-windjoin-controller": {"controller"},
+        "wj-windjoin-proxy": {"proxy"},
+        "wj-windjoin-redis": {"job", "controller", "proxy", "admin"},  # its ACL file's digests; admin loads
+    }
+    pods = dict(_pods(docs))
+    assert {p for p in expected if p in pods} == set(pods)
+    for pod_name, pod in pods.items():
+        mounted = {owner[s] for s in _secret_names(pod) if s in owner}
+        assert mounted == expected[pod_name], pod_name
+    created = {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"}
+    assert ("wj-windjoin-redis-admin" in created) == ("wj-windjoin-redis" in pods)  # only a bundled Redis has one
+    if "wj-windjoin-redis" in pods:
+        [redis_container] = pods["wj-windjoin-redis"]["containers"]
+        admin_volume = next(v for v in pods["wj-windjoin-redis"]["volumes"] if v["name"] == "redis-admin")
+        assert admin_volume["secret"]["secretName"] == "wj-windjoin-redis-admin"  # Redis itself: admin only
+        assert {m["name"] for m in redis_container["volumeMounts"]} & {"redis-auth"} == set()
+
+
+def test_the_charts_function_library_is_the_packages() -> None:
+    """helm/windjoin/files/redis-functions.lua is a copy of `redis_functions.LIBRARY` (the chart cannot read the
+    package): write it again from there when the library changes."""
+    assert (CHART / "files" / "redis-functions.lua").read_text() == LIBRARY
+
+
+def test_the_bundled_redis_loads_the_acl_users_and_the_function_library(helm, tmp_path):  # noqa: F811
+    """The Redis pod's init script, run here with sh on the chart's own Secrets, writes an ACL file a real
+    redis-server loads: the same rules as `connectors.redis_acl`, each user logging in with its password; its
+    postStart hook, run here too, loads the function library as admin, so the job can commit and the proxy read."""
     docs = _render(helm, "default")
     statefulset = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "wj-windjoin-redis")
-    [init] = statefulset["spec"]["template"]["spec"]["initContainers"]
-    secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "wj-windjoin-redis-auth")
-    passwords = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
-    assert set(passwords) == set(COMPONENTS) and len(set(passwords.values())) == 3
-    auth_dir, acl_dir = tmp_path / "redis-auth", tmp_path / "acl"
-    auth_dir.mkdir()
-    acl_dir.mkdir()
-    for component, password in passwords.items():
-        (auth_dir / component).write_text(password)
+    pod = statefulset["spec"]["template"]["spec"]
+    [init] = pod["initContainers"]
+    [container] = pod["containers"]
+    users = (*COMPONENTS, "admin")
+    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    passwords = {u: base64.b64decode(secrets[f"wj-windjoin-redis-{u}"]["data"]["password"]).decode() for u in users}
+    assert len(set(passwords.values())) == 4
+    auth_dir, acl_dir, admin_dir, lib_dir = (tmp_path / n for n in ("redis-auth", "acl", "redis-admin", "lib"))
+    for folder in (auth_dir, acl_dir, admin_dir, lib_dir):
+        folder.mkdir()
+    for user, password in passwords.items():
+        (auth_dir / user).write_text(password)
+    (admin_dir / "password").write_text(passwords["admin"])
+    functions = next(
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "wj-windjoin-redis-functions"
+    )
+    (lib_dir / "windjoin.lua").write_text(functions["data"]["windjoin.lua"])
+    assert functions["data"]["windjoin.lua"] == LIBRARY
     script = init["command"][2].replace("/etc/redis-auth", str(auth_dir)).replace("/acl/", f"{acl_dir}/")
     subprocess.run(["sh", "-ec", script], check=True, timeout=30)
     lines = (acl_dir / "users.acl").read_text().splitlines()
     assert lines[0] == "user default off resetkeys resetchannels -@all"
-    for component, line in zip(COMPONENTS, lines[1:], strict=True):
-        assert line.split(" resetkeys resetchannels ")[1] == component_rules(component)
+    for user, line in zip(users, lines[1:], strict=True):
+        assert line.split(" resetkeys resetchannels ")[1] == component_rules(user)
     port = processes.free_port()
     argv = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     pid = processes.spawn([*argv, "--aclfile", str(acl_dir / "users.acl"), "--dir", str(tmp_path)], tmp_path / "log")
     try:
-        deadline = time.monotonic() + 10
-        while not processes.port_open("127.0.0.1", port):
-            assert time.monotonic() < deadline, (tmp_path / "log").read_text()
-            time.sleep(0.05)
         url = f"redis://127.0.0.1:{port}/0"
+        job = RedisSink(url, 10**9, auth=RedisAuth("windjoin-job", str(auth_dir / "job")))
+        post_start = container["lifecycle"]["postStart"]["exec"]["command"]
+        hook = post_start[2].replace("/etc/redis-admin", str(admin_dir)).replace("/etc/redis-functions", str(lib_dir))
+        hook = hook.replace("redis-cli ", f"redis-cli -p {port} ")
+        subprocess.run(["sh", "-ec", hook], check=True, timeout=60)
         for component in COMPONENTS:
             client = redis_client(url, RedisAuth(f"windjoin-{component}", str(auth_dir / component)))
             assert client.ping()  # logged in as its user (the default user is off)
             client.close()
+        assert job.write(1, {"a": make_table("a", 1, PAIRS)}) == {"a": 1}  # FCALL of the loaded library
+        proxy = redis_client(url, RedisAuth("windjoin-proxy", str(auth_dir / "proxy")))
+        assert [row["batch_id"] for row in read_all(proxy, "a", "windjoin", 0, 100)] == [1]
         with pytest.raises(redis.AuthenticationError):
-            redis_client(url).ping()
+            redis_client(url, RedisAuth()).ping()
+        with pytest.raises(redis.exceptions.NoPermissionError):  # admin replaces the library, never removes it
+            redis_client(url, RedisAuth("windjoin-admin", str(admin_dir / "password"))).function_flush()
     finally:
         processes.stop(pid)

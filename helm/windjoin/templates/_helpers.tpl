@@ -121,8 +121,9 @@ envFrom:
 {{- end -}}
 
 {{/* Secret names: the user's existing one, else the one the chart creates. */}}
-{{- define "windjoin.redisAuthSecret" -}}
-{{- default (printf "%s-redis-auth" (include "windjoin.fullname" .)) .Values.redis.auth.existingSecret -}}
+{{/* The Secret (key `password`) of one Redis user: job, controller, proxy or admin. (dict "ctx" $ "user" "job") */}}
+{{- define "windjoin.redisSecret" -}}
+{{- default (printf "%s-redis-%s" (include "windjoin.fullname" .ctx) .user) (index .ctx.Values.redis.auth.existingSecrets .user) -}}
 {{- end -}}
 {{- define "windjoin.sparkAuthSecret" -}}
 {{- default (printf "%s-spark-auth" (include "windjoin.fullname" .)) .Values.join.authenticate.existingSecret -}}
@@ -174,15 +175,15 @@ envFrom:
 {{- end }}
 {{- end -}}
 
-{{/* Credential volumes of one component: its Redis password only, Kafka's and Spark's where it needs them.
-     (dict "ctx" $ "component" "job" "kafka" true "spark" true) */}}
+{{/* Credential volumes of one component: its own Redis user's Secret only (another's would let it act as that
+     component), Kafka's and Spark's where it needs them. (dict "ctx" $ "component" "job" "kafka" true "spark" true) */}}
 {{- define "windjoin.credentialVolumes" -}}
 - name: redis-auth
   secret:
-    secretName: {{ include "windjoin.redisAuthSecret" .ctx }}
+    secretName: {{ include "windjoin.redisSecret" (dict "ctx" .ctx "user" .component) }}
     defaultMode: 0440
     items:
-      - key: {{ .component }}
+      - key: password
         path: {{ .component }}
 {{- if .ctx.Values.redis.tls.caSecret }}
 - name: redis-ca
