@@ -8,6 +8,14 @@ Redis you run yourself. Functions run as the calling user, so each call inside t
 
 Read-only functions carry `no-writes`, so the query proxy calls them with FCALL_RO, which declares its keys
 read-only: the proxy's user needs only read access to the result keys. Needs Redis 7.0 or later.
+
+Every function does a bounded amount of work a call (readers step through spans, retention drops at most
+`PIECES_PER_CALL` pieces), so none holds Redis for more than milliseconds. `BUSY_REPLY_MS` is what the Redis we run
+is given as `busy-reply-threshold` (set explicitly, not left to an image's redis.conf): the time after which a
+running function makes Redis answer others BUSY and becomes killable (FUNCTION KILL, the admin's). It stops
+nothing; it chooses between queueing and erroring. Below it, the job's calls wait (socket timeouts 10-60 s) rather
+than fail a batch over a slow call; beyond it, a function that ran away from its bound (a bug: no component can
+submit code) can be stopped within seconds.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from typing import Any
 
 import redis
 
-LIBRARY_NAME = "windjoin"
+BUSY_REPLY_MS = 5000
 
 LIBRARY = """#!lua name=windjoin
 

@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 from windjoin.connectors import processes
 from windjoin.connectors.redis_client import RedisAuth, redis_client
-from windjoin.connectors.redis_functions import load_library
+from windjoin.connectors.redis_functions import BUSY_REPLY_MS, load_library
 
 KAFKA = "kafka"
 REDIS = "redis"
@@ -273,6 +273,8 @@ def _argv(name: str, config: ServicesConfig, port: int, state_dir: Path) -> list
         config.redis_maxmemory,
         "--maxmemory-policy",
         "noeviction",
+        "--busy-reply-threshold",  # why this value: redis_functions' docstring
+        str(BUSY_REPLY_MS),
         "--daemonize",
         "no",
         "--dir",

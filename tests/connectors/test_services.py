@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from windjoin.connectors import kafka_admin, kafka_producer, services
 from windjoin.connectors.redis_client import RedisAuth, redis_client
+from windjoin.connectors.redis_functions import BUSY_REPLY_MS
 from windjoin.pipelines.cli.services import services as services_cli
 
 PARTITIONS = 4
@@ -338,3 +339,8 @@ def test_redis_refuses_clients_without_its_password(tmp_path: Path, where: str) 
     finally:
         services.down(config.state_dir)
     assert not (config.state_dir / "redis-data").exists()  # its config file (holding the password) went with it
+
+
+def test_the_embedded_redis_sets_its_busy_reply_threshold(redis_url: str) -> None:
+    """Set explicitly (redis_functions.BUSY_REPLY_MS, its docstring says why), whatever a redis.conf would say."""
+    assert redis_client(redis_url).config_get("busy-reply-threshold") == {"busy-reply-threshold": str(BUSY_REPLY_MS)}

@@ -19,7 +19,7 @@ from tests.deploy.test_chart import CHART, VALUE_SETS, _helm, _render
 from windjoin.connectors import processes
 from windjoin.connectors.redis_acl import COMPONENTS, component_rules
 from windjoin.connectors.redis_client import RedisAuth, redis_client
-from windjoin.connectors.redis_functions import LIBRARY
+from windjoin.connectors.redis_functions import BUSY_REPLY_MS, LIBRARY
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.redis_tier import read_all
 from windjoin.connectors.services import redis_binary
@@ -318,6 +318,14 @@ def test_each_pod_mounts_only_its_own_redis_secret(helm, name):  # noqa: F811
         admin_volume = next(v for v in pods["wj-windjoin-redis"]["volumes"] if v["name"] == "redis-admin")
         assert admin_volume["secret"]["secretName"] == "wj-windjoin-redis-admin"  # Redis itself: admin only
         assert {m["name"] for m in redis_container["volumeMounts"]} & {"redis-auth"} == set()
+
+
+def test_the_bundled_redis_sets_its_busy_reply_threshold(helm):  # noqa: F811
+    for extra in ((), ("--set", "redis.persistence.enabled=false")):
+        docs = _render(helm, "default", *extra)
+        pod = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "wj-windjoin-redis")
+        args = pod["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--busy-reply-threshold") + 1] == str(BUSY_REPLY_MS)
 
 
 def test_the_charts_function_library_is_the_packages() -> None:
