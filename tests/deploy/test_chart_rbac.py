@@ -169,7 +169,16 @@ def test_the_admission_policy_is_on_by_default_and_can_be_switched_off(helm):
     assert _find(off, "Role", "wj-windjoin-driver")
 
 
-def _spark_executor_pod(template: dict, image: str) -> dict:
+def _spark_local_dirs(template: dict, conf: dict[str, str]) -> list[str]:
+    """Where Spark's LocalDirsFeatureStep mounts new emptyDirs in an executor pod: none if the template's container
+    mounts volumes named spark-local-dir-*, else each of spark.local.dir (default /var/data/spark-<uuid>)."""
+    [container] = template["spec"]["containers"]
+    if any(m["name"].startswith("spark-local-dir-") for m in container.get("volumeMounts", [])):
+        return []
+    return conf.get("spark.local.dir", "/var/data/spark-0123").split(",")
+
+
+def _spark_executor_pod(template: dict, conf: dict[str, str]) -> dict:
     """The executor pod Spark 4 creates from the chart's template: its labels, image, env and local-dir volume."""
     pod = copy.deepcopy(template)
     pod["metadata"]["name"] = "wj-windjoin-exec-1"
@@ -178,13 +187,15 @@ def _spark_executor_pod(template: dict, image: str) -> dict:
     )
     pod["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "wj-windjoin-driver-x"}]
     [container] = pod["spec"]["containers"]
-    container["image"] = image
+    container["image"] = conf["spark.kubernetes.container.image"]
     container["env"] = [
         *container.get("env", []),
         {"name": "SPARK_EXECUTOR_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "SPARK_EXECUTOR_ID", "value": "1"},
     ]
-    pod["spec"]["volumes"].append({"name": "spark-local-dir-1", "emptyDir": {}})
+    for k, path in enumerate(_spark_local_dirs(template, conf)):  # Spark's LocalDirsFeatureStep
+        pod["spec"]["volumes"].append({"name": f"spark-local-dir-{k + 1}", "emptyDir": {}})
+        container["volumeMounts"].append({"name": f"spark-local-dir-{k + 1}", "mountPath": path})
     pod["spec"]["restartPolicy"] = "Never"
     return pod
 
@@ -259,7 +270,7 @@ def test_the_admission_policy_admits_sparks_executors_and_denies_anything_else(h
     on pods that differ from it in one way each."""
     docs = _render(helm, name)
     policy, _ = _policy(docs)
-    pod = _spark_executor_pod(_executor_template(docs), _spark_conf(docs)["spark.kubernetes.container.image"])
+    pod = _spark_executor_pod(_executor_template(docs), _spark_conf(docs))
     assert _decide(policy, "CREATE", pod, None, DRIVER) == []
     for what, bad in _bad_pods(pod).items():
         assert _decide(policy, "CREATE", bad, None, DRIVER), f"{name}: a pod with {what} was admitted"
@@ -272,3 +283,12 @@ def test_the_admission_policy_admits_sparks_executors_and_denies_anything_else(h
     relabelled = copy.deepcopy(pod)
     relabelled["spec"]["containers"][0]["image"] = "attacker/image:1"
     assert _decide(policy, "UPDATE", relabelled, pod, DRIVER)  # an executor's image cannot be swapped either
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(VALUE_SETS) if n != "single-node"])
+def test_sparks_local_dir_volumes_do_not_collide_with_the_templates_mounts(helm, name):
+    """Two volume mounts at one path make the API server refuse the executor pod."""
+    docs = _render(helm, name)
+    pod = _spark_executor_pod(_executor_template(docs), _spark_conf(docs))
+    paths = [m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]]
+    assert len(paths) == len(set(paths)), paths
