@@ -27,7 +27,7 @@ TRUNCATED = "truncated"
 BAD_MAGIC_BYTE = "bad_magic_byte"
 """The first byte is not the Confluent magic byte 0."""
 UNKNOWN_SCHEMA_ID = "unknown_schema_id"
-"""The header names a schema id that the local registry does not hold."""
+"""The header names a schema id that neither the stream's schema files nor its schema registry hold usably."""
 BAD_AVRO = "bad_avro"
 """The Avro body does not decode with the writer schema, or bytes remain after the record."""
 
