@@ -7,6 +7,7 @@ here; test_leader_election.py's cluster test runs against a real one when a kube
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 
 from tests.pipelines.controller.test_controller import CONFIG, _publish, _spec_file, namespace  # noqa: F401 (fixture)
 from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.redis_client import ENV_PASSWORD_FILE
 
 LEASES = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases(?:/([^/?]+))?(?:\?.*)?$")
 
@@ -130,6 +132,8 @@ def _start(args: list[str], pod: str, kubeconfig: Path, out: Path) -> subprocess
         "POD_NAME": pod,
         "POD_NAMESPACE": "streams",
         "PYTHONUNBUFFERED": "1",
+        # its Redis login, as a pod's environment names its mounted Secret (the session's embedded Redis)
+        **{k: v for k, v in os.environ.items() if k == ENV_PASSWORD_FILE},
     }
     with out.open("wb") as sink:
         return subprocess.Popen([*cli, *args], stdout=sink, stderr=subprocess.STDOUT, env=env)
