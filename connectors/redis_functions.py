@@ -20,6 +20,8 @@ submit code) can be stopped within seconds.
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +29,7 @@ import redis
 
 BUSY_REPLY_MS = 5000
 
-LIBRARY = """#!lua name=windjoin
+_FUNCTIONS = """#!lua name=windjoin
 
 -- KEYS: a piece, staged. ARGV: batch id, the piece's `batch:piece`. Marks a piece Redis refused for memory, named
 -- in the staged set as any piece (allowed past maxmemory: a few bytes).
@@ -238,8 +240,21 @@ end}
 """
 
 
+# The library's version is its code's digest, returned by `windjoin_version`: a Redis holding another windjoin's
+# library (an upgrade, a downgrade) is found before any of its functions is called with the wrong arguments.
+LIBRARY_VERSION = hashlib.sha256(_FUNCTIONS.encode()).hexdigest()[:16]
+LIBRARY = (
+    _FUNCTIONS
+    + "\n-- The library's version (the digest of the code above): clients check it before their first call.\n"
+    + "redis.register_function{function_name='windjoin_version', flags={'no-writes'}, callback=function()\n"
+    + f"  return '{LIBRARY_VERSION}'\nend}}\n"
+)
+
+_checked: weakref.WeakSet[redis.Redis] = weakref.WeakSet()  # clients that found this library's version
+
+
 class MissingLibraryError(RuntimeError):
-    """The Redis has no `windjoin` function library (or an older one without the function called)."""
+    """The Redis has no `windjoin` function library, or another version of it, and this user may not load it."""
 
 
 def load_library(client: redis.Redis) -> None:
@@ -248,17 +263,38 @@ def load_library(client: redis.Redis) -> None:
 
 
 def fcall(client: redis.Redis, function: str, keys: Sequence[Any], args: Sequence[Any], *, read_only: bool = False):
-    """Call one of the library's functions (FCALL_RO when `read_only`); MissingLibraryError saying how to load it
-    when the Redis does not have it."""
+    """Call one of the library's functions (FCALL_RO when `read_only`), once the client found this version of the
+    library (`ensure_library`)."""
+    if client not in _checked:
+        ensure_library(client)
+    if read_only:
+        return client.fcall_ro(function, len(keys), *keys, *args)
+    return client.fcall(function, len(keys), *keys, *args)
+
+
+def ensure_library(client: redis.Redis) -> None:
+    """Check that the Redis holds this version of the library; load it when it does not and this user may (a
+    Redis you run without ACL users), else MissingLibraryError saying what is there and how to load it."""
+    found = _loaded_version(client)
+    if found != LIBRARY_VERSION:
+        try:
+            load_library(client)
+        except redis.ResponseError as err:  # this user may not (ACL users), or Redis refused it (maxmemory)
+            held = "no windjoin function library" if found is None else f"windjoin function library {found}"
+            why = "" if isinstance(err, redis.exceptions.NoPermissionError) else f" (loading it here failed: {err})"
+            raise MissingLibraryError(
+                f"Redis has {held}, this windjoin needs {LIBRARY_VERSION}{why}: load it as the Redis' administrator "
+                "(`windjoin redis-functions | redis-cli --user ADMIN -x FUNCTION LOAD REPLACE`; the embedded "
+                "services and the chart's Redis pod load it at start-up)"
+            ) from None
+    _checked.add(client)
+
+
+def _loaded_version(client: redis.Redis) -> str | None:
     try:
-        if read_only:
-            return client.fcall_ro(function, len(keys), *keys, *args)
-        return client.fcall(function, len(keys), *keys, *args)
+        found = client.fcall_ro("windjoin_version", 0)
     except redis.ResponseError as err:
-        if "function not found" not in str(err).lower():
-            raise
-        raise MissingLibraryError(
-            f"Redis has no function {function!r}: load the windjoin function library as the Redis' administrator "
-            "(`windjoin redis-functions | redis-cli --user ADMIN -x FUNCTION LOAD REPLACE`; the embedded services "
-            "and the chart's Redis pod load it at start-up)"
-        ) from None
+        if "function not found" in str(err).lower():
+            return None
+        raise
+    return found.decode() if isinstance(found, bytes) else str(found)

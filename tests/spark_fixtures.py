@@ -7,6 +7,7 @@ Starting the JVM costs ~10 s on 2 cores, so every Spark test shares this session
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -18,8 +19,10 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """A `local[2]` SparkSession (no UI, 2 shuffle partitions, loopback), stopped after the last test."""
+def spark(redis_login: Path) -> Iterator[SparkSession]:
+    """A `local[2]` SparkSession (no UI, 2 shuffle partitions, loopback), stopped after the last test. Started
+    after `redis_login` names the embedded Redis' password file: its Python workers inherit the JVM's environment
+    as it was at launch, and the sinks they build log in from it."""
     session = build_local_spark(app_name="windjoin-tests")
     try:
         yield session

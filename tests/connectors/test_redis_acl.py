@@ -19,7 +19,7 @@ from windjoin.connectors.load_reports import LoadReports
 from windjoin.connectors.redis_acl import COMPONENTS, ROLES, acl_file, acl_users, component_rules
 from windjoin.connectors.redis_client import RedisAuth, RedisAuthError, redis_client
 from windjoin.connectors.redis_feed import feed_info, read_feed
-from windjoin.connectors.redis_functions import LIBRARY, MissingLibraryError, load_library
+from windjoin.connectors.redis_functions import LIBRARY, LIBRARY_VERSION, MissingLibraryError, load_library
 from windjoin.connectors.redis_keys import index_key, piece_key
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.redis_tier import read_all
@@ -211,10 +211,27 @@ def _pairs(flat: list) -> dict:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-def test_a_redis_without_the_library_names_what_to_do(private_redis) -> None:
-    redis_client(private_redis).function_flush()
-    with pytest.raises(MissingLibraryError, match="windjoin redis-functions"):
-        RedisSink(private_redis, 10**9, NS).write(1, {"a": make_table("a", 1, PAIRS)})
+def _held_version(client: redis.Redis) -> bytes:
+    return client.fcall_ro("windjoin_version", 0)
+
+
+def test_a_user_who_may_load_the_library_loads_it_when_missing_or_another_version(private_redis) -> None:
+    """A Redis you run without ACL users: nothing to do by hand, before or after an upgrade."""
+    admin = redis_client(private_redis)
+    admin.function_flush()
+    RedisSink(private_redis, 10**9, NS).write(1, {"a": make_table("a", 1, PAIRS)})
+    assert _held_version(admin).decode() == LIBRARY_VERSION
+    admin.function_load(LIBRARY.replace(LIBRARY_VERSION, "0" * 16), replace=True)  # another windjoin's
+    RedisSink(private_redis, 10**9, NS).write(2, {"a": make_table("a", 2, PAIRS)})
+    assert _held_version(admin).decode() == LIBRARY_VERSION
+
+
+def test_a_user_who_may_not_load_it_is_told_what_is_held_and_what_to_do(tmp_path: Path) -> None:
+    with acl_redis(tmp_path) as (url, auths), closing(redis_client(url, auths["admin"])) as admin:
+        admin.function_load(LIBRARY.replace(LIBRARY_VERSION, "0" * 16), replace=True)  # another windjoin's
+        said = f"library {'0' * 16}, this windjoin needs {LIBRARY_VERSION}: .*windjoin redis-functions"
+        with pytest.raises(MissingLibraryError, match=said):
+            RedisSink(url, 10**9, NS, auth=auths["job"]).write(1, {"a": make_table("a", 1, PAIRS)})
 
 
 def test_rules_follow_the_namespace() -> None:

@@ -206,3 +206,8 @@ redis.register_function{function_name='windjoin_entry_head', flags={'no-writes'}
   end
   return {entry[1], false}
 end}
+
+-- The library's version (the digest of the code above): clients check it before their first call.
+redis.register_function{function_name='windjoin_version', flags={'no-writes'}, callback=function()
+  return 'c36718ec7251fc71'
+end}
