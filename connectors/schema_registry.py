@@ -15,8 +15,9 @@ Requests of the client used: GET /schemas/ids/{id} (decoders) and POST /subjects
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -30,6 +31,7 @@ from windjoin.connectors.secret_files import read_secret
 UNKNOWN_RETRY_S = 10.0  # an id the registry did not know is asked again after this long
 LOOKUPS_PER_S = 20.0  # lookups of unseen ids a decoder makes at most (a burst of as many)
 _NOT_FOUND = 404
+T = TypeVar("T")
 
 
 class RegistryUnavailable(RuntimeError):
@@ -65,12 +67,20 @@ class RegistryConnection:
     def register(self, subject: str, schema: dict[str, Any]) -> int:
         """Register a producer's writer schema under `subject`; its id (the registry's, the same on every call)."""
         text = orjson.dumps(schema).decode()
+        return int(
+            self.ask(f"subject {subject!r}", lambda: self.client().register_schema(subject, Schema(text, "AVRO")))
+        )
+
+    def ask(self, what: str, request: Callable[[], T]) -> T:
+        """`request`'s answer; RegistryUnavailable naming the registry and `what` when it gives none (a 404 is left
+        to the caller, as the client's SchemaRegistryError)."""
         try:
-            return int(self.client().register_schema(subject, Schema(text, "AVRO")))
+            return request()
         except SchemaRegistryError as err:
+            if err.http_status_code == _NOT_FOUND:
+                raise
             raise RegistryUnavailable(
-                f"schema_registry {self.url}: registering subject {subject!r} refused "
-                f"(HTTP {err.http_status_code}, code {err.error_code})"
+                f"schema_registry {self.url}: {what} not answered (HTTP {err.http_status_code}, code {err.error_code})"
             ) from None
         except Exception as err:  # transport errors: httpx's, with no stable base class here
             raise RegistryUnavailable(f"schema_registry {self.url}: unreachable ({type(err).__name__})") from None
@@ -124,21 +134,16 @@ class RegistrySchemas(SchemaRegistry):
     def _fetch(self, schema_id: int) -> int:
         if not 0 <= schema_id <= MAX_SCHEMA_ID:
             raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {schema_id} is out of the registry's range")
-        url = self.connection.url
         try:
-            if self._client is None:
-                self._client = self.connection.client()
-            schema = self._client.get_schema(schema_id)
-        except SchemaRegistryError as err:
-            if err.http_status_code == _NOT_FOUND:
-                raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {schema_id} is not in {url}") from None
-            raise RegistryUnavailable(
-                f"schema_registry {url}: schema id {schema_id} not answered (HTTP {err.http_status_code}, "
-                f"code {err.error_code})"
-            ) from None
-        except Exception as err:  # transport errors: httpx's, with no stable base class here
-            raise RegistryUnavailable(f"schema_registry {url}: unreachable ({type(err).__name__})") from None
+            schema = self.connection.ask(f"schema id {schema_id}", lambda: self._get(schema_id))
+        except SchemaRegistryError:  # a 404: the registry does not hold it
+            raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {schema_id} is not in {self.connection.url}") from None
         return self._usable(schema_id, schema)
+
+    def _get(self, schema_id: int) -> Schema:
+        if self._client is None:
+            self._client = self.connection.client()
+        return self._client.get_schema(schema_id)
 
     def _usable(self, schema_id: int, schema: Schema) -> int:
         source = f"schema id {schema_id} of {self.connection.url}"
