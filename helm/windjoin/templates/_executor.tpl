@@ -33,8 +33,8 @@ spec:
       {{- include "windjoin.credentialsEnvFrom" . | nindent 6 }}
       volumeMounts:
         {{- include "windjoin.volumeMounts" . | nindent 8 }}
-        {{- include "windjoin.credentialMounts" (dict "ctx" . "kafka" true "spark" true) | nindent 8 }}
+        {{- include "windjoin.credentialMounts" (dict "ctx" . "kafka" true "registry" true "spark" true) | nindent 8 }}
   volumes:
     {{- include "windjoin.volumes" . | nindent 4 }}
-    {{- include "windjoin.credentialVolumes" (dict "ctx" . "component" "job" "kafka" true "spark" true) | nindent 4 }}
+    {{- include "windjoin.credentialVolumes" (dict "ctx" . "component" "job" "kafka" true "registry" true "spark" true) | nindent 4 }}
 {{- end -}}

@@ -83,7 +83,24 @@ app.kubernetes.io/component: {{ .component }}
 {{- $_ := set $spec "sinks" $sinks -}}
 {{- $_ := set $spec "checkpoint" (include "windjoin.checkpoint" .) -}}
 {{- $_ := set $spec "kafka" (fromYaml (include "windjoin.kafkaSection" .)) -}}
+{{- if .Values.kafka.schemaRegistry.url -}}
+{{- $_ := set $spec "schema_registry" (fromYaml (include "windjoin.registrySection" .)) -}}
+{{- end -}}
 {{- toYaml $spec -}}
+{{- end -}}
+
+{{/* The spec's `schema_registry:` section from kafka.schemaRegistry (paths of the mounted Secrets, never their content). */}}
+{{- define "windjoin.registrySection" -}}
+{{- $r := .Values.kafka.schemaRegistry -}}
+{{- $out := dict "url" $r.url -}}
+{{- if $r.username -}}
+{{- $_ := set $out "username" $r.username -}}
+{{- $_ := set $out "password_file" "/var/run/secrets/windjoin/schema-registry/password" -}}
+{{- end -}}
+{{- if $r.caSecret -}}
+{{- $_ := set $out "ca_file" "/var/run/secrets/windjoin/schema-registry-ca/ca.crt" -}}
+{{- end -}}
+{{- toYaml $out -}}
 {{- end -}}
 
 {{/* Volumes every windjoin pod mounts: the spec, scratch space, and the shared data volume. */}}
@@ -206,6 +223,21 @@ envFrom:
     items: [{key: ca.crt, path: ca.crt}]
 {{- end }}
 {{- end }}
+{{- if .registry }}
+{{- with .ctx.Values.kafka.schemaRegistry.passwordSecret }}
+- name: schema-registry-auth
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+    items: [{key: password, path: password}]
+{{- end }}
+{{- with .ctx.Values.kafka.schemaRegistry.caSecret }}
+- name: schema-registry-ca
+  secret:
+    secretName: {{ . }}
+    items: [{key: ca.crt, path: ca.crt}]
+{{- end }}
+{{- end }}
 {{- if .spark }}
 - name: spark-auth
   secret:
@@ -233,6 +265,18 @@ envFrom:
 {{- if .ctx.Values.kafka.security.caSecret }}
 - name: kafka-ca
   mountPath: /var/run/secrets/windjoin/kafka-ca
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- if .registry }}
+{{- if .ctx.Values.kafka.schemaRegistry.passwordSecret }}
+- name: schema-registry-auth
+  mountPath: /var/run/secrets/windjoin/schema-registry
+  readOnly: true
+{{- end }}
+{{- if .ctx.Values.kafka.schemaRegistry.caSecret }}
+- name: schema-registry-ca
+  mountPath: /var/run/secrets/windjoin/schema-registry-ca
   readOnly: true
 {{- end }}
 {{- end }}
