@@ -8,13 +8,14 @@ StatefulSet's pod template and maps these fields to `podman run` (everything els
   (the entrypoint), `args`, `workingDir`, `env` (`value`, `valueFrom.fieldRef` metadata.name / metadata.namespace
   / status.podIP, `valueFrom.secretKeyRef`, `valueFrom.configMapKeyRef`), `envFrom` (secretRef, configMapRef),
   `$(VAR)` references in command and args expanded from the container's environment, as the kubelet does;
-- `volumeMounts` (`mountPath`, `readOnly`, `subPath`) of `configMap` and `secret` volumes (`items`, `defaultMode`;
-  Secret `data` and `stringData`), `emptyDir`, `persistentVolumeClaim` (a host folder per claim, shared by every
-  pod that mounts it) and StatefulSet `volumeClaimTemplates` (a folder per pod);
+- `volumeMounts` (`mountPath`, `readOnly`, `subPath`) of `configMap`, `secret` and `projected` (of those) volumes
+  (`items`, `defaultMode`; Secret `data` and `stringData`), `emptyDir`, `persistentVolumeClaim` (a host folder
+  per claim, shared by every pod that mounts it) and StatefulSet `volumeClaimTemplates` (a folder per pod);
 - `securityContext` of pod and container: `runAsUser` / `runAsGroup` (`--user`), `fsGroup` (a supplementary group
   owning the volumes, group-writable, as the kubelet does), `runAsNonRoot` (refused if the user is root),
   `readOnlyRootFilesystem` (`--read-only`), `allowPrivilegeEscalation: false` (no-new-privileges),
   `capabilities.drop/add`;
+- `lifecycle.postStart.exec` (run in the container once it started, which is killed if the hook fails);
 - `ports` and the readiness/startup probes (`tcpSocket`,
   `httpGet`, named ports resolved): `wait_ready` waits until they answer;
 - Services: every Service name (`name`, `name.ns`, `name.ns.svc`, `name.ns.svc.cluster.local`) resolves to
@@ -145,18 +146,20 @@ class PodRunner:
                 path = self.root / "pods" / w.pod_name / name
             fresh = not path.exists()
             path.mkdir(parents=True, exist_ok=True)
-            source = vol.get("configMap") or vol.get("secret")
-            if source is not None:
-                kind = "ConfigMap" if "configMap" in vol else "Secret"
-                data = self._data(kind, source.get("name") or source.get("secretName"))
-                items = source.get("items") or [{"key": k, "path": k} for k in data]
-                mode = source.get("defaultMode", 0o644)
-                for item in items:
+            projected = vol.get("projected")
+            sources = projected["sources"] if projected else [vol] if "configMap" in vol or "secret" in vol else []
+            mode = (projected or vol.get("configMap") or vol.get("secret") or {}).get("defaultMode", 0o644)
+            for source in sources:  # a configMap or secret volume, or each of a projected volume's sources
+                kind = "ConfigMap" if "configMap" in source else "Secret"
+                ref = source.get("configMap") or source["secret"]
+                data = self._data(kind, ref.get("name") or ref.get("secretName"))
+                for item in ref.get("items") or [{"key": k, "path": k} for k in data]:
                     target = path / item["path"]
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(data[item["key"]])
                     target.chmod(item.get("mode", mode))
                     self._own(target, fs_group)
+            if sources:
                 path.chmod(0o755)
             elif fresh or "emptyDir" in vol:
                 path.chmod(0o2775 if fs_group is not None else 0o777)
@@ -246,6 +249,12 @@ class PodRunner:
         podman("run", "--detach", *self._run_args(w, container, dirs, name))
         if name not in self.started:
             self.started.append(name)
+        hook = container.get("lifecycle", {}).get("postStart", {}).get("exec")
+        if hook is not None:  # as the kubelet: in the container, once it started; a failure kills it
+            done = podman("exec", name, *hook["command"], check=False)
+            if done.returncode != 0:
+                podman("kill", "--signal", "KILL", name, check=False)
+                raise RuntimeError(f"{name}: postStart hook failed: {(done.stdout + done.stderr)[-2000:]}")
         return name
 
     def kill(self, workload: str) -> None:
