@@ -174,14 +174,13 @@ def pair_delays_ms(parquet: Path, since_ms: int) -> np.ndarray:
 
 def run_mode(mode: str, p: Params, cluster: Any, bootstrap: str, redis_url: str, workdir: Path) -> dict[str, Any]:
     """One paced run: the job (and in `adaptive` the controller) in processes of their own; its figures."""
-    import redis
-
     from windjoin.connectors import processes
     from windjoin.connectors.control_decisions import decision_key
     from windjoin.connectors.kafka_admin import create_topics
+    from windjoin.connectors.redis_client import redis_client
 
     workdir.mkdir(parents=True)
-    redis.Redis.from_url(redis_url).flushdb()
+    redis_client(redis_url).flushdb()
     tag = uuid.uuid4().hex[:8]
     topics = (f"bench-decl-r-{tag}", f"bench-decl-s-{tag}")
     create_topics(bootstrap, list(topics), 4)

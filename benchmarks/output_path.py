@@ -144,15 +144,14 @@ def _sinks(phase: str, root: Path, redis_url: str) -> tuple[Any, ...]:
 
 def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, redis_url: str) -> dict[str, Any]:
     """Every batch: the slots stage in parallel, then the driver commits; pairs/s over the phase."""
-    import redis
-
+    from windjoin.connectors.redis_client import redis_client
     from windjoin.operators.result_table import result_schema
     from windjoin.operators.spec import parse_spec
     from windjoin.pipelines.job.slot_output import SlotOutputs
 
     (root / phase).mkdir(parents=True, exist_ok=True)
     sinks = _sinks(phase, root, redis_url)
-    admin = redis.Redis.from_url(redis_url)
+    admin = redis_client(redis_url)
     admin.flushall()
     memory_before = int(admin.info("memory")["used_memory"])
     outputs = sinks if phase == "floor" else SlotOutputs(sinks=sinks)

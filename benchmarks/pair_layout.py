@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
+from windjoin.connectors.redis_client import redis_client
 from windjoin.operators.result_table import (
     BATCH_ID,
     EMITTED_AT,
@@ -129,14 +130,14 @@ class PairLayoutSink:
     def __init__(self, url: str, namespace: str, feed_batches: int = 10_000) -> None:
         self.url, self.namespace, self.feed_batches = url, namespace, feed_batches
         self.name = f"Redis (pairs) namespace {namespace}"
-        self.client = redis.Redis.from_url(url, socket_timeout=60.0)
+        self.client = redis_client(url, socket_timeout=60.0)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "client"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.client = redis.Redis.from_url(self.url, socket_timeout=60.0)
+        self.client = redis_client(self.url, socket_timeout=60.0)
 
     def _key(self, task: str, what: str) -> str:
         return f"{self.namespace}:{{{task}}}:{what}"

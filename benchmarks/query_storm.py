@@ -205,10 +205,9 @@ def main() -> None:
 
 def run(args: argparse.Namespace, pinning: tuple[list[int], list[int]] | None) -> dict[str, Any]:
     """One baseline + storm run; `pinning`: (cores of Redis and the writer, cores of the proxy and the clients)."""
-    import redis
-
     from windjoin.connectors import processes, services
     from windjoin.connectors.processes import free_port
+    from windjoin.connectors.redis_client import redis_client
     from windjoin.connectors.redis_sink import RedisSink
     from windjoin.operators.spec import parse_spec
     from windjoin.pipelines.proxy.tokens import token_hash
@@ -248,7 +247,7 @@ def run(args: argparse.Namespace, pinning: tuple[list[int], list[int]] | None) -
             if not processes.is_alive(pid) or time.monotonic() > deadline:
                 raise RuntimeError(processes.log_tail(workdir / "proxy.log"))
             time.sleep(0.1)
-        client = redis.Redis.from_url(url)
+        client = redis_client(url)
         client.config_set("slowlog-log-slower-than", SLOW_US)
         client.slowlog_reset()
         interval = args.interval_ms / 1000

@@ -6,6 +6,7 @@ when a phase fails (or is interrupted); Spark is replaced by a stand-in, so the 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import yaml
 import benchmarks.latency as latency
 import benchmarks.pipeline as pipeline
 from windjoin.connectors import processes, services
+from windjoin.connectors.redis_client import ENV_PASSWORD_FILE
 
 
 class FakeSpark:
@@ -52,6 +54,11 @@ class Run:
             return started
 
         monkeypatch.setattr(services, "up", up)
+        # the benchmark names its Redis' password file in os.environ: put the session's back afterwards
+        before = os.environ.get(ENV_PASSWORD_FILE)
+        monkeypatch.setenv(ENV_PASSWORD_FILE, before or "")  # recorded, so restored (or removed) afterwards
+        if before is None:
+            monkeypatch.delenv(ENV_PASSWORD_FILE)
 
     def start_generator_and_fail(self, error: BaseException, bootstrap: str, workdir: Path) -> None:
         """A phase that starts the load generator (as the benchmarks do), then fails while it runs."""

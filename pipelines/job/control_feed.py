@@ -39,7 +39,8 @@ def auth_options(auth: RedisAuth | None) -> dict[str, str]:
 
 
 def auth_from_options(options: Mapping[str, str]) -> RedisAuth:
-    return RedisAuth(**{k: options.get(o) or None for k, o in AUTH_OPTIONS.items()})
+    """The credentials the options name, else the environment's (as every other client of the job)."""
+    return RedisAuth(**{k: options.get(o) or None for k, o in AUTH_OPTIONS.items()}).or_env()
 
 
 def refusals_path(spec: Any) -> str:

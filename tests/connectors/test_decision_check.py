@@ -12,6 +12,7 @@ import pytest
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.decision_check import MAX_SPLIT_DEPTH, Accepted, DecisionRefused, check_decision
 from windjoin.connectors.kafka_source import KafkaSourceOptions
+from windjoin.connectors.redis_client import RedisAuth
 from windjoin.operators.control.config import FineTuningConfig
 from windjoin.operators.control.declustering import UtilisationState
 from windjoin.operators.control.epoch import ControlState, Decision
@@ -232,3 +233,13 @@ def test_a_decision_is_checked_once_however_many_batches_are_planned(feed, monke
     decision_feed.at_least(2, 0)  # restarted under a newer routing: the same decision is checked again, refused
     assert [decision_feed.latest().shed_ratio for _ in range(3)] == [0.75] * 3
     assert checked == ["3", "4", "5", "5"] and refusals.read() == {"shed_ratio": 1, "version": 1}
+
+
+def test_the_decision_reader_logs_in_from_the_environment_when_the_options_name_no_credentials(tmp_path, monkeypatch):
+    """The job's source reads decisions with the credentials its options name, else the environment's, as every
+    other client of the job (it used to build an empty login, refused by a Redis with a password)."""
+    (tmp_path / "pw").write_text("s3cret\n")
+    monkeypatch.setenv("WINDJOIN_REDIS_PASSWORD_FILE", str(tmp_path / "pw"))
+    assert control_feed.auth_from_options({}).password() == "s3cret"
+    named = control_feed.auth_options(RedisAuth(username="job", password_env="JOB_PW"))
+    assert control_feed.auth_from_options(named) == RedisAuth(username="job", password_env="JOB_PW")
