@@ -66,10 +66,8 @@ class RegistryConnection:
 
     def register(self, subject: str, schema: dict[str, Any]) -> int:
         """Register a producer's writer schema under `subject`; its id (the registry's, the same on every call)."""
-        text = orjson.dumps(schema).decode()
-        return int(
-            self.ask(f"subject {subject!r}", lambda: self.client().register_schema(subject, Schema(text, "AVRO")))
-        )
+        text, client = orjson.dumps(schema).decode(), self.client()
+        return int(self.ask(f"subject {subject!r}", lambda: client.register_schema(subject, Schema(text, "AVRO"))))
 
     def ask(self, what: str, request: Callable[[], T]) -> T:
         """`request`'s answer; RegistryUnavailable naming the registry and `what` when it gives none (a 404 is left
@@ -134,16 +132,14 @@ class RegistrySchemas(SchemaRegistry):
     def _fetch(self, schema_id: int) -> int:
         if not 0 <= schema_id <= MAX_SCHEMA_ID:
             raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {schema_id} is out of the registry's range")
+        if self._client is None:  # built outside `ask`: an unreadable password file is a configuration error
+            self._client = self.connection.client()
+        client = self._client
         try:
-            schema = self.connection.ask(f"schema id {schema_id}", lambda: self._get(schema_id))
+            schema = self.connection.ask(f"schema id {schema_id}", lambda: client.get_schema(schema_id))
         except SchemaRegistryError:  # a 404: the registry does not hold it
             raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {schema_id} is not in {self.connection.url}") from None
         return self._usable(schema_id, schema)
-
-    def _get(self, schema_id: int) -> Schema:
-        if self._client is None:
-            self._client = self.connection.client()
-        return self._client.get_schema(schema_id)
 
     def _usable(self, schema_id: int, schema: Schema) -> int:
         source = f"schema id {schema_id} of {self.connection.url}"

@@ -203,3 +203,10 @@ def test_a_decoder_needs_no_schema_file_with_a_registry(tmp_path):
         schemaless_writer(body, parse_schema(V1), {"ts": 9, "k": 1})
         message = b"\x00" + schema_id.to_bytes(4, "big") + body.getvalue()
         assert stream_codec(spec, "A").decode(message) == {"ts": 9, "k": 1}
+
+
+def test_an_unreadable_password_file_is_named_not_taken_for_an_outage(tmp_path):
+    connection = RegistryConnection("http://localhost:1", username="svc", password_file=str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="schema_registry.password_file") as err:
+        RegistrySchemas(connection).find(7)
+    assert not isinstance(err.value, RegistryUnavailable)
