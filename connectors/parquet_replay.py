@@ -9,10 +9,10 @@ retained snapshot are not read: retention removes them (folders left there by a 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from windjoin.connectors.parquet_scan import Footers, readable
@@ -62,9 +62,10 @@ class ParquetReplay:
                 return None
             for piece, file, metadata in self.footers.pieces(task, current):
                 first = piece << PIECE_ROW_BITS  # the piece's rows are numbered from here (result_table.piece_rows)
-                read, whole = _piece_rows(
-                    task, current, file, metadata, first, max(0, last_row + 1 - first), count - len(rows), budget
-                )
+                with self.parquet.files.open_input(file) as source:
+                    read, whole = _piece_rows(
+                        task, current, source, metadata, first, max(0, last_row + 1 - first), count - len(rows), budget
+                    )
                 rows += read
                 if not whole:  # stopped inside the piece, at the count or the bytes
                     return rows, (current, rows[-1][ROW] if rows else last_row)
@@ -91,7 +92,7 @@ class ParquetReplay:
 def _piece_rows(
     task: str,
     batch: int,
-    file: Path,
+    file: pa.NativeFile,
     metadata: pq.FileMetaData,
     first: int,
     skip: int,

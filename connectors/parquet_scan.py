@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -23,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.result_files import ResultFiles
 from windjoin.connectors.span_scan import Part
 from windjoin.operators.query.errors import Damaged
 from windjoin.operators.result_table import PIECE_ROW_BITS, stream_timestamps
@@ -38,13 +38,14 @@ class RowGroup:
     lower: int
     task: str
     batch: int
-    path: Path
+    files: ResultFiles
+    path: str
     metadata: pq.FileMetaData
     group: int
     first_row: int  # the row number of its first row
 
     def read(self, columns: Sequence[str], sized: Sequence[str] | None) -> Part:
-        with pa.OSFile(str(self.path)) as source:  # a file, not a path: no filesystem to resolve on every read
+        with self.files.open_input(self.path) as source:
             file = readable(self.task, self.batch, lambda: pq.ParquetFile(source, metadata=self.metadata))
             table = readable(self.task, self.batch, lambda: file.read_row_group(self.group, columns=list(columns)))
         table = table.flatten()
@@ -85,7 +86,9 @@ class Batches:
                     group = metadata.row_group(g)
                     earliest, latest = _bounds(group, stamps)
                     if earliest <= self.span[1] and latest >= self.span[0] and group.num_rows:
-                        yield RowGroup(max(self.lower, earliest), self.task, batch, path, metadata, g, first)
+                        yield RowGroup(
+                            max(self.lower, earliest), self.task, batch, self.footers.files, path, metadata, g, first
+                        )
                     first += group.num_rows
 
 
@@ -95,31 +98,29 @@ class Footers:
     A query over a snapshot looks at every batch the snapshot holds to prune row groups by their statistics:
     listing each batch's folder and reading each file's footer was half the proxy's CPU for 1 s spans (60 batches
     a snapshot). A committed batch's files never change (`ParquetSink` leaves a committed batch as it is); a
-    folder written again (a new checkpoint's job clears the task and starts at batch 0) has a new inode or new
-    times, so a folder is keyed by its inode, modification and change times and read again when one changed. (Only
-    a folder removed and written again within one tick of the kernel's file clock, a few ms, on the same inode
-    would look unchanged: a job clears a task far longer than that before it commits a batch.) At most
-    `max_batches` folders are kept, the least recently used leaving first; queries share it from several threads."""
+    folder written again (a new checkpoint's job clears the task and starts at batch 0) has a new version
+    (`ResultFiles.version`), and is read again. At most `max_batches` folders are kept, the least recently used
+    leaving first; queries share it from several threads."""
 
     def __init__(self, parquet: ParquetSink, max_batches: int = 4096) -> None:
         self.parquet = parquet
+        self.files = parquet.files
         self.max_batches = max_batches
-        self._kept: OrderedDict[Path, tuple[tuple[int, ...], list[tuple[int, Path, pq.FileMetaData]]]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[Hashable, list[tuple[int, str, pq.FileMetaData]]]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def pieces(self, task: str, batch: int) -> list[tuple[int, Path, pq.FileMetaData]]:
+    def pieces(self, task: str, batch: int) -> list[tuple[int, str, pq.FileMetaData]]:
         """(piece, file, footer) of a committed batch in piece order; FileNotFoundError when the batch left (its
         snapshot expired: the query reads again), `Damaged` when a footer cannot be read."""
         folder = self.parquet.batch_dir(task, batch)
-        status = folder.stat()
-        version = (status.st_ino, status.st_mtime_ns, status.st_ctime_ns)
+        version = self.files.version(folder)
         with self._lock:
             kept = self._kept.get(folder)
             if kept is not None and kept[0] == version:
                 self._kept.move_to_end(folder)
                 return kept[1]
         found = [
-            (piece, path, readable(task, batch, lambda path=path: pq.read_metadata(path)))
+            (piece, path, readable(task, batch, lambda path=path: self.files.read_metadata(path)))
             for piece, path in self.parquet.batch_pieces(task, batch)
         ]
         with self._lock:

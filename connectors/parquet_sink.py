@@ -8,39 +8,40 @@ that had results, or a single empty `part-0.parquet` (zero rows, full schema) wh
 result with `row` r is in `part-<r >> 32>.parquet` at position `r & (2^32 - 1)` (`result_table.PIECE_ROW_BITS`):
 `batch_files` lists a batch's files in piece order, the order readers concatenate them in.
 
-Stage (`stage`, in each slot's task on an executor): each piece is written to a temporary file, fsynced and renamed
-into the batch's hidden pending folder `<path>/task=<task>/.batch=<batch_id>.pending/part-<piece>.parquet`. A
-piece already there (an earlier attempt of the same batch, which a replay repeats exactly) is kept, and nothing is
-staged for a batch already committed. Commit (`commit`, on the driver, once every slot staged): the pending folder
-is renamed to `batch=<batch_id>` (one atomic rename on a POSIX file system; the parent folder is fsynced after),
-after removing files no slot reported. A batch folder therefore exists if and only if the batch was committed,
-complete. Committing the task's last committed batch id again is a no-op: the replay after a crash. A lower batch
-id is refused (`StaleBatchError`): batch ids of one checkpoint only grow, and the owner record (below) keeps other
-checkpoints out. The last committed id is read from disk once per sink and task, then kept in memory; an exact
-replay is caught by the folder's existence even when another process committed it meanwhile (Spark runs one
-micro-batch at a time). `write` stages one piece and commits it (the join-file command, tests).
-A crash leaves only hidden folders (pending, temporary): dataset readers skip names starting with "."; a replay
-of the batch completes its pending folder, and a commit removes those of older batch ids.
+The path is a local folder or an object store's URL (`s3://bucket/prefix`; `result_files`: how each step stays
+atomic there, and where credentials come from).
+
+Stage (`stage`, in each slot's task on an executor): each piece is written whole (locally: temporary file, fsync,
+rename) into the batch's hidden pending folder
+`<path>/task=<task>/.batch=<batch_id>.pending/part-<piece>.parquet`. A piece already there (an earlier attempt of
+the same batch, which a replay repeats exactly) is kept, and nothing is staged for a batch already committed.
+Commit (`commit`, on the driver, once every slot staged): the pending folder is published as `batch=<batch_id>`
+(locally one atomic rename, the parent folder fsynced after; on an object store, its pieces copied, then a commit
+marker written), after removing files no slot reported. A batch folder is therefore published if and only if the
+batch was committed, complete. Committing the task's last committed batch id again is a no-op: the replay after a
+crash. A lower batch id is refused (`StaleBatchError`): batch ids of one checkpoint only grow, and the owner record
+(below) keeps other checkpoints out. The last committed id is read once per sink and task, then kept in memory; an
+exact replay is caught by the folder being published even when another process committed it meanwhile (Spark runs
+one micro-batch at a time). `write` stages one piece and commits it (the join-file command, tests).
+A crash leaves only hidden folders (pending, temporary; on an object store also a batch folder copied halfway,
+without its marker): dataset readers skip names starting with "."; a replay of the batch completes its pending
+folder, and a commit removes those of older batch ids.
 
 Owner: `<path>/task=<task>/_owner.json` names the checkpoint whose batches the task folder holds
-(`sink_owner.CheckpointId`: `run_id`, `checkpoint`), written atomically (temporary file, fsync, rename) when a job
-claims the task; dataset readers skip names starting with "_".
+(`sink_owner.CheckpointId`: `run_id`, `checkpoint`), written whole when a job claims the task; dataset readers skip
+names starting with "_".
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import shutil
-import uuid
 from collections.abc import Collection, Mapping
-from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from windjoin.connectors.result_files import ResultFiles, result_files
 from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 from windjoin.operators.result_table import (
     BATCH_ID,
@@ -85,29 +86,30 @@ def part_name(piece: int) -> str:
 
 
 class ParquetSink:
-    """Result tables under `path`, one hive partition per task and batch id; idempotent per (task, batch id)."""
+    """Result tables under `path` (a folder or a URL), one hive partition per task and batch id; idempotent per
+    (task, batch id)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self._last: dict[str, int | None] = {}  # last committed batch id per task, read from disk on first use
+        self.files: ResultFiles = result_files(path)
+        self._last: dict[str, int | None] = {}  # last committed batch id per task, read on first use
 
     @property
     def name(self) -> str:
         """The sink, for messages and metric labels."""
-        return f"Parquet {self.path}"
+        return f"Parquet {self.files.url}"
 
     def location(self, task: str) -> str:
         """Where `task`'s results are, for messages."""
         return f"Parquet {self.task_dir(task)}"
 
-    def task_dir(self, task: str) -> Path:
-        return self.path / f"task={check_identifier('task name', task)}"
+    def task_dir(self, task: str) -> str:
+        return self.files.join(f"task={check_identifier('task name', task)}")
 
-    def batch_dir(self, task: str, batch_id: int) -> Path:
-        return self.task_dir(task) / f"batch={check_batch_id(batch_id)}"
+    def batch_dir(self, task: str, batch_id: int) -> str:
+        return f"{self.task_dir(task)}/batch={check_batch_id(batch_id)}"
 
-    def pending_dir(self, task: str, batch_id: int) -> Path:
-        return self.task_dir(task) / f".batch={check_batch_id(batch_id)}.pending"
+    def pending_dir(self, task: str, batch_id: int) -> str:
+        return f"{self.task_dir(task)}/.batch={check_batch_id(batch_id)}.pending"
 
     def write(self, batch_id: int, tables: Mapping[str, pa.Table]) -> dict[str, int]:
         """Stage each task's result table for `batch_id` as piece 0 and commit it; returns rows written per task
@@ -128,23 +130,16 @@ class ParquetSink:
         staged = {}
         for task, table in tables.items():
             check_result_table(table, batch_id, task)
-            if self.batch_dir(task, batch_id).exists():  # committed: a replay (an older id fails the commit)
+            if self.files.published(self.batch_dir(task, batch_id)):  # a replay (an older id fails the commit)
                 continue
             pending = self.pending_dir(task, batch_id)
-            pending.mkdir(parents=True, exist_ok=True)
-            final = pending / name
-            if final.exists():
+            self.files.make_dir(pending)
+            final = f"{pending}/{name}"
+            if self.files.is_file(final):
                 continue
-            tmp = pending / f".{name}.tmp-{uuid.uuid4().hex}"
-            try:
-                pq.write_table(
-                    table, tmp, row_group_size=group_rows(table), use_dictionary=dictionary_columns(table.schema)
-                )
-                fsync_path(tmp)
-                os.rename(tmp, final)
-            finally:
-                tmp.unlink(missing_ok=True)
-            fsync_path(pending)
+            self.files.write_parquet(
+                final, table, row_group_size=group_rows(table), use_dictionary=dictionary_columns(table.schema)
+            )
             staged[task] = table.num_rows
         return staged
 
@@ -179,63 +174,54 @@ class ParquetSink:
         if last == batch_id:
             return False
         final = self.batch_dir(task, batch_id)
-        if final.exists():  # committed by another writer since this sink looked
+        if self.files.published(final):  # committed by another writer since this sink looked
             self._last[task] = batch_id
             return False
         pending = self.pending_dir(task, batch_id)
-        pending.mkdir(parents=True, exist_ok=True)
-        self._remove_leftovers(pending.parent, batch_id)
-        for entry in pending.iterdir():  # temporary files, pieces of an attempt that is not this one
-            if entry.name not in names:
-                entry.unlink()
-        missing = sorted(n for n in names if not (pending / n).is_file())
+        self.files.make_dir(pending)
+        self._remove_leftovers(task, batch_id)
+        for entry in self.files.names(pending):  # temporary files, pieces of an attempt that is not this one
+            if entry not in names:
+                self.files.remove(f"{pending}/{entry}")
+        missing = sorted(n for n in names if not self.files.is_file(f"{pending}/{n}"))
         if missing:
             raise RuntimeError(
                 f"{self.location(task)}: batch {batch_id} cannot be committed, staged pieces missing: {missing}"
             )
         if not names:
-            empty = pending / part_name(0)
-            pq.write_table(schema.empty_table(), empty)
-            fsync_path(empty)
-        fsync_path(pending)
-        try:
-            os.rename(pending, final)  # atomic; fails if another writer committed the batch meanwhile
-        except OSError:
-            if final.exists():
-                self._last[task] = batch_id
-                return False
-            raise
-        fsync_path(pending.parent)
+            names = {part_name(0)}
+            self.files.write_parquet(f"{pending}/{part_name(0)}", schema.empty_table())
+        published = self.files.publish(pending, final, sorted(names))
         self._last[task] = batch_id
-        return True
+        return published
 
-    @staticmethod
-    def _remove_leftovers(task_dir: Path, batch_id: int) -> None:
-        """Remove hidden folders of batch ids below `batch_id` (committed since, or never to be) and temporary
-        ones of older versions up to it; never the batch's pending folder or newer ones."""
-        for entry in task_dir.iterdir():
-            match = _HIDDEN_DIR.fullmatch(entry.name)
-            if match and (
-                int(match.group(1)) < batch_id or match.group(2) != "pending" and int(match.group(1)) == batch_id
-            ):
-                shutil.rmtree(entry, ignore_errors=True)
+    def _remove_leftovers(self, task: str, batch_id: int) -> None:
+        """Remove hidden folders of batch ids below `batch_id` (committed since, or never to be), temporary
+        ones of older versions up to it, and batch folders below it that were never published (an object store's
+        copy a killed commit left halfway, replayed since); never the batch's pending folder or newer ones."""
+        task_dir = self.task_dir(task)
+        for entry in self.files.names(task_dir):
+            hidden, batch = _HIDDEN_DIR.fullmatch(entry), _BATCH_DIR.fullmatch(entry)
+            stale_hidden = hidden and (
+                int(hidden.group(1)) < batch_id or hidden.group(2) != "pending" and int(hidden.group(1)) == batch_id
+            )
+            unpublished = batch and int(batch.group(1)) < batch_id and not self.files.published(f"{task_dir}/{entry}")
+            if stale_hidden or unpublished:
+                self.files.remove_tree(f"{task_dir}/{entry}")
 
-    def batch_pieces(self, task: str, batch_id: int) -> list[tuple[int, Path]]:
+    def batch_pieces(self, task: str, batch_id: int) -> list[tuple[int, str]]:
         """(piece, file) of a committed batch of `task`, in piece order (the batch's row order)."""
         folder = self.batch_dir(task, batch_id)
-        found = ((_PART.fullmatch(entry.name), entry) for entry in folder.iterdir())
-        return sorted((int(m.group(1)), entry) for m, entry in found if m)
+        found = ((_PART.fullmatch(name), name) for name in self.files.names(folder))
+        return sorted((int(m.group(1)), f"{folder}/{name}") for m, name in found if m)
 
-    def batch_files(self, task: str, batch_id: int) -> list[Path]:
+    def batch_files(self, task: str, batch_id: int) -> list[str]:
         """The files of a committed batch of `task`, in row order (readers concatenate them)."""
         return [file for _, file in self.batch_pieces(task, batch_id)]
 
     def committed_batches(self, task: str) -> list[int]:
         """The committed batch ids of `task`, ascending."""
-        task_dir = self.task_dir(task)
-        if not task_dir.is_dir():
-            return []
-        found = (_BATCH_DIR.fullmatch(entry.name) for entry in task_dir.iterdir())
+        found = (_BATCH_DIR.fullmatch(name) for name in self.files.published_names(self.task_dir(task)))
         return sorted(int(m.group(1)) for m in found if m)
 
     def last_committed(self, task: str) -> int | None:
@@ -251,7 +237,7 @@ class ParquetSink:
         batches = self.committed_batches(task)
         if not batches:
             raise FileNotFoundError(f"{self.task_dir(task)}: no committed batch of task {task!r}")
-        tables = [pq.read_table(f) for b in batches for f in self.batch_files(task, b)]
+        tables = [self.files.read_table(f) for b in batches for f in self.batch_files(task, b)]
         table = pa.concat_tables(tables)
         if BATCH_ID not in table.column_names:
             raise ValueError(f"{self.task_dir(task)}: files without a {BATCH_ID} column")
@@ -259,9 +245,9 @@ class ParquetSink:
 
     def owner(self, task: str) -> CheckpointId | None:
         """The checkpoint that claimed `task`'s folder, or None when none did."""
-        path = self.task_dir(task) / OWNER_FILE
+        path = f"{self.task_dir(task)}/{OWNER_FILE}"
         try:
-            record = json.loads(path.read_bytes())
+            record = json.loads(self.files.read_bytes(path))
             return CheckpointId(record["run_id"], record["checkpoint"])
         except FileNotFoundError:
             return None
@@ -272,37 +258,17 @@ class ParquetSink:
 
     def holds_results(self, task: str) -> bool:
         """Whether `task`'s folder holds anything committed (batches, snapshots), whoever wrote it."""
-        task_dir = self.task_dir(task)
-        if not task_dir.is_dir():
-            return False
-        return any(not e.name.startswith(".") and e.name != OWNER_FILE for e in task_dir.iterdir())
+        return any(not name.startswith(".") and name != OWNER_FILE for name in self.files.names(self.task_dir(task)))
 
     def clear(self, task: str) -> None:
         """Remove `task`'s folder: its batches, snapshots and owner record (a job then starts it afresh)."""
         self._last.pop(task, None)
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(self.task_dir(task))
-            fsync_path(self.path)
+        self.files.remove_tree(self.task_dir(task))
+        self.files.sync(self.files.root)
 
     def claim(self, task: str, checkpoint: CheckpointId) -> None:
         """Record `checkpoint` as the writer of `task`'s folder (atomically: the old record or the new one)."""
         task_dir = self.task_dir(task)
-        task_dir.mkdir(parents=True, exist_ok=True)
-        tmp = task_dir / f".owner.tmp-{uuid.uuid4().hex}"
-        try:
-            tmp.write_text(json.dumps({"run_id": checkpoint.run_id, "checkpoint": checkpoint.path}))
-            fsync_path(tmp)
-            os.replace(tmp, task_dir / OWNER_FILE)
-        finally:
-            tmp.unlink(missing_ok=True)
-        fsync_path(task_dir)
-
-
-def fsync_path(path: Path) -> None:
-    """Flush a file's or a folder's data to disk (a folder's: its entries, so a rename or unlink survives a crash)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        with contextlib.suppress(OSError):  # some file systems refuse fsync on folders
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+        self.files.make_dir(task_dir)
+        record = json.dumps({"run_id": checkpoint.run_id, "checkpoint": checkpoint.path}).encode()
+        self.files.write_bytes(f"{task_dir}/{OWNER_FILE}", record)

@@ -38,7 +38,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -132,9 +131,8 @@ class ResultStore:
         self._probe = (
             None if redis_url is None else redis_client(redis_url, auth, socket_timeout=1.0, socket_connect_timeout=1.0)
         )
-        self.parquet_path = None if parquet_path is None else Path(parquet_path)
-        self.snapshot_store = None if parquet_path is None else SnapshotStore(parquet_path)
         self._parquet = None if parquet_path is None else ParquetSink(parquet_path)
+        self.snapshot_store = None if parquet_path is None else SnapshotStore(parquet_path)
         self._replay = None if self._parquet is None else ParquetReplay(self._parquet, self.snapshot_store)
         self.parquet_tail = parquet_tail
         self._pace = redis_tier.Pace(redis_share)
@@ -501,7 +499,7 @@ class ResultStore:
 
     def tiers(self) -> list[str]:
         """The configured tiers: "redis", "parquet" or both."""
-        return [name for name, on in (("redis", self._probe), ("parquet", self.parquet_path)) if on is not None]
+        return [name for name, on in (("redis", self._probe), ("parquet", self._parquet)) if on is not None]
 
     def ready(self) -> dict[str, bool]:
         """Whether each configured tier can be read: {"redis": ..., "parquet": ...} (configured tiers only); a
@@ -512,6 +510,6 @@ class ResultStore:
                 state["redis"] = bool(self._probe.ping())
             except (redis.RedisError, OSError):
                 state["redis"] = False
-        if self.parquet_path is not None:
-            state["parquet"] = self.parquet_path.is_dir()
+        if self._parquet is not None:
+            state["parquet"] = self._parquet.files.reachable()
         return state

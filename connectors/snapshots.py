@@ -7,9 +7,10 @@ starting with "_" or "."). A manifest holds the `Snapshot` fields: the inclusive
 
 - Ids count up from 1 per task; snapshot k+1 starts right after snapshot k (`first_batch = last_batch + 1`), so
   ranges never overlap and every committed batch up to the latest snapshot's `last_batch` is in exactly one.
-- Commit: the manifest is written to a hidden temporary file in `_snapshots`, fsynced, then linked to its final
-  name (one atomic step that never replaces an existing manifest) and the folder fsynced: a snapshot is visible
-  all at once or not at all. State is read from the manifests on disk on every call, so a commit repeated after a
+- Commit: the manifest is written whole under its final name, never replacing an existing manifest (locally: a
+  hidden temporary file, fsynced, then linked to its name and the folder fsynced; on an object store, one request
+  after checking the name is free, the driver being its one writer): a snapshot is visible all at once or not at
+  all. State is read from the manifests on disk on every call, so a commit repeated after a
   replay or a restart finds its batches already covered and does nothing.
 - Retention removes whole snapshots, oldest first (a prefix, so the rest stay consecutive): the manifest first,
   then its batch folders. A batch not yet in a snapshot is never removed; folders left by a crash between the two
@@ -18,25 +19,20 @@ starting with "_" or "."). A manifest holds the `Snapshot` fields: the inclusive
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import shutil
-import uuid
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 
 import orjson
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from windjoin.connectors.parquet_sink import ParquetSink, fsync_path
+from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.operators.result_table import stream_timestamps
 
 SNAPSHOTS_DIR = "_snapshots"
 REASONS = ("periodic", "punctuation", "recovery")  # recovery: Redis lost its boundary marker
 _MANIFEST = re.compile(r"([0-9]{12})\.json")  # fullmatch: no trailing newline
-_TMP = re.compile(r"\.tmp-[0-9a-f]+\.json")
+_TMP = re.compile(r"\.(tmp-[0-9a-f]+\.json|[0-9]{12}\.json\.tmp-[0-9a-f]+)")  # a crash's (older versions: the first)
 MAX_SNAPSHOT_ID = 10**12 - 1
 
 
@@ -60,23 +56,21 @@ class SnapshotStore:
 
     def __init__(self, parquet_path: str | os.PathLike[str]) -> None:
         self.parquet = ParquetSink(parquet_path)  # used for its layout only; this store writes no batch
+        self.files = self.parquet.files
 
-    def snapshots_dir(self, task: str) -> Path:
-        return self.parquet.task_dir(task) / SNAPSHOTS_DIR
+    def snapshots_dir(self, task: str) -> str:
+        return f"{self.parquet.task_dir(task)}/{SNAPSHOTS_DIR}"
 
-    def manifest_path(self, task: str, snapshot_id: int) -> Path:
-        return self.snapshots_dir(task) / f"{_check_id(snapshot_id):012d}.json"
+    def manifest_path(self, task: str, snapshot_id: int) -> str:
+        return f"{self.snapshots_dir(task)}/{_check_id(snapshot_id):012d}.json"
 
     def _ids(self, task: str) -> list[int]:
-        folder = self.snapshots_dir(task)
-        if not folder.is_dir():
-            return []
-        found = (_MANIFEST.fullmatch(entry.name) for entry in os.scandir(folder))
+        found = (_MANIFEST.fullmatch(name) for name in self.files.names(self.snapshots_dir(task)))
         return sorted(int(m.group(1)) for m in found if m)
 
     def _load(self, task: str, snapshot_id: int) -> Snapshot:
         path = self.manifest_path(task, snapshot_id)
-        data = orjson.loads(path.read_bytes())
+        data = orjson.loads(self.files.read_bytes(path))
         try:
             return Snapshot(**{f.name: data[f.name] for f in fields(Snapshot)})
         except KeyError as err:
@@ -136,8 +130,8 @@ class SnapshotStore:
         """Rows and result-time range of the batches' files (only the streams' timestamp columns are read)."""
         rows, low, high = 0, None, None
         for file in (f for batch in batches for f in self.parquet.batch_files(task, batch)):
-            timestamps = stream_timestamps(pq.read_schema(file))
-            table = pq.read_table(file, columns=[f"{stream}.{ts}" for stream, ts in timestamps.items()])
+            timestamps = stream_timestamps(self.files.read_schema(file))
+            table = self.files.read_table(file, columns=[f"{stream}.{ts}" for stream, ts in timestamps.items()])
             rows += table.num_rows
             if not table.num_rows:
                 continue
@@ -151,27 +145,12 @@ class SnapshotStore:
     def _publish(self, snapshot: Snapshot) -> bool:
         """Write the manifest atomically; False if a manifest with its id already exists."""
         folder = self.snapshots_dir(snapshot.task)
-        folder.mkdir(parents=True, exist_ok=True)
-        for entry in os.scandir(folder):  # leftovers of crashed commits
-            if _TMP.fullmatch(entry.name):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-        tmp = folder / f".tmp-{uuid.uuid4().hex}.json"
-        final = self.manifest_path(snapshot.task, snapshot.id)
-        try:
-            with open(tmp, "wb") as out:
-                out.write(orjson.dumps(asdict(snapshot), option=orjson.OPT_INDENT_2))
-                out.flush()
-                os.fsync(out.fileno())
-            try:
-                os.link(tmp, final)  # atomic, and unlike rename never replaces a manifest another writer made
-            except FileExistsError:
-                return False
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        fsync_path(folder)
-        return True
+        self.files.make_dir(folder)
+        for name in self.files.names(folder):  # leftovers of crashed commits
+            if _TMP.fullmatch(name):
+                self.files.remove(f"{folder}/{name}")
+        data = orjson.dumps(asdict(snapshot), option=orjson.OPT_INDENT_2)
+        return self.files.write_new(self.manifest_path(snapshot.task, snapshot.id), data)
 
     def expire(self, task: str, retain_ms: int) -> list[int]:
         """Remove the oldest snapshots whose max result time is below the latest max result time - retain_ms.
@@ -190,30 +169,18 @@ class SnapshotStore:
         for snapshot in snapshots:
             if snapshot.max_time is not None and snapshot.max_time >= bound:
                 break
-            os.unlink(self.manifest_path(task, snapshot.id))  # first the manifest: readers stop seeing it
+            self.files.remove(self.manifest_path(task, snapshot.id))  # first the manifest: readers stop seeing it
             removed.append(snapshot)
         if removed:
-            fsync_path(self.snapshots_dir(task))
+            self.files.sync(self.snapshots_dir(task))
         kept = self._ids(task)
         if kept:
             first_kept = self._load(task, kept[0]).first_batch
             for batch in self.parquet.committed_batches(task):  # removed snapshots' folders, and crash leftovers
                 if batch < first_kept:
-                    _remove_batch(self.parquet.batch_dir(task, batch))
-            fsync_path(self.parquet.task_dir(task))
+                    self.files.unpublish(self.parquet.batch_dir(task, batch))
+            self.files.sync(self.parquet.task_dir(task))
         return [s.id for s in removed]
-
-
-def _remove_batch(folder: Path) -> None:
-    """Remove a batch folder: first renamed to a hidden temporary name (atomic), so no half-removed batch folder is
-    ever listed; the name is the Parquet sink's temporary pattern, so a crash leftover is cleaned by its next write.
-    """
-    doomed = folder.with_name(f".{folder.name}.tmp-{uuid.uuid4().hex}")
-    try:
-        os.rename(folder, doomed)
-    except FileNotFoundError:
-        return
-    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _check_id(snapshot_id: int) -> int:

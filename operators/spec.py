@@ -20,6 +20,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails
 
 from windjoin.operators.predicate_ops import op_named, op_names
+from windjoin.operators.results_url import check_results_url
 from windjoin.operators.sink_configs import register_sink_config, sink_config_model, sink_kinds
 from windjoin.operators.task_graph import components
 
@@ -218,10 +219,15 @@ class SnapshotsSpec(_Strict):
 
 
 class ParquetSinkSpec(_Strict):
-    path: Annotated[str, Field(min_length=1)]
+    path: Annotated[str, Field(min_length=1)]  # a folder, or an object store's URL (s3://bucket/prefix)
     # Keep snapshots whose max result time is within retain_ms of the latest; null: keep everything.
     retain_ms: Annotated[int, Field(gt=0)] | None = None
     snapshots: SnapshotsSpec = SnapshotsSpec()
+
+    @field_validator("path")
+    @classmethod
+    def _no_credentials(cls, path: str) -> str:
+        return check_results_url(path, "sinks.parquet.path")
 
 
 register_sink_config("parquet", ParquetSinkSpec)

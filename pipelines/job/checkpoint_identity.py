@@ -13,7 +13,7 @@ import os
 import uuid
 from pathlib import Path
 
-from windjoin.connectors.parquet_sink import fsync_path
+from windjoin.connectors.result_files import fsync_path
 from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError
 
 RUN_FILE = "windjoin-run.json"

@@ -9,7 +9,6 @@ import time
 import pytest
 
 from tests.connectors.test_redis_sink import make_table
-from windjoin.connectors import parquet_scan
 from windjoin.connectors.parquet_scan import Footers
 from windjoin.connectors.parquet_sink import ParquetSink
 
@@ -23,8 +22,8 @@ def test_footers_are_read_once_per_folder_version(tmp_path, monkeypatch) -> None
     sink.write(0, {"a": make_table("a", 0, [pair(1), pair(2)])})
     sink.write(1, {"a": make_table("a", 1, [pair(3)])})
     reads: list[str] = []
-    read_metadata = parquet_scan.pq.read_metadata
-    monkeypatch.setattr(parquet_scan.pq, "read_metadata", lambda path: reads.append(path) or read_metadata(path))
+    read_metadata = sink.files.read_metadata
+    monkeypatch.setattr(sink.files, "read_metadata", lambda path: reads.append(path) or read_metadata(path))
     footers = Footers(sink, max_batches=1)
 
     [(piece, path, footer)] = footers.pieces("a", 0)

@@ -45,7 +45,7 @@ def test_only_exact_manifest_names_are_snapshots(tmp_path: Path) -> None:
     sink = ParquetSink(tmp_path)
     write_batch(sink, 0, {"a": [(1, 2)]})
     store = SnapshotStore(tmp_path)
-    folder = store.snapshots_dir("a")
+    folder = Path(store.snapshots_dir("a"))
     folder.mkdir(parents=True)
     (folder / f"{7:012d}.json\n").write_bytes(b"{}")  # not a manifest: read as one, it fails to load
     (folder / f"{7:011d}\u0667.json").write_bytes(b"{}")
@@ -91,7 +91,7 @@ def test_empty_snapshot_has_no_time_range(tmp_path: Path) -> None:
 def test_manifest_is_atomic_and_invisible_to_datasets(tmp_path: Path) -> None:
     sink, store = ParquetSink(tmp_path), SnapshotStore(tmp_path)
     write_batch(sink, 0, {"a": [(1, 2)]})
-    folder = store.snapshots_dir("a")
+    folder = Path(store.snapshots_dir("a"))
     folder.mkdir(parents=True)
     leftover = folder / ".tmp-0123abcd.json"
     leftover.write_bytes(b'{"task": "a", "id": 1, "first_ba')  # a commit that crashed while writing
@@ -108,7 +108,7 @@ def test_manifest_is_atomic_and_invisible_to_datasets(tmp_path: Path) -> None:
 def test_snapshot_never_covers_an_uncommitted_batch(tmp_path: Path) -> None:
     sink, store = ParquetSink(tmp_path), SnapshotStore(tmp_path)
     write_batch(sink, 0, {"a": [(1, 2)]})
-    (sink.task_dir("a") / ".batch=1.tmp-00ff").mkdir()  # a batch whose commit crashed before its rename
+    (Path(sink.task_dir("a")) / ".batch=1.tmp-00ff").mkdir()  # a batch whose commit crashed before its rename
     snapshot = store.commit("a", 1, "periodic", 5)
     assert snapshot is not None and (snapshot.first_batch, snapshot.last_batch) == (0, 0)
     assert store.commit("a", 1, "periodic", 6) is None

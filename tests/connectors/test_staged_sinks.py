@@ -60,7 +60,7 @@ def test_parquet_pieces_are_invisible_until_the_commit_then_read_in_piece_order(
     assert sink.committed_batches("a") == []
     assert ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table().num_rows == 0
     assert commit(sink, 3, pieces) == ["a"]
-    assert [f.name for f in sink.batch_files("a", 3)] == ["part-0.parquet", "part-1.parquet"]
+    assert [Path(f).name for f in sink.batch_files("a", 3)] == ["part-0.parquet", "part-1.parquet"]
     assert [r["R"]["ts"] for r in table_records(sink.read("a"))] == [1, 2, 10, 11, 12]
     # A replay after the commit: the slots stage nothing, the driver skips the batch.
     assert sink.stage(3, 0, {"a": piece(3, [1, 2], emitted_at=99)}) == {}
@@ -72,8 +72,8 @@ def test_parquet_replay_after_a_crash_during_staging_completes_the_batch(tmp_pat
     sink = ParquetSink(tmp_path)
     sink.write(0, {"a": piece(0, [0])})
     sink.stage(1, 0, {"a": piece(1, [1, 2])})  # the first attempt: slot 0 staged, then the job died
-    (sink.pending_dir("a", 1) / ".part-1.parquet.tmp-0a1b").write_bytes(b"PAR1 half")  # slot 1 mid-write
-    stale = sink.pending_dir("a", 0)  # a pending folder of a batch committed before: garbage
+    (Path(sink.pending_dir("a", 1)) / ".part-1.parquet.tmp-0a1b").write_bytes(b"PAR1 half")  # slot 1 mid-write
+    stale = Path(sink.pending_dir("a", 0))  # a pending folder of a batch committed before: garbage
     stale.mkdir()
     # The replay (a new process): slot 0's piece is kept as staged (the replay repeats it exactly), slot 1 stages.
     again = ParquetSink(tmp_path)
@@ -82,7 +82,7 @@ def test_parquet_replay_after_a_crash_during_staging_completes_the_batch(tmp_pat
     assert commit(again, 1, {0: piece(1, [1, 2]), 1: piece(1, [3])}) == ["a"]
     assert [r["R"]["ts"] for r in table_records(again.read("a"))] == [0, 1, 2, 3]
     assert again.read("a").column("emitted_at").to_pylist() == [7, 7, 7, 7]
-    assert sorted(p.name for p in sink.task_dir("a").iterdir()) == ["batch=0", "batch=1"]
+    assert sorted(p.name for p in Path(sink.task_dir("a")).iterdir()) == ["batch=0", "batch=1"]
 
 
 def test_parquet_commit_refuses_a_missing_piece_and_drops_unreported_ones(tmp_path: Path) -> None:
@@ -93,10 +93,12 @@ def test_parquet_commit_refuses_a_missing_piece_and_drops_unreported_ones(tmp_pa
     assert sink.committed_batches("a") == []
     sink.stage(0, 0, {"a": piece(0, [1])})
     assert commit(sink, 0, {0: piece(0, [1])}) == ["a"]  # slot 2 reported nothing this time: its file goes
-    assert [f.name for f in sink.batch_files("a", 0)] == ["part-0.parquet"]
+    assert [Path(f).name for f in sink.batch_files("a", 0)] == ["part-0.parquet"]
     # A batch without results is committed as one empty file.
     assert commit(sink, 1, {}) == ["a"]
-    assert [(f.name, len(table_records(sink.read("a")))) for f in sink.batch_files("a", 1)] == [("part-0.parquet", 1)]
+    assert [(Path(f).name, len(table_records(sink.read("a")))) for f in sink.batch_files("a", 1)] == [
+        ("part-0.parquet", 1)
+    ]
 
 
 def test_redis_pieces_are_invisible_until_the_commit(redis_sink: RedisSink) -> None:

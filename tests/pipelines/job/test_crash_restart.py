@@ -148,7 +148,7 @@ def _wait_for_commit(proc: subprocess.Popen, checkpoint: Path, above: int, deadl
 
 def _pending(parquet: ParquetSink, task: str, above: int) -> list[int]:
     """Batches above `above` with a pending Parquet folder (slots staging, or the driver's rename not done)."""
-    task_dir = parquet.task_dir(task)
+    task_dir = Path(parquet.task_dir(task))
     if not task_dir.is_dir():
         return []
     found = (PENDING_DIR.match(e.name) for e in os.scandir(task_dir))
@@ -163,11 +163,11 @@ def _kill_in_parquet_stage(proc: subprocess.Popen, parquet: ParquetSink, task: s
     floor, misses = -1 if floor is None else floor, 0
     while True:
         staging = _pending(parquet, task, floor)
-        pieces = _pieces(parquet.pending_dir(task, staging[-1])) if staging else []
+        pieces = _pieces(Path(parquet.pending_dir(task, staging[-1]))) if staging else []
         if pieces:
             batch = staging[-1]
             freeze_job(proc)
-            if not parquet.batch_dir(task, batch).exists():
+            if not Path(parquet.batch_dir(task, batch)).exists():
                 kill_job(proc)
                 return f"parquet_stage hit: batch {batch} pending with pieces {pieces}, after {misses} misses"
             thaw_job(proc)
@@ -216,7 +216,7 @@ def _kill_in_commit(
     seen, misses = parquet.last_committed(task), 0
     seen = -1 if seen is None else seen
     while True:
-        batch = ParquetSink(parquet.path).last_committed(task)
+        batch = ParquetSink(parquet.files.root).last_committed(task)
         if batch is not None and batch > seen:
             freeze_job(proc)
             if _redis_committed(admin, task) < batch:

@@ -179,8 +179,8 @@ def test_fresh_sinks_clear_the_results_and_commit_marks_and_claim_them(make_sink
 def snapshot_stores_and_markers(sink: ParquetSink | RedisSink, tmp_path: Path) -> None:
     """What the snapshot committer leaves beside the results: manifests in Parquet, the marker in Redis."""
     if isinstance(sink, ParquetSink):
-        SnapshotStore(sink.path).commit("a", 3, "periodic", 1)
-        assert (sink.task_dir("a") / "_snapshots").is_dir()
+        SnapshotStore(sink.files.root).commit("a", 3, "periodic", 1)
+        assert (Path(sink.task_dir("a")) / "_snapshots").is_dir()
     else:
         redis_tier.advance_snapshot(sink.client, "a", sink.namespace, 1, 3, None)
         assert sink.client.hget(meta_key("a", sink.namespace), "snapshot") == b"1"
@@ -208,8 +208,8 @@ def test_owner_records_do_not_disturb_dataset_readers(tmp_path: Path) -> None:
 
 def test_a_damaged_owner_record_names_where_it_is(tmp_path: Path, redis_url: str) -> None:
     parquet = ParquetSink(tmp_path)
-    parquet.task_dir("a").mkdir(parents=True)
-    (parquet.task_dir("a") / "_owner.json").write_text("{")
+    Path(parquet.task_dir("a")).mkdir(parents=True)
+    (Path(parquet.task_dir("a")) / "_owner.json").write_text("{")
     with pytest.raises(OwnerRecordError, match=r"task=a/_owner.json: not an owner record"):
         parquet.owner("a")
     with RedisSink(redis_url, 10**12, f"fence_{uuid.uuid4().hex}") as redis_sink:
