@@ -15,6 +15,7 @@ from typing import Any
 
 import uvicorn
 import yaml
+from fastapi.testclient import TestClient
 
 from windjoin.connectors import processes
 from windjoin.connectors.parquet_sink import ParquetSink
@@ -241,3 +242,19 @@ class ProxyProcess:
     def reset_peak(self) -> None:
         """VmHWM := VmRSS, so the next VmHWM is the peak from now."""
         Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+
+
+def fetch_all(client: TestClient, task: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every page of a one-time query, following next_cursor."""
+    rows: list[dict[str, Any]] = []
+    params = dict(params)
+    for _ in range(10_000):
+        response = client.get(f"/v1/tasks/{task}/results", params=params)
+        assert response.status_code == 200, response.text
+        page = response.json()
+        assert len(page["rows"]) <= params.get("limit", 1000)
+        rows += page["rows"]
+        if page["next_cursor"] is None:
+            return rows
+        params["cursor"] = page["next_cursor"]
+    raise AssertionError("paging did not end")

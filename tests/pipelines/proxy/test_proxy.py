@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.pipelines.proxy_helpers import AUTH, Results, Server, access, make_spec, new_namespace
+from tests.pipelines.proxy_helpers import AUTH, Results, Server, access, fetch_all, make_spec, new_namespace
 from windjoin.connectors.processes import free_port
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.pipelines.cli.query import sse_events
@@ -45,22 +45,6 @@ def tiers(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Results:
 def client(tiers: Results) -> TestClient:
     with TestClient(headers=AUTH, app=create_app(tiers.store(), access=access())) as client:
         yield client
-
-
-def fetch_all(client: TestClient, task: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every page of a one-time query, following next_cursor."""
-    rows: list[dict[str, Any]] = []
-    params = dict(params)
-    for _ in range(10_000):
-        response = client.get(f"/v1/tasks/{task}/results", params=params)
-        assert response.status_code == 200, response.text
-        page = response.json()
-        assert len(page["rows"]) <= params.get("limit", 1000)
-        rows += page["rows"]
-        if page["next_cursor"] is None:
-            return rows
-        params["cursor"] = page["next_cursor"]
-    raise AssertionError("paging did not end")
 
 
 def test_the_boundary_is_real(tiers: Results) -> None:
