@@ -3,6 +3,15 @@
 # no embedded broker), running as a non-root user.
 # Build: docker build -t windjoin:0.1.0 .
 # Without a registry: scripts/build_image.sh (podman, BASE_IMAGE made from Debian's packages, PYTHON=python3).
+# With Hadoop's S3A filesystem (an s3a:// checkpoint, helm value storage.objectStore.checkpointUrl):
+#   docker build --build-arg HADOOP_AWS_VERSION=3.5.0 -t windjoin:0.1.0-s3a .   (or HADOOP_AWS_VERSION=3.5.0
+#   scripts/build_image.sh). It must be the Hadoop pyspark bundles (pyspark/jars/hadoop-client-api-*.jar; 3.5.0
+#   for pyspark 4.3): the build fails otherwise. docker/hadoop_aws.py fetches hadoop-aws and the AWS SDK v2
+#   `bundle` (and analyticsaccelerator-s3) at the versions hadoop-aws's POM names, each checked against
+#   Maven Central's .sha1. For 3.5.0 that should be bundle 2.35.4 and analyticsaccelerator-s3 1.3.1 (what
+#   third-party builds report): not verified where this was written, which cannot reach Maven Central; there this
+#   path was built only against a local stand-in repository (MAVEN_REPOSITORY=http://127.0.0.1:PORT).
+#   The Parquet results need none of it: pyarrow reads s3://, gs:// and abfs:// itself.
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 # Stage 1: the virtualenv (pip, wheels and build files stay in this stage).
@@ -17,6 +26,13 @@ COPY pyproject.toml ./
 RUN /opt/windjoin/venv/bin/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
         > requirements.txt \
     && /opt/windjoin/venv/bin/pip install -r requirements.txt
+# Optional S3A jars into pyspark's jars folder (the header above); empty HADOOP_AWS_VERSION: none, nothing fetched.
+COPY docker/hadoop_aws.py ./
+ARG HADOOP_AWS_VERSION=""
+ARG MAVEN_REPOSITORY=https://repo1.maven.org/maven2
+RUN if [ -n "${HADOOP_AWS_VERSION}" ]; then \
+        /opt/windjoin/venv/bin/python hadoop_aws.py "${HADOOP_AWS_VERSION}" --repository "${MAVEN_REPOSITORY}"; \
+    fi
 COPY README.md setup.py ./
 COPY windjoin windjoin
 COPY operators operators

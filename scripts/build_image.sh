@@ -7,7 +7,9 @@
 #      localhost/windjoin-base:bookworm on it (python3, venv, the host's CA certificates), each only when missing;
 #   4. builds localhost/windjoin:$TAG from the Dockerfile FROM that base (layers cached by podman).
 # With a registry, the plain `docker build -t windjoin:0.1.0 .` does the same from python:3.11-slim-bookworm.
-# Env: TAG (default the chart's appVersion), MIRROR (default: the first Debian URI apt uses), REBUILD_BASE=1.
+# Env: TAG (default the chart's appVersion), MIRROR (default: the first Debian URI apt uses), REBUILD_BASE=1,
+#   HADOOP_AWS_VERSION (e.g. 3.5.0: Hadoop's S3A jars in the image, fetched from MAVEN_REPOSITORY, default Maven
+#   Central; see the Dockerfile's header; empty: the default image, without them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TAG="${TAG:-$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' helm/windjoin/Chart.yaml)}"
@@ -86,7 +88,13 @@ EOF
   trap - EXIT
 fi
 
-podman build --network host --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg PYTHON=python3 -t "$IMAGE" . \
+s3a_args=()
+if [ -n "${HADOOP_AWS_VERSION:-}" ]; then
+  s3a_args+=(--build-arg "HADOOP_AWS_VERSION=$HADOOP_AWS_VERSION")
+  [ -z "${MAVEN_REPOSITORY:-}" ] || s3a_args+=(--build-arg "MAVEN_REPOSITORY=$MAVEN_REPOSITORY")
+fi
+podman build --network host --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg PYTHON=python3 ${s3a_args[@]+"${s3a_args[@]}"} \
+  -t "$IMAGE" . \
   >"$TOOLS/build_image.log" 2>&1 \
   || { tail -30 "$TOOLS/build_image.log" >&2; echo "podman build failed (log: $TOOLS/build_image.log)" >&2; exit 1; }
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE")

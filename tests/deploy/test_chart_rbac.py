@@ -264,7 +264,7 @@ def _bad_pods(pod: dict) -> dict[str, dict]:
     }
 
 
-@pytest.mark.parametrize("name", ["default", "secure", "autoscaling"])
+@pytest.mark.parametrize("name", ["default", "secure", "autoscaling", "object-store"])
 def test_the_admission_policy_admits_sparks_executors_and_denies_anything_else(helm, name):
     """The policy's CEL evaluated (tests/deploy/cel_subset.py) on the pod Spark makes from the chart's template and
     on pods that differ from it in one way each."""

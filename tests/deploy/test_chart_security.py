@@ -67,6 +67,7 @@ def _user_secrets(values: dict) -> set[str]:
                 "passwordSecret",
                 "secretName",
                 "credentialsSecret",
+                "secret",  # storage.objectStore.credentialsFile's, monitoring.proxyToken's
             }
         ):
             found.add(node)

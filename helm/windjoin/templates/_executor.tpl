@@ -30,11 +30,12 @@ spec:
         - name: PYSPARK_PYTHON
           value: /opt/windjoin/venv/bin/python
         {{- include "windjoin.env" (dict "ctx" . "component" "job") | nindent 8 }}
+        {{- with include "windjoin.objectStoreEnv" $ | trim }}{{ . | nindent 8 }}{{ end }}
       {{- include "windjoin.credentialsEnvFrom" . | nindent 6 }}
       volumeMounts:
         {{- include "windjoin.volumeMounts" . | nindent 8 }}
-        {{- include "windjoin.credentialMounts" (dict "ctx" . "kafka" true "registry" true "spark" true) | nindent 8 }}
+        {{- include "windjoin.credentialMounts" (dict "ctx" . "kafka" true "registry" true "spark" true "objectStore" true) | nindent 8 }}
   volumes:
     {{- include "windjoin.volumes" . | nindent 4 }}
-    {{- include "windjoin.credentialVolumes" (dict "ctx" . "component" "job" "kafka" true "registry" true "spark" true) | nindent 4 }}
+    {{- include "windjoin.credentialVolumes" (dict "ctx" . "component" "job" "kafka" true "registry" true "spark" true "objectStore" true) | nindent 4 }}
 {{- end -}}

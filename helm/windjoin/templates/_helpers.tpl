@@ -129,11 +129,39 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
+{{/* The object store's credentials as environment variables (storage.objectStore.credentialsSecret), for the pods
+     that read or write it: the job's driver and executors, the proxy. */}}
 {{- define "windjoin.credentialsEnvFrom" -}}
 {{- if and (eq .Values.storage.type "objectStore") .Values.storage.objectStore.credentialsSecret }}
 envFrom:
   - secretRef:
       name: {{ .Values.storage.objectStore.credentialsSecret }}
+{{- end }}
+{{- end -}}
+
+{{/* Where the object store's clients (pyarrow for the Parquet results, the AWS SDK under Hadoop's s3a:// for the
+     checkpoint) find what is not a secret: the mounted shared-credentials file's path, an S3-compatible
+     endpoint, the region. The same pods as windjoin.credentialsEnvFrom. */}}
+{{- define "windjoin.objectStoreEnv" -}}
+{{- $o := .Values.storage.objectStore -}}
+{{- if eq .Values.storage.type "objectStore" }}
+{{- if and $o.credentialsSecret $o.credentialsFile.secret }}
+{{- fail "storage.objectStore.credentialsSecret and storage.objectStore.credentialsFile.secret: give one (environment variables or a shared-credentials file), not both (the variables would silently win over the file)" }}
+{{- end }}
+{{- if $o.credentialsFile.secret }}
+- name: AWS_SHARED_CREDENTIALS_FILE
+  value: /var/run/secrets/windjoin/object-store/credentials
+{{- end }}
+{{- with $o.endpoint }}
+- name: AWS_ENDPOINT_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- with $o.region }}
+- name: AWS_REGION
+  value: {{ . | quote }}
+- name: AWS_DEFAULT_REGION  # the name the AWS CLI and some SDKs read
+  value: {{ . | quote }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -193,7 +221,8 @@ envFrom:
 {{- end -}}
 
 {{/* Credential volumes of one component: its own Redis user's Secret only (another's would let it act as that
-     component), Kafka's and Spark's where it needs them. (dict "ctx" $ "component" "job" "kafka" true "spark" true) */}}
+     component), Kafka's, the schema registry's, Spark's and the object store's shared-credentials file where it
+     needs them. (dict "ctx" $ "component" "job" "kafka" true "registry" true "spark" true "objectStore" true) */}}
 {{- define "windjoin.credentialVolumes" -}}
 - name: redis-auth
   secret:
@@ -245,6 +274,13 @@ envFrom:
     defaultMode: 0440
     items: [{key: secret, path: secret}]
 {{- end }}
+{{- if and .objectStore (eq .ctx.Values.storage.type "objectStore") .ctx.Values.storage.objectStore.credentialsFile.secret }}
+- name: object-store-credentials
+  secret:
+    secretName: {{ .ctx.Values.storage.objectStore.credentialsFile.secret }}
+    defaultMode: 0440
+    items: [{key: {{ .ctx.Values.storage.objectStore.credentialsFile.key | quote }}, path: credentials}]
+{{- end }}
 {{- end -}}
 
 {{- define "windjoin.credentialMounts" -}}
@@ -283,6 +319,11 @@ envFrom:
 {{- if .spark }}
 - name: spark-auth
   mountPath: /var/run/secrets/windjoin/spark
+  readOnly: true
+{{- end }}
+{{- if and .objectStore (eq .ctx.Values.storage.type "objectStore") .ctx.Values.storage.objectStore.credentialsFile.secret }}
+- name: object-store-credentials
+  mountPath: /var/run/secrets/windjoin/object-store
   readOnly: true
 {{- end }}
 {{- end -}}
