@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -103,3 +104,23 @@ def freeze_job(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
 def thaw_job(proc: subprocess.Popen) -> None:
     """SIGCONT the whole job (after `freeze_job`)."""
     signal_job(proc, signal.SIGCONT)
+
+
+def spark_log(checkpoint: Path, kind: str) -> int:
+    """The largest batch id in the checkpoint's `offsets` (planned) or `commits` (done) log; -1 if none."""
+    folder = checkpoint / kind
+    ids = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+    return max(ids, default=-1)
+
+
+def wait_until(proc: subprocess.Popen, done: Callable[[], bool], deadline: float, what: str, poll_s: float) -> None:
+    """Poll `done` until it holds; AssertionError when the job exits first or `deadline` (monotonic) passes."""
+    while not done():
+        assert proc.poll() is None, f"the job exited with {proc.returncode} while waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(poll_s)
+
+
+def wait_for_commit(proc: subprocess.Popen, checkpoint: Path, above: int, deadline: float) -> None:
+    """Wait until Spark committed a batch past `above`."""
+    wait_until(proc, lambda: spark_log(checkpoint, "commits") > above, deadline, f"a batch past {above}", 0.005)

@@ -42,13 +42,21 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
 
-from tests.pipelines.job_processes import freeze_job, kill_job, session_members, start_run, thaw_job
+from tests.pipelines.job_processes import (
+    freeze_job,
+    kill_job,
+    session_members,
+    spark_log,
+    start_run,
+    thaw_job,
+    wait_for_commit,
+    wait_until,
+)
 from tests.pipelines.pipeline_helpers import parquet_pairs, read_dead_letters, redis_pairs
 from windjoin.connectors.kafka_admin import create_topics
 from windjoin.connectors.kafka_producer import BatchProducer
@@ -122,28 +130,9 @@ class PacedProducer(threading.Thread):
         return self.produced
 
 
-def _spark_log(checkpoint: Path, kind: str) -> int:
-    """The largest batch id in the checkpoint's `offsets` (planned) or `commits` (done) log; -1 if none."""
-    folder = checkpoint / kind
-    ids = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
-    return max(ids, default=-1)
-
-
 def _redis_committed(client: redis.Redis, task: str) -> int:
     value = client.hget(meta_key(task), "committed")
     return -1 if value is None else int(value)
-
-
-def _wait_until(proc: subprocess.Popen, done: Callable[[], bool], deadline: float, what: str, poll_s: float) -> None:
-    while not done():
-        assert proc.poll() is None, f"the job exited with {proc.returncode} while waiting for {what}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(poll_s)
-
-
-def _wait_for_commit(proc: subprocess.Popen, checkpoint: Path, above: int, deadline: float) -> None:
-    """Wait until Spark committed a batch past `above`."""
-    _wait_until(proc, lambda: _spark_log(checkpoint, "commits") > above, deadline, f"a batch past {above}", 0.005)
 
 
 def _pending(parquet: ParquetSink, task: str, above: int) -> list[int]:
@@ -194,10 +183,10 @@ def _kill_in_redis_stage(
     results, the job is let go and the next batch tried."""
     misses = 0
     while True:
-        done = _spark_log(checkpoint, "commits")
+        done = spark_log(checkpoint, "commits")
         admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE")
         try:
-            _wait_until(proc, lambda: admin.info("clients")["blocked_clients"] > 0, deadline, "a held write", 0.005)
+            wait_until(proc, lambda: admin.info("clients")["blocked_clients"] > 0, deadline, "a held write", 0.005)
             staging = _pending(parquet, task, done)
             if staging and _redis_committed(admin, task) <= done:
                 kill_job(proc)
@@ -205,7 +194,7 @@ def _kill_in_redis_stage(
         finally:
             admin.execute_command("CLIENT", "UNPAUSE")
         misses += 1
-        _wait_for_commit(proc, checkpoint, done, deadline)
+        wait_for_commit(proc, checkpoint, done, deadline)
 
 
 def _kill_in_commit(
@@ -301,11 +290,11 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
                 procs.append(proc)
                 run_started = time.monotonic()
                 deadline = run_started + RUN_TIMEOUT_S
-                first, batches = _spark_log(checkpoint, "commits"), rng.randint(1, 3)
+                first, batches = spark_log(checkpoint, "commits"), rng.randint(1, 3)
                 try:
-                    _wait_for_commit(proc, checkpoint, first, deadline)
+                    wait_for_commit(proc, checkpoint, first, deadline)
                     startup = time.monotonic() - run_started
-                    _wait_for_commit(proc, checkpoint, first + batches - 1, deadline)
+                    wait_for_commit(proc, checkpoint, first + batches - 1, deadline)
                     if kind == "parquet_stage":
                         hit = _kill_in_parquet_stage(proc, parquet, task, deadline)
                     elif kind == "redis_stage":
@@ -325,8 +314,8 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
                         f"first commit after {startup:.0f} s, {batches} new batch(es), {hit}",
                         parquet.last_committed(task),
                         _redis_committed(admin, task),
-                        _spark_log(checkpoint, "offsets"),
-                        _spark_log(checkpoint, "commits"),
+                        spark_log(checkpoint, "offsets"),
+                        spark_log(checkpoint, "commits"),
                     )
                 )
             produced = producer.stop()
@@ -350,7 +339,7 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
                 assert got == want, f"{name}: {lost} lost, {extra} duplicated or wrong of {len(expected)}; {info}"
         finally:
             sink.close()
-        assert parquet.last_committed(task) == _redis_committed(admin, task) == _spark_log(checkpoint, "commits"), info
+        assert parquet.last_committed(task) == _redis_committed(admin, task) == spark_log(checkpoint, "commits"), info
         leftovers = [e.name for e in os.scandir(parquet.task_dir(task)) if HIDDEN_DIR.match(e.name)]
         assert not leftovers, f"pending or temporary folders left: {leftovers}; {info}"
         letters = Counter(letter.reason for letter in read_dead_letters(kafka_bootstrap, spec["dead_letter_topic"]))
