@@ -33,6 +33,7 @@ class FirstKeys:
         self.where = np.zeros((0, 2), dtype=np.int64)
         self.sizes = np.zeros(0, dtype=np.int64)
         self.cut = False
+        self._limit: Key | None = None  # the smallest key left out for the bytes: no key from it on may get in
 
     def worst(self) -> Key | None:
         """The largest key held once no later key can get in (`n` held, or some left out for the bytes)."""
@@ -55,12 +56,19 @@ class FirstKeys:
         where = np.column_stack([np.full(len(rows), unit), positions]).astype(np.int64)
         where = np.concatenate([self.where, where])
         sizes = np.concatenate([self.sizes, np.asarray(sizes, dtype=np.int64)])
+        if self._limit is not None:  # the answer is a prefix in key order: nothing past a key left out
+            below = before_mask(keys[:, 0], keys[:, 1], keys[:, 2], self._limit)
+            keys, where, sizes = keys[below], where[below], sizes[below]
         order = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0]))[: self.n]
+        # cut: the key left out would be among the first n (fewer than n come before it)
+        self.cut = self._limit is not None and len(order) < self.n
         if self.max_bytes is not None and len(order) > 1:
-            fits = int(np.searchsorted(np.cumsum(sizes[order]), self.max_bytes, side="right"))
+            fits = max(1, int(np.searchsorted(np.cumsum(sizes[order]), self.max_bytes, side="right")))
             if fits < len(order):
                 self.cut = True
-                order = order[: max(fits, 1)]
+                t, b, r = keys[order[fits]].tolist()
+                self._limit = (t, b, r)
+                order = order[:fits]
         self.keys, self.where, self.sizes = keys[order], where[order], sizes[order]
 
 
