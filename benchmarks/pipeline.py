@@ -569,7 +569,7 @@ class Bench:
             "generator_startup_lag_s": startup_lag_s,
             "generator_lag": gen_lag,
             **verdict(gen_lag),
-            "spark_nice": {"nice": SPARK_NICE, "threads_lowered_at_start": lowered},
+            "spark_nice": {"nice": SPARK_NICE, "policy": "SCHED_IDLE", "threads_lowered_at_start": lowered},
             "kept_up": drained,
             "backlog_rows_at_end": backlog,
             "pairs": sink.pairs,

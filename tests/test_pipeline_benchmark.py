@@ -87,6 +87,8 @@ lowered = lower_spark_priority(spark, nice=target)
 tree = [jvm.pid] + [int(p) for p in open(f"/proc/{jvm.pid}/task/{jvm.pid}/children").read().split()]
 print(json.dumps({"base": base, "target": target, "lowered": lowered, "tree": [nice(p) for p in tree],
                   "helper": nice(helper.native_id), "main": nice(threading.main_thread().native_id),
+                  "idle": [os.sched_getscheduler(p) == os.SCHED_IDLE for p in tree + [helper.native_id]],
+                  "main_idle": os.sched_getscheduler(threading.main_thread().native_id) == os.SCHED_IDLE,
                   "again": lower_spark_priority(spark, nice=target)}))
 stop.set()
 os.killpg(jvm.pid, 9)
@@ -101,3 +103,4 @@ os.killpg(jvm.pid, 9)
     target = out["target"]
     assert out["tree"] == [target, target] and out["helper"] == target and out["main"] == out["base"]
     assert out["lowered"] >= 3 and out["again"] == 0  # the JVM, its worker, the helper; then nothing left
+    assert all(out["idle"]) and not out["main_idle"]  # in the idle scheduling class, the main thread not
