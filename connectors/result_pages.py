@@ -53,7 +53,10 @@ def result_pages(
                     "from Parquet alone (every batch it committed)"
                 )
                 store.close()
-                store = ResultStore(spec, None, namespace, spec.sinks.parquet.path, parquet_tail=True)
+                # the same cursor key: the cursor of the last page reads back in the new store
+                store = ResultStore(
+                    spec, None, namespace, spec.sinks.parquet.path, parquet_tail=True, cursors=store.cursors
+                )
                 continue
             yield page.rows
             if not page.next_cursor:

@@ -28,9 +28,10 @@ whose cursor needs batches the feed does not hold (`redis_feed.feed_coverage`) g
 order (`parquet_replay`), then hands over to the feed, so the subscriber misses nothing and sees nothing twice.
 
 Every argument is validated before any I/O: task names against the spec (`NotFound`), field names against the
-task's result schema, the span, limits and cursors (`BadQuery`); a cursor older than the feed gets `Gone` (with a
-resume cursor when Parquet holds what the feed lost). The errors are typed (`operators/query/errors.py`); the
-proxy maps them to HTTP statuses.
+task's result schema, the span, limits and cursors (`BadQuery`; cursors are signed by the store's `CursorCodec`,
+so a cursor it did not return is refused before it names any position); a cursor older than the feed gets `Gone`
+(with a resume cursor when Parquet holds what the feed lost). The errors are typed (`operators/query/errors.py`);
+the proxy maps them to HTTP statuses.
 """
 
 from __future__ import annotations
@@ -54,16 +55,7 @@ from windjoin.connectors.redis_pieces import ChunkEntry
 from windjoin.connectors.snapshots import Snapshot, SnapshotStore
 from windjoin.connectors.span_scan import Found
 from windjoin.operators.query.conditions import Condition, check_conditions
-from windjoin.operators.query.cursors import (
-    FEED_END,
-    MAX_TIME,
-    feed_cursor,
-    follow_position,
-    needed_batch,
-    page_cursor,
-    page_position,
-    resume_cursor,
-)
+from windjoin.operators.query.cursors import FEED_END, MAX_TIME, CursorCodec, needed_batch
 from windjoin.operators.query.errors import BadQuery, Gone, NotFound, TryAgain
 from windjoin.operators.query.fields import ROW, check_projection, project, result_fields
 from windjoin.operators.query.selection import narrow_span, select
@@ -102,12 +94,15 @@ class ResultStore:
         redis_share: float = 1.0,
         page_bytes: int = MAX_PAGE_BYTES,
         time_budget_s: float | None = None,
+        cursors: CursorCodec | None = None,
     ) -> None:
         """`parquet_tail`: without Redis, one-time queries also read the committed batches no snapshot holds yet
         (a stand-in for an unreachable Redis; a Parquet-only store otherwise shows whole snapshots only).
         `redis_share`: the most of Redis' time this store's one-time queries take together (`redis_tier.Pace`);
         `page_bytes`: the bytes of row values a page holds at most (the first row always fits); `time_budget_s`:
-        how long one page reads before it answers with what it knows (None: until done)."""
+        how long one page reads before it answers with what it knows (None: until done); `cursors`: signs the
+        cursors it returns and checks those it is given (None: a random key, so its cursors read back with this
+        store only; a service whose cursors outlive it, or go to another replica, passes one with a shared key)."""
         if redis_url is None and parquet_path is None:
             raise ValueError("a result store needs a Redis URL or a Parquet path (or both)")
         check_namespace(namespace)
@@ -120,6 +115,7 @@ class ResultStore:
             for name, schema in self._schemas.items()
         }
         self.page_bytes, self.time_budget_s = page_bytes, time_budget_s
+        self.cursors = cursors if cursors is not None else CursorCodec.random()
         self.client = None if redis_url is None else redis_client(redis_url, auth, socket_timeout=30.0)
         # blocking feed reads wait up to MAX_BLOCK_MS: their own client, with a longer timeout
         self.feed_client = (
@@ -142,7 +138,7 @@ class ResultStore:
         cls, spec: JoinSpec, namespace: str = DEFAULT_NAMESPACE, redis_share: float = 1.0, **options: Any
     ) -> ResultStore:
         """The store over the sinks the spec configures (Redis, Parquet, or both); ValueError when it has neither.
-        `options`: the constructor's keywords (page_bytes, time_budget_s)."""
+        `options`: the constructor's keywords (page_bytes, time_budget_s, cursors)."""
         redis, parquet = spec.sinks.redis, spec.sinks.parquet
         if redis is None and parquet is None:
             raise ValueError("no queryable sink in the spec (sinks.redis or sinks.parquet): nothing to query")
@@ -217,7 +213,7 @@ class ResultStore:
         conditions = self._conditions(task, where)
         projection = self._projection(task, fields)
         limit = self._int("limit", limit, 1, MAX_LIMIT)
-        after = None if cursor is None else page_position(cursor, task)
+        after = None if cursor is None else self.cursors.page_position(cursor, task)
         lower, upper = narrow_span(t_from, t_to, conditions)
         if after is not None:
             lower = max(lower, after[0])
@@ -246,10 +242,10 @@ class ResultStore:
         if not more:
             next_cursor = None
         elif keyed:
-            next_cursor = page_cursor(task, keyed[-1][0])
+            next_cursor = self.cursors.page_cursor(task, keyed[-1][0])
         else:  # the budget ran out before any row: every row before the frontier was read, and none matched
             assert found.frontier is not None
-            next_cursor = page_cursor(task, (found.frontier - 1, MAX_TIME, MAX_TIME))
+            next_cursor = self.cursors.page_cursor(task, (found.frontier - 1, MAX_TIME, MAX_TIME))
         return Page([project(row, projection) for _, row in keyed], next_cursor, snapshot_id)
 
     def _leaves(self, task: str, projection: list[str] | None) -> list[str]:
@@ -352,7 +348,7 @@ class ResultStore:
         position: tuple[int, int] | None
         upto = None
         if after is not None:
-            position, upto = follow_position(after, task)
+            position, upto = self.cursors.follow_position(after, task)
         elif from_ms is not None:
             from_ms = self._int("from", from_ms, -MAX_TIME, MAX_TIME)
         if self.feed_client is None:
@@ -361,7 +357,11 @@ class ResultStore:
             assert position is not None
             rows, position, done = self._follow_parquet(task, position, upto, count, max_bytes or self.page_bytes)
             if rows or not done:
-                cursor = feed_cursor(task, position) if done else resume_cursor(task, position, upto)
+                cursor = (
+                    self.cursors.feed_cursor(task, position)
+                    if done
+                    else self.cursors.resume_cursor(task, position, upto)
+                )
                 return [project(row, projection) for row in select(rows, conditions)], cursor
         if after is not None:  # a feed cursor, or the end of a resume cursor's batches that had no rows
             self._check_feed(task, position)
@@ -375,7 +375,7 @@ class ResultStore:
             self._check_feed(task, position)
         if rows:
             position = (rows[-1][BATCH_ID], rows[-1][ROW])
-        return [project(row, projection) for row in select(rows, conditions)], feed_cursor(task, position)
+        return [project(row, projection) for row in select(rows, conditions)], self.cursors.feed_cursor(task, position)
 
     def _read_feed(
         self, task: str, position: tuple[int, int] | None, count: int, block_ms: int | None, max_bytes: int
@@ -454,7 +454,7 @@ class ResultStore:
             return Gone(
                 f"{param}: the feed does not hold {what} (Redis restarted empty or trimmed its feed); follow with "
                 f"the returned cursor to read batches {needed}..{lost_upto} from Parquet, then the feed",
-                cursor=resume_cursor(task, start, lost_upto),
+                cursor=self.cursors.resume_cursor(task, start, lost_upto),
             )
         return Gone(
             f"{param}: the feed no longer holds {what}; re-query the missed span with a one-time query, then "
@@ -480,8 +480,9 @@ class ResultStore:
         return rows, reached, reached[0] >= upto and reached[1] >= FEED_END
 
     def _check_committed(self, task: str, upto: int) -> None:
-        """BadQuery when a resume cursor's last batch is past every batch Redis committed: such a cursor was made up
-        (this service bounds them by a committed batch), and retrying it would never help. Redis without the task
+        """BadQuery when a resume cursor's last batch is past every batch Redis committed: this service bounds them by
+        a committed batch (and signs them), so such a cursor is not this Redis' (another deployment's with the same
+        cursor key, or a Redis restored from an older copy), and retrying it would never help. Redis without the task
         (restarted empty) cannot tell: then Parquet may be behind, and the caller retries."""
         assert self.feed_client is not None
         committed = self.feed_client.hget(meta_key(task, self.namespace), "committed")

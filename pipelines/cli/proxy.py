@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,16 +21,24 @@ from windjoin.pipelines.proxy.config import (
 )
 from windjoin.pipelines.proxy.token_file import DEFAULT_CHECK_S, TokenFile
 
+if TYPE_CHECKING:
+    from windjoin.operators.query.cursors import CursorCodec
+
 NAMESPACE_OPTION = click.option(
     "--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Key prefix the Redis sink writes under."
 )
 
 
 def store_from_spec(
-    spec: JoinSpec, namespace: str = DEFAULT_NAMESPACE, redis_share: float = 1.0, bounds: Bounds | None = None
+    spec: JoinSpec,
+    namespace: str = DEFAULT_NAMESPACE,
+    redis_share: float = 1.0,
+    bounds: Bounds | None = None,
+    cursors: CursorCodec | None = None,
 ):  # -> ResultStore (lazily)
     """`ResultStore.from_spec`, its refusal as a command-line error; `redis_share`: the most of Redis' time its
-    one-time queries take together; `bounds`: the bytes and the time budget of a page."""
+    one-time queries take together; `bounds`: the bytes and the time budget of a page; `cursors`: signs and checks
+    the cursors (None: a random key)."""
     from windjoin.connectors.result_query import ResultStore
 
     bounds = bounds or Bounds()
@@ -40,6 +49,7 @@ def store_from_spec(
             redis_share,
             page_bytes=bounds.max_page_bytes,
             time_budget_s=bounds.query_budget_ms / 1000,
+            cursors=cursors,
         )
     except ValueError as err:
         raise click.ClickException(str(err)) from None
@@ -70,6 +80,14 @@ def store_from_spec(
     show_default=True,
     help="Look at most this often (seconds) whether the tokens file changed, and re-read it: revoked, added and "
     "expiring tokens take effect without a restart; a rewrite that does not parse keeps the last good tokens.",
+)
+@click.option(
+    "--cursor-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="WINDJOIN_PROXY_CURSOR_KEY_FILE",
+    help="File holding the key (32 to 4096 bytes, e.g. `openssl rand -hex 32`) cursors are signed with, the same "
+    "for every replica: cursors then survive restarts and work on any replica. Default: a random key made at start "
+    "(env WINDJOIN_PROXY_CURSOR_KEY_FILE).",
 )
 @click.option(
     "--insecure-no-auth", is_flag=True, help="Serve without authentication: anyone who reaches the port reads all."
@@ -161,6 +179,7 @@ def proxy(
     namespace: str,
     tokens_file: Path | None,
     tokens_check_s: float,
+    cursor_key_file: Path | None,
     insecure_no_auth: bool,
     tls_cert_file: str | None,
     tls_key_file: str | None,
@@ -181,6 +200,7 @@ def proxy(
     import uvicorn
 
     from windjoin.pipelines.proxy.app import create_app
+    from windjoin.pipelines.proxy.cursor_key import cursor_codec
     from windjoin.pipelines.proxy.feed import FeedConfig
 
     spec = load_spec_or_fail(spec_path)
@@ -199,6 +219,7 @@ def proxy(
         access = Access(tokens, Limits(rate_limit, rate_burst, max_streams), metrics, docs)
         bounds = Bounds(max_span_ms, max_limit, max_page_bytes, query_budget_ms, max_queries)
         proxies = trusted_proxies(forwarded_allow_ips)
+        cursors = cursor_codec(cursor_key_file)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     if tokens is None:
@@ -210,7 +231,7 @@ def proxy(
             bold=True,
         )
     app = create_app(
-        store_from_spec(spec, namespace, redis_share, bounds),
+        store_from_spec(spec, namespace, redis_share, bounds, cursors),
         FeedConfig(queue_size=queue_size),
         access=access,
         bounds=bounds,

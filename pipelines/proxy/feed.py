@@ -25,7 +25,7 @@ from anyio import CapacityLimiter, to_thread
 # `ResultStore.follow` would select.
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.operators.query.conditions import Condition
-from windjoin.operators.query.cursors import cursor_like, follow_position
+from windjoin.operators.query.cursors import CursorCodec
 from windjoin.operators.query.errors import QueryError
 from windjoin.operators.query.fields import project
 from windjoin.operators.query.selection import select
@@ -68,16 +68,16 @@ class Chunk:
     kept: dict[str, Kept] = field(default_factory=dict, compare=False)
 
 
-def pages(task: str, rows: list[dict[str, Any]], cursor: str, page_rows: int) -> list[Chunk]:
+def pages(cursors: CursorCodec, task: str, rows: list[dict[str, Any]], cursor: str, page_rows: int) -> list[Chunk]:
     """The rows of one store read (`cursor` after them) as chunks of at most `page_rows` rows, each with the cursor
-    after its last row (of the kind of `cursor`: a feed cursor, or a resume cursor reading Parquet); [] without
-    rows."""
+    after its last row (of the kind of `cursor`: a feed cursor, or a resume cursor reading Parquet; made by
+    `cursors`, the store's); [] without rows."""
     chunks = []
     for start in range(0, len(rows), page_rows):
         part = rows[start : start + page_rows]
         last = start + page_rows >= len(rows)
         position = (part[-1]["batch_id"], part[-1]["row"])
-        chunks.append(Chunk(part, cursor if last else cursor_like(cursor, task, position)))
+        chunks.append(Chunk(part, cursor if last else cursors.cursor_like(cursor, task, position)))
     return chunks
 
 
@@ -163,7 +163,7 @@ class TaskFeed:
                     self.config.read_bytes,
                     limiter=self.limiter,
                 )
-                for chunk in pages(self.task, rows, cursor, self.config.page_rows):
+                for chunk in pages(self.store.cursors, self.task, rows, cursor, self.config.page_rows):
                     self._publish(chunk)
         except Exception as err:  # the feed is gone for everyone: each subscriber ends and resumes on its own
             log.warning("feed reader of task %r stopped: %s", self.task, err)
@@ -219,7 +219,7 @@ class Subscription:
     def __post_init__(self) -> None:
         self.selection = repr((list(self.conditions), self.fields))  # equal for equal selections
         if self.cursor is not None:
-            self.position, _ = follow_position(self.cursor, self.task)
+            self.position, _ = self.hub.store.cursors.follow_position(self.cursor, self.task)
 
     async def events(self, first: Chunk) -> AsyncIterator[tuple[str, Any]]:
         """Events of this stream: ("ready", {"cursor"}) first when the start is a known position; then
@@ -273,7 +273,7 @@ class Subscription:
             )
         except Exception as err:
             raise FeedLost(_reason(err)) from err
-        return pages(self.task, rows, cursor, config.page_rows)
+        return pages(self.hub.store.cursors, self.task, rows, cursor, config.page_rows)
 
     def _take(self, chunk: Chunk) -> Kept | None:
         """What the selection keeps of the chunk's rows after this subscription's position, or None when it keeps

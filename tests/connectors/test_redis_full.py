@@ -20,7 +20,7 @@ from tests.connectors.tiers import Tiers, TiersLayout
 from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_keys import meta_key
 from windjoin.connectors.redis_sink import RedisFullError, RedisSink
-from windjoin.operators.query.cursors import FEED_END, feed_cursor
+from windjoin.operators.query.cursors import FEED_END
 
 
 def pairs(*times: int, rows: int = 1) -> list[dict[str, Any]]:
@@ -68,7 +68,7 @@ def test_a_batch_redis_refuses_is_left_to_parquet(private_redis: str, caplog: py
             seen, gone = follow_all(store, cursor, count=100)  # 410, then the refused batches from Parquet
             assert 1 <= gone <= full
             assert seen == [(b, r) for b in range(8) for r in range(300) if (b, r) > (0, 0)]
-            assert store.follow("a", after=feed_cursor("a", (7, FEED_END)))[0] == []
+            assert store.follow("a", after=store.cursors.feed_cursor("a", (7, FEED_END)))[0] == []
     finally:
         admin.config_set("maxmemory", 0)
         tiers.close()

@@ -19,7 +19,6 @@ from tests.connectors.tiers import Tiers, TiersLayout
 from windjoin.connectors import redis_feed
 from windjoin.connectors.redis_keys import meta_key
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
-from windjoin.operators.query.cursors import feed_cursor
 from windjoin.operators.query.errors import Gone
 from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter
 
@@ -101,7 +100,7 @@ def test_results_survive_a_redis_loss(tiers_factory, before, after, read, limit)
             rows, cursor = store.follow("a", after=err.cursor, count=read)
         position = (rows[-1]["batch_id"], rows[-1]["row"]) if rows else (-1, -1)
         if not rows:
-            cursor = feed_cursor("a", None)
+            cursor = store.cursors.feed_cursor("a", None)
         snapshotted = tiers.snapshots.latest("a") is not None
         lose_redis(tiers)
         # right after the loss, before the job's next batch: Parquet answers for everything

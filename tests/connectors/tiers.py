@@ -17,6 +17,7 @@ from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.redis_tier import advance_snapshot
 from windjoin.connectors.result_query import ResultStore
 from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.query.cursors import CursorCodec
 from windjoin.operators.spec import JoinSpec
 
 
@@ -46,6 +47,7 @@ class Tiers:
         self.snapshots = SnapshotStore(self.folder)
         self.written: list[tuple] = []  # layout.record of every result written, in writing order
         self.next_batch = 0
+        self.cursors = CursorCodec.random()  # every store's: a cursor of one reads back in another
 
     def write(self, results_by_task: dict[str, list[dict[str, Any]]], emitted_at: int = 7) -> int:
         """Write one batch to both sinks; returns its batch id."""
@@ -71,7 +73,8 @@ class Tiers:
     def store(self, redis: bool = True, parquet: bool = True) -> ResultStore:
         kw = self.redis.client.connection_pool.connection_kwargs
         redis_url = f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}" if redis else None
-        return ResultStore(self.layout.spec, redis_url, self.namespace, str(self.folder) if parquet else None)
+        parquet_path = str(self.folder) if parquet else None
+        return ResultStore(self.layout.spec, redis_url, self.namespace, parquet_path, cursors=self.cursors)
 
     def close(self) -> None:
         for task in self.layout.tasks:

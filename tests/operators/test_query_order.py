@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from windjoin.operators.query.cursors import decode_cursor, page_cursor, page_position
+from windjoin.operators.query.cursors import CursorCodec
 from windjoin.operators.query.errors import BadQuery
 from windjoin.operators.query.order import FirstKeys, after_mask, before_mask
 
@@ -51,10 +51,11 @@ def test_first_n_and_masks_follow_tuple_order(offered: list, n: int, at: tuple, 
 
 
 def test_a_page_cursor_names_its_position_and_task_only() -> None:
-    cursor = page_cursor("a", (5, 2, 7))
-    assert page_position(cursor, "a") == (5, 2, 7)
-    assert decode_cursor(cursor, "t", "a", 3) == [5, 2, 7]
+    cursors = CursorCodec(b"k" * 32)
+    cursor = cursors.page_cursor("a", (5, 2, 7))
+    assert cursors.page_position(cursor, "a") == (5, 2, 7)
+    assert cursors.decode(cursor, ("t",), "a") == ("t", [5, 2, 7])
     with pytest.raises(BadQuery, match="not a cursor of a one-time query of task 'b'"):
-        page_position(cursor, "b")
+        cursors.page_position(cursor, "b")
     with pytest.raises(BadQuery, match="out of range"):
-        page_position(page_cursor("a", (0, -1, 0)), "a")
+        cursors.page_position(cursors.page_cursor("a", (0, -1, 0)), "a")

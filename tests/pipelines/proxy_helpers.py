@@ -25,6 +25,7 @@ from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.redis_tier import advance_snapshot
 from windjoin.connectors.result_query import ResultStore
 from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.operators.query.cursors import CursorCodec
 from windjoin.operators.result_table import table_from_records
 from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.pipelines.proxy.config import Access, Limits
@@ -86,6 +87,7 @@ class Results:
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {t: [] for t in TASKS})
     next_batch: int = 0
     rng: random.Random = field(default_factory=lambda: random.Random(7))
+    cursors: CursorCodec = field(default_factory=CursorCodec.random)  # every store's: like replicas sharing a key
 
     def __post_init__(self) -> None:
         self.sinks: list[Any] = []
@@ -97,11 +99,15 @@ class Results:
 
     def store(self) -> ResultStore:
         return ResultStore(
-            self.spec, self.redis_url, self.namespace, str(self.parquet_path) if self.parquet_path else None
+            self.spec,
+            self.redis_url,
+            self.namespace,
+            str(self.parquet_path) if self.parquet_path else None,
+            cursors=self.cursors,
         )
 
     def store_without_parquet(self) -> ResultStore:
-        return ResultStore(self.spec, self.redis_url, self.namespace, None)
+        return ResultStore(self.spec, self.redis_url, self.namespace, None, cursors=self.cursors)
 
     def pair(self, t0: int, z_size: int) -> dict[str, Any]:
         rng = self.rng

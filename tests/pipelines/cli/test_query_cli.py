@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import redis
 import yaml
 from click.testing import CliRunner
 
@@ -223,3 +224,28 @@ def test_follow_resumes_from_parquet_when_redis_lost_what_it_had_not_read(redis_
         assert second.exit_code == 0, second.output
         assert json_lines(second.stdout) == rest
         assert "resuming from Parquet" in second.stderr
+
+
+def test_results_by_spec_with_redis_failing_mid_read_go_on_from_parquet_at_the_same_cursor(
+    tiers: Results, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis answers the first pages, then fails: Parquet alone answers the rest, from the last page's cursor (signed
+    by the first store, read back by the Parquet-only one), every row once."""
+    from windjoin.connectors.result_query import ResultStore
+
+    one_time, calls = ResultStore.one_time, []
+
+    def failing_after_two_pages(store: ResultStore, *args: Any, **kwargs: Any) -> Any:
+        if store.client is not None:
+            calls.append(args)
+            if len(calls) > 2:
+                raise redis.ConnectionError("Redis went away")
+        return one_time(store, *args, **kwargs)
+
+    monkeypatch.setattr(ResultStore, "one_time", failing_after_two_pages)
+    spec_file = _spec_file(tiers, tmp_path / "spec.yaml", tiers.redis_url)
+    args = ["--from", 0, "--to", 10_000, "--namespace", tiers.namespace, "--page-size", 7, "--json"]
+    result = run("results", spec_file, "a", *args)
+    assert result.exit_code == 0, result.output
+    assert json_lines(result.stdout) == tiers.oracle("a", 0, 10_000)
+    assert len(calls) == 3 and "Redis went away" in result.stderr
