@@ -17,6 +17,7 @@ helm_bin="$PWD/.tools/bin/helm"
   echo "#   done"
   echo "#   kubectl -n windjoin create secret generic windjoin-spark-auth --from-literal=secret=\$(openssl rand -hex 32)"
   echo "#   kubectl -n windjoin create secret generic windjoin-proxy-tokens --from-file=tokens.yaml"
+  echo "#   kubectl -n windjoin create secret generic windjoin-proxy-cursor-key --from-literal=key=\$(openssl rand -hex 32)"
   echo "# NetworkPolicies: replace 192.0.2.1/32 (a documentation address) with your API server's addresses"
   echo "#   (kubectl get endpointslices -n default -l kubernetes.io/service-name=kubernetes), and the Kafka peer"
   echo "#   (namespace \"kafka\") with where your brokers are; or render the chart with networkPolicy.apiServerCIDRs"
@@ -25,6 +26,7 @@ helm_bin="$PWD/.tools/bin/helm"
     --set redis.auth.existingSecrets.job=windjoin-redis-job --set redis.auth.existingSecrets.controller=windjoin-redis-controller \
     --set redis.auth.existingSecrets.proxy=windjoin-redis-proxy --set redis.auth.existingSecrets.admin=windjoin-redis-admin \
     --set join.authenticate.existingSecret=windjoin-spark-auth \
+    --set proxy.cursorKey.existingSecret=windjoin-proxy-cursor-key \
     --set 'networkPolicy.apiServerCIDRs={192.0.2.1/32}' \
     --set 'kafka.networkPeers[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=kafka'
 } >"$out"

@@ -117,8 +117,11 @@ def test_the_admission_policy_allows_the_executors_own_secrets_only(helm, name):
     template = _executor_template(docs)
     secrets = set(_cel_list(variables["secrets"]))
     assert secrets == _template_secrets(template), "the policy allows exactly the Secrets the executor template uses"
-    # never another component's credentials: the controller's or proxy's Redis password, the proxy's tokens or TLS
-    forbidden = re.compile(r"-(redis-controller|redis-proxy|proxy-tokens|proxy-tls)$|^windjoin-proxy-tls$")
+    # never another component's credentials: the controller's or proxy's Redis password, the proxy's tokens, cursor
+    # key or TLS
+    forbidden = re.compile(
+        r"-(redis-controller|redis-proxy|proxy-tokens|proxy-cursor-key|proxy-tls)$|^windjoin-proxy-tls$"
+    )
     assert not {s for s in secrets if forbidden.search(s)}, secrets
     [redis_volume] = [v for v in template["spec"]["volumes"] if v["name"] == "redis-auth"]
     assert {i["key"] for i in redis_volume["secret"].get("items", [{"key": "job"}])} <= {"job", "password"}

@@ -211,6 +211,34 @@ def test_spark_authenticates_and_encrypts_with_a_secret_file(helm):  # noqa: F81
     assert done.returncode != 0 and "join.sparkConf.spark.authenticate.secret: a credential" in done.stderr
 
 
+CURSOR_KEY_DIR = "/var/run/secrets/windjoin/proxy-cursor-key"
+
+
+@pytest.mark.parametrize(("name", "existing"), [*((name, None) for name in sorted(VALUE_SETS)), ("default", "mine")])
+def test_the_proxy_signs_cursors_with_a_key_file_from_a_secret(helm, name, existing):
+    """Every replica reads the same cursor key from a Secret (yours, or one the chart makes: 48 random letters and
+    digits, kept across upgrades by `lookup`), mounted read-only and named by the file option: never a value in an
+    argument or a ConfigMap (test_no_credential_in_a_configmap_or_an_argument checks the value itself)."""
+    docs = _render(helm, name, *(["--set", f"proxy.cursorKey.existingSecret={existing}"] if existing else []))
+    pod = dict(_pods(docs))["wj-windjoin-proxy"]
+    [container] = pod["containers"]
+    assert f"--cursor-key-file={CURSOR_KEY_DIR}/key" in container["args"]
+    [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == CURSOR_KEY_DIR]
+    assert mount["readOnly"] is True
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    secret = existing or "wj-windjoin-proxy-cursor-key"
+    assert volume["secret"] == {"secretName": secret, "defaultMode": 0o440, "items": [{"key": "key", "path": "key"}]}
+    made = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "wj-windjoin-proxy-cursor-key"]
+    if existing:
+        assert made == []
+    else:
+        [made_secret] = made
+        key = base64.b64decode(made_secret["data"]["key"]).decode()
+        assert re.fullmatch(r"[A-Za-z0-9]{48}", key), key
+    other_pods = [p for n, p in _pods(docs) if n != "wj-windjoin-proxy"]
+    assert all(secret not in _secret_names(p) for p in other_pods)
+
+
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_read_only_root_file_systems_and_a_read_only_proxy_data_volume(helm, name):
     docs = _render(helm, name)

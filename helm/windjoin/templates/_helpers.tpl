@@ -176,15 +176,18 @@ envFrom:
 {{- define "windjoin.proxyTokensSecret" -}}
 {{- default (printf "%s-proxy-tokens" (include "windjoin.fullname" .)) .Values.proxy.auth.existingSecret -}}
 {{- end -}}
+{{- define "windjoin.proxyCursorKeySecret" -}}
+{{- default (printf "%s-proxy-cursor-key" (include "windjoin.fullname" .)) .Values.proxy.cursorKey.existingSecret -}}
+{{- end -}}
 
-{{/* A random secret kept across upgrades: the value already in the cluster's Secret, else a new one.
-     (dict "ctx" $ "name" secretName "key" key) */}}
+{{/* A random secret kept across upgrades: the value already in the cluster's Secret, else a new one of `length`
+     letters and digits (default 40). (dict "ctx" $ "name" secretName "key" key ["length" n]) */}}
 {{- define "windjoin.keptRandom" -}}
 {{- $found := lookup "v1" "Secret" .ctx.Release.Namespace .name -}}
 {{- if and $found (hasKey $found.data .key) -}}
 {{- index $found.data .key -}}
 {{- else -}}
-{{- randAlphaNum 40 | b64enc -}}
+{{- randAlphaNum (default 40 .length | int) | b64enc -}}
 {{- end -}}
 {{- end -}}
 
