@@ -59,3 +59,18 @@ def test_a_page_cursor_names_its_position_and_task_only() -> None:
         cursors.page_position(cursor, "b")
     with pytest.raises(BadQuery, match="out of range"):
         cursors.page_position(cursors.page_cursor("a", (0, -1, 0)), "a")
+
+
+def test_a_key_past_one_left_out_for_the_bytes_never_enters_later() -> None:
+    """Hypothesis' find: the first unit's keys fill the bytes and (2, 2, 1) is left out; a later unit's (3, 0, 0)
+    fits the bytes left, but it comes after the key left out, so taking it would skip that key's row."""
+    firsts = FirstKeys(9, 45)
+    first = np.array([(0, 3, 0), (-2, 0, 2), (2, 2, 1), (-2, 3, 3), (-2, 1, 0)], dtype=np.int64)
+    firsts.offer(*first.T, np.array([13, 1, 18, 8, 14]), 0, np.arange(5))
+    later = np.array([(3, 0, 0)], dtype=np.int64)
+    firsts.offer(*later.T, np.array([6]), 1, np.arange(1))
+    assert [tuple(k) for k in firsts.keys.tolist()] == [(-2, 0, 2), (-2, 1, 0), (-2, 3, 3), (0, 3, 0)]
+    assert firsts.cut
+    smaller = np.array([(-3, 0, 0)], dtype=np.int64)  # a smaller key still enters, pushing the last one out
+    firsts.offer(*smaller.T, np.array([20]), 2, np.arange(1))
+    assert [tuple(k) for k in firsts.keys.tolist()] == [(-3, 0, 0), (-2, 0, 2), (-2, 1, 0), (-2, 3, 3)] and firsts.cut

@@ -191,7 +191,7 @@ def test_errors_name_what_failed_not_where(tmp_path: Path) -> None:
     parquet = ParquetSink(folder)
     write_batches(spec, [parquet], batches=3, rows=10, z="z")
     SnapshotStore(folder).commit("a", 2, "periodic", 1)
-    [damaged] = parquet.batch_files("a", 1)
+    damaged = Path(parquet.batch_files("a", 1)[0])
     damaged.write_bytes(damaged.read_bytes()[:-40])  # truncated: its footer is gone
     with ProxyProcess(spec, tmp_path) as proxy, httpx.Client(headers=AUTH, timeout=60) as client:
         answer = client.get(f"{proxy.url}/v1/tasks/a/results", params={"from": 0, "to": SPAN})
