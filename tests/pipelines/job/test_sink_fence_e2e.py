@@ -104,7 +104,7 @@ def test_a_new_checkpoint_is_refused_and_fresh_sinks_equal_the_oracle(
             # Snapshots start over with the new run's batches (the old manifests went with the old results).
             punctuated = sorted(o.batch_id for o in outcomes if o.punctuations)
             for task in tasks:
-                assert [(s.first_batch, s.last_batch) for s in SnapshotStore(parquet.path).list(task)] == [
+                assert [(s.first_batch, s.last_batch) for s in SnapshotStore(parquet.files.root).list(task)] == [
                     (0, punctuated[0])
                 ]
         finally:
