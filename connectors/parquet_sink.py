@@ -200,12 +200,13 @@ class ParquetSink:
         ones of older versions up to it, and batch folders below it that were never published (an object store's
         copy a killed commit left halfway, replayed since); never the batch's pending folder or newer ones."""
         task_dir = self.task_dir(task)
+        published = set(self.files.published_names(task_dir))  # one listing, not a request per batch folder
         for entry in self.files.names(task_dir):
             hidden, batch = _HIDDEN_DIR.fullmatch(entry), _BATCH_DIR.fullmatch(entry)
             stale_hidden = hidden and (
                 int(hidden.group(1)) < batch_id or hidden.group(2) != "pending" and int(hidden.group(1)) == batch_id
             )
-            unpublished = batch and int(batch.group(1)) < batch_id and not self.files.published(f"{task_dir}/{entry}")
+            unpublished = batch and int(batch.group(1)) < batch_id and entry not in published
             if stale_hidden or unpublished:
                 self.files.remove_tree(f"{task_dir}/{entry}")
 

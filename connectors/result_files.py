@@ -89,12 +89,12 @@ class ResultFiles(ABC):
         return self.names(parent)
 
     def reachable(self) -> bool:
-        """Whether the location answers (a readiness probe): a local folder exists; an object store answers."""
+        """Whether the location answers (a readiness probe): an object store answers."""
         try:
-            info = self.info(self.root)
+            self.info(self.root)
         except OSError:
             return False
-        return info.type == pafs.FileType.Directory or not isinstance(self, LocalFiles)
+        return True
 
     @abstractmethod
     def make_dir(self, folder: str) -> None: ...
@@ -142,6 +142,10 @@ class LocalFiles(ResultFiles):
 
     def make_dir(self, folder: str) -> None:
         os.makedirs(folder, exist_ok=True)
+
+    def reachable(self) -> bool:
+        """A local folder answers when it exists."""
+        return os.path.isdir(self.root)
 
     def open_input(self, path: str) -> pa.NativeFile:
         return pa.OSFile(path)  # a file, not a path: no filesystem to resolve on every read
