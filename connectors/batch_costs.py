@@ -9,10 +9,11 @@ the plain record cap until enough batches are measured again.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import orjson
+
+from windjoin.connectors.atomic_write import replace_whole
 
 KEEP = 20
 
@@ -34,8 +35,4 @@ class BatchCosts:
 
     def record(self, batch_id: int, records: int, seconds: float) -> None:
         batches = [b for b in self._batches() if b[0] < batch_id] + [[int(batch_id), int(records), float(seconds)]]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".costs-", suffix=".tmp")
-        with os.fdopen(fd, "wb") as out:
-            out.write(orjson.dumps({"batches": batches[-KEEP:]}))
-        os.replace(tmp, self.path)
+        replace_whole(self.path, orjson.dumps({"batches": batches[-KEEP:]}))

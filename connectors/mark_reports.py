@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import orjson
+
+from windjoin.connectors.atomic_write import replace_whole
 
 KEEP = 16
 MAX_MS = 2**63 - 1
@@ -32,11 +33,7 @@ class MarkReports:
         return self.root / f"{int(seq):012d}.json"
 
     def write(self, seq: int, marks: Mapping[str, tuple[int, int]]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".marks-", suffix=".tmp")
-        with os.fdopen(fd, "wb") as out:
-            out.write(orjson.dumps({k: [int(lo), int(hi)] for k, (lo, hi) in sorted(marks.items())}))
-        os.replace(tmp, self._path(seq))
+        replace_whole(self._path(seq), orjson.dumps({k: [int(lo), int(hi)] for k, (lo, hi) in sorted(marks.items())}))
         for old in sorted(self.root.glob("*.json"))[:-KEEP]:
             old.unlink(missing_ok=True)
 

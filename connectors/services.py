@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from windjoin.connectors import processes
+from windjoin.connectors.atomic_write import replace_whole
 from windjoin.connectors.redis_client import RedisAuth, redis_client
 from windjoin.connectors.redis_functions import BUSY_REPLY_MS, load_library
 
@@ -205,10 +206,8 @@ def recorded_ports(state_dir: Path) -> dict[str, int]:
 def _save_state(state_dir: Path, services: dict[str, RunningService]) -> None:
     path = state_dir / STATE_FILE
     ports = {**recorded_ports(state_dir), **{name: s.port for name, s in services.items()}}
-    tmp = path.with_suffix(".tmp")
     payload = {"version": 1, "services": {name: asdict(s) for name, s in services.items()}, "ports": ports}
-    tmp.write_text(json.dumps(payload, indent=2))
-    os.replace(tmp, path)
+    replace_whole(path, json.dumps(payload, indent=2).encode())
 
 
 # ---- start / stop ------------------------------------------------------------------------------------------

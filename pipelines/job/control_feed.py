@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from windjoin.connectors.atomic_write import replace_whole
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.decision_check import Accepted, DecisionRefused, check_decision
 from windjoin.connectors.redis_client import RedisAuth
@@ -63,11 +63,7 @@ class RefusalCounts:
     def add(self, reason: str) -> None:
         counts = self.read()
         counts[reason] = counts.get(reason, 0) + 1
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".refusals-", suffix=".tmp")
-        with os.fdopen(fd, "wb") as out:
-            out.write(orjson.dumps(counts))
-        os.replace(tmp, self.path)
+        replace_whole(self.path, orjson.dumps(counts))
 
 
 class DecisionFeed:
