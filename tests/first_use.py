@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,3 +28,27 @@ def install_once(script: Path, ready: Callable[[], bool], lock_dir: Path = ROOT 
             return
         done = subprocess.run(["bash", str(script)], capture_output=True, text=True)
         assert done.returncode == 0, f"{script.name} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+
+
+class BackgroundInstall:
+    """`install_once` started in a thread while other tests run (a slow build that waits mostly on I/O), joined
+    by the fixture that needs it; its failure is raised there, not in the thread."""
+
+    def __init__(self, script: Path, ready: Callable[[], bool]) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(script, ready), daemon=True, name=script.stem)
+        self._thread.start()
+
+    def _run(self, script: Path, ready: Callable[[], bool]) -> None:
+        try:
+            install_once(script, ready)
+        except BaseException as err:  # raised in the fixture's thread by wait()
+            self._error = err
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def wait(self) -> None:
+        self.join()
+        if self._error is not None:
+            raise self._error
