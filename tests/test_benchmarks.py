@@ -33,7 +33,8 @@ def test_output_path_benchmark_quick_run(tmp_path):
 def test_latency_benchmark_quick_run(tmp_path):
     out = tmp_path / "pipeline.json"
     out.write_text('{"benchmark": "pipeline"}')  # the latency key joins the pipeline results, which stay
-    result, _ = run_benchmark("latency", out, "--quick", timeout=720)  # 3 variants and 2 built-in runs
+    short = ["--seconds", "6", "--warmup", "2", "--floor-seconds", "4"]  # a smoke run: every phase, briefly
+    result, _ = run_benchmark("latency", out, "--quick", *short, timeout=720)  # 3 variants and 2 built-in runs
     latency = result["latency"]
     assert result["benchmark"] == "pipeline"
     assert latency["floor"]["stateful"]["batch_ms_median"] > latency["floor"]["noop"]["batch_ms_median"] > 0
