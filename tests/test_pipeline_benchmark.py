@@ -17,7 +17,7 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         "--keys": "1000",  # a small domain, so that a 4 s paced run surely has pairs
         "--max-offsets": "10000",
         "--sweep-offsets": "10000",
-        "--stage-batches": "1",
+        "--stage-batches": "2",
         "--paced-seconds": "4",
         "--paced-warmup-s": "1",
         "--catchup-events": "20000",
