@@ -8,12 +8,16 @@ wait for one installer rather than race in the same directory.
 from __future__ import annotations
 
 import fcntl
+import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+BUILD_IMAGE = ROOT / "scripts" / "build_image.sh"  # podman (installed when missing) and the image
+SETUP_FLINK = ROOT / "scripts" / "setup_flink.sh"  # PyFlink in .venv-flink, for the Flink peer
 
 
 def install_once(script: Path, ready: Callable[[], bool], lock_dir: Path = ROOT / ".tools") -> None:
@@ -30,18 +34,23 @@ def install_once(script: Path, ready: Callable[[], bool], lock_dir: Path = ROOT 
         assert done.returncode == 0, f"{script.name} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
 
 
+def podman_installable() -> bool:
+    """podman is there, or build_image.sh can install it (root with apt-get)."""
+    return shutil.which("podman") is not None or (os.geteuid() == 0 and shutil.which("apt-get") is not None)
+
+
 class BackgroundInstall:
     """`install_once` started in a thread while other tests run (a slow build that waits mostly on I/O), joined
     by the fixture that needs it; its failure is raised there, not in the thread."""
 
-    def __init__(self, script: Path, ready: Callable[[], bool]) -> None:
+    def __init__(self, script: Path) -> None:
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(script, ready), daemon=True, name=script.stem)
+        self._thread = threading.Thread(target=self._run, args=(script,), daemon=True, name=script.stem)
         self._thread.start()
 
-    def _run(self, script: Path, ready: Callable[[], bool]) -> None:
+    def _run(self, script: Path) -> None:
         try:
-            install_once(script, ready)
+            install_once(script, lambda: False)
         except BaseException as err:  # raised in the fixture's thread by wait()
             self._error = err
 
@@ -52,3 +61,27 @@ class BackgroundInstall:
         self.join()
         if self._error is not None:
             raise self._error
+
+
+_background: dict[Path, BackgroundInstall] = {}
+
+
+def start_in_background(script: Path) -> None:
+    """Start `bash SCRIPT` (an idempotent installer) now, for a fixture that `installed` it later."""
+    if script not in _background:
+        _background[script] = BackgroundInstall(script)
+
+
+def installed(script: Path) -> None:
+    """The installer's run of this session: the background one if started, else one now."""
+    if script in _background:
+        _background[script].wait()
+    else:
+        install_once(script, lambda: False)
+
+
+def join_background() -> None:
+    """Wait for every background installer: one left running outside any session would hold no lock, and the
+    next session would start another."""
+    for install in _background.values():
+        install.join()

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from tests.benchmark_runs import run_benchmark
-from tests.first_use import install_once
+from tests.first_use import SETUP_FLINK, installed
 from windjoin.operators.testing.oracle import oracle_join
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +24,7 @@ FLINK_PYTHON = ROOT / ".venv-flink" / "bin" / "python"
 def pyflink() -> Path:
     """PyFlink in .venv-flink, installed on first use so the test runs rather than skips. The script itself
     checks the pinned version (a second of pip metadata when installed), so a half-made venv is repaired."""
-    install_once(ROOT / "scripts" / "setup_flink.sh", lambda: False)
+    installed(SETUP_FLINK)
     return FLINK_PYTHON
 
 
