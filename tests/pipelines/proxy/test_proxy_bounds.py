@@ -56,12 +56,16 @@ def write_batches(spec: Any, sinks: list[Any], batches: int, rows: int, z: Any, 
 
 
 def pages(client: httpx.Client, url: str, params: dict[str, Any]) -> Iterator[tuple[dict[str, Any], float]]:
-    """Every page of a one-time query and the seconds each took."""
+    """Every page of a one-time query and the seconds each took. Over the client's request rate (pages that stop
+    at a short budget come fast), it waits the 429's Retry-After and asks again, as `windjoin query` does."""
     params = dict(params)
     while True:
         started = time.monotonic()
         answer = client.get(url, params=params)
         took = time.monotonic() - started
+        if answer.status_code == 429:
+            time.sleep(float(answer.headers["Retry-After"]))
+            continue
         assert answer.status_code == 200, answer.text
         page = answer.json()
         yield page, took
