@@ -1,7 +1,8 @@
 """Replace a small local file whole, for the files one process writes and another reads (marks, batch costs,
-refusal counts, the services' state, cached windows): a reader sees the old content or the new, never half, and a
-writer killed midway leaves only a hidden temporary file beside it. Not durable across a power loss (no fsync):
-each of these files is rebuilt or only advisory when lost; results go through `result_files`, which syncs."""
+refusal counts, the services' state): a reader sees the old content or the new, never half, and a writer killed
+midway leaves only a hidden temporary file beside it. Not durable across a power loss (no fsync): each of these
+files is rebuilt or only advisory when lost; results go through `result_files`, which syncs. (The window cache
+streams a large pickle to its own temporary file rather than build the bytes in memory first.)"""
 
 from __future__ import annotations
 
