@@ -30,6 +30,9 @@ def co_partition(spec: JoinSpec) -> CoPartition:
     """One field per joined stream that splits every task exactly, or the reason there is none."""
     if isinstance(spec.window, CountWindow):
         return CoPartition(None, "a count window numbers every arrival of a stream, so it cannot be split")
+    typed = [t.name for t in spec.tasks if t.type != "inner"]
+    if typed:  # exact, but their unpaired rows would come in another order than one join's
+        return CoPartition(None, f"task(s) {typed} emit unpaired rows, which one join orders by the whole input")
     joined = list(dict.fromkeys(s for t in spec.tasks for s in t.join))
     candidates = {s: _candidates(spec, s) for s in joined}
     lacking = [s for s in joined if not candidates[s]]

@@ -2,7 +2,8 @@
 
 Each chunk is appended to its streams' windows first (but probe-only rows, see `Arrivals.stored`); then every
 tuple probes the opposite window for partners that arrived before it (so a pair whose two tuples share a chunk
-is found once, by the later one) and that are inside its window: |Δts| <= size_ms (time) or among the opposite
+is found once, by the later one) and that are inside its window: lower <= second.ts - first.ts <= upper in the
+task's join order (time; `size_ms` is the bounds [-size_ms, size_ms]) or among the opposite
 stream's `size` most recent arrivals (count). Time windows refuse tuples older than the running maximum event time minus
 `allowed_lateness_ms` (reported as late), which is what makes dropping expired blocks exact. A caller that reads
 several input partitions (the Spark job) gives the watermark instead (`set_watermark`): the minimum over its input
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from windjoin.operators.metrics import TaskCounters
 from windjoin.operators.predicates import ProbePredicate
 from windjoin.operators.schema import StreamSchema
 from windjoin.operators.spec import CountWindow, JoinSpec, TaskSpec
+from windjoin.operators.unpaired import Lone, below, close, first_pairs, mark_paired
 from windjoin.operators.window import SEQ, SSEQ, TS, WindowStore
 
 
@@ -46,19 +48,24 @@ class Pairs:
 
 @dataclass(frozen=True)
 class ChunkResult:
-    """What a chunk produced: pairs per task, and per stream the chunk rows refused as late."""
+    """What a chunk produced: pairs per task, per stream the chunk rows refused as late, and the rows outer, semi
+    and anti tasks emit with one side alone (`unpaired.Lone`)."""
 
     pairs: list[Pairs]
     late: dict[str, np.ndarray]
+    lone: list[Lone] = field(default_factory=list)
 
 
 class _TaskRuntime:
-    """A task's predicates turned toward each probing side, and its counters."""
+    """A task's predicates turned toward each probing side, its time bounds, and its counters."""
 
-    def __init__(self, task: TaskSpec) -> None:
+    def __init__(self, spec: JoinSpec, task: TaskSpec) -> None:
         self.name = task.name
         self.streams = tuple(task.join)
         self.preds = {s: tuple(ProbePredicate.orient(p, s) for p in task.on) for s in self.streams}
+        self.bounds = None if isinstance(spec.window, CountWindow) else spec.bounds(task)
+        self.type = task.type
+        self.tracked = task.tracked
         self.counters = TaskCounters(tuples_in=dict.fromkeys(self.streams, 0))
 
     def opposite(self, stream: str) -> str:
@@ -85,10 +92,14 @@ class WindowJoin:
             raise ValueError(f"task(s) {wide} join more than two streams; WindowJoin joins pairs (use MJoin)")
         self.spec = spec
         self.use_indexes = use_indexes
-        self.tasks = [_TaskRuntime(t) for t in spec.tasks]
+        self.tasks = [_TaskRuntime(spec, t) for t in spec.tasks]
         joined = {s for t in spec.tasks for s in t.join}
         self.stores = {
-            name: WindowStore(spec.window, lateness_ms=spec.allowed_lateness_ms)
+            name: WindowStore(
+                spec.window,
+                lateness_ms=spec.allowed_lateness_ms,
+                history_ms=None if isinstance(spec.window, CountWindow) else spec.history_ms(name),
+            )
             for name in spec.streams
             if name in joined
         }
@@ -96,6 +107,7 @@ class WindowJoin:
         self._max_ts: int | None = None
         self._given_watermark = False  # set_watermark was called: lateness follows the caller's watermark
         self._watermark: int | None = None
+        self._lone: list[Lone] = []  # closed unpaired rows not yet handed out (see `_close`)
 
     @property
     def counters(self) -> dict[str, TaskCounters]:
@@ -121,6 +133,7 @@ class WindowJoin:
         self._given_watermark = True
         if watermark_ms is not None:
             self._watermark = watermark_ms if self._watermark is None else max(self._watermark, watermark_ms)
+        self._close(self.watermark_ms)
         for store in self.stores.values():
             store.expire(self.watermark_ms)
 
@@ -140,6 +153,7 @@ class WindowJoin:
         """Drop the blocks no tuple at or after `horizon_watermark_ms` can join: the caller knows no later tuple
         will be accepted below it (it is at most every later watermark), without judging lateness by it."""
         if horizon_watermark_ms is not None and not isinstance(self.spec.window, CountWindow):
+            self._close(horizon_watermark_ms)
             for store in self.stores.values():
                 store.expire(horizon_watermark_ms)
 
@@ -162,10 +176,11 @@ class WindowJoin:
             batches[stream] = self._stamp(stream, columns, order, arrival_ns)
             if arrivals.stored is not None:  # in the stamped (arrival) order, as _stamp sorts
                 probe_only[stream] = ~np.asarray(arrivals.stored, dtype=bool)[rows][np.argsort(order, kind="stable")]
-        if probe_only and (isinstance(self.spec.window, CountWindow) or self.n_way):
+        if probe_only and (isinstance(self.spec.window, CountWindow) or self.n_way or self._tracking):
             raise ValueError(
-                "probe-only tuples need a two-stream join over a time window: a count window numbers every stored "
-                "arrival, and an n-way combination's earlier tuples may be stored in different joins"
+                "probe-only tuples need a two-stream inner join over a time window: a count window numbers every "
+                "stored arrival, an n-way combination's earlier tuples may be stored in different joins, and an "
+                "outer, semi or anti task must see every pair of the tuples it remembers"
             )
         counts_before = {s: store.count for s, store in self.stores.items()}
         for stream, tuples in batches.items():
@@ -173,9 +188,45 @@ class WindowJoin:
             self.stores[stream].append(tuples if skip is None else tuples.take(np.flatnonzero(~skip)))
         pairs = [self._join_task(task, batches, counts_before) for task in self.tasks]
         self._next_seq += total
+        self._close(self.watermark_ms)
         for store in self.stores.values():
             store.expire(self.watermark_ms)
-        return ChunkResult(pairs, late)
+        lone, self._lone = self._lone, []
+        return ChunkResult(pairs, late, lone)
+
+    def finish(self) -> list[Lone]:
+        """The input is complete: every tuple can pair no more; the unpaired rows of outer and anti tasks, and
+        any closed since the last chunk."""
+        self._close(None, final=True)
+        lone, self._lone = self._lone, []
+        return lone
+
+    @property
+    def _tracking(self) -> bool:
+        return any(task.tracked for task in self.tasks)
+
+    def _close(self, watermark_ms: int | None, final: bool = False) -> None:
+        """Deal with the tracked tuples that can pair no more (see `unpaired`), before expiry drops any: their
+        unpaired rows wait in `_lone` for the next result."""
+        after = self._next_seq - 1
+        for task in self.tasks:
+            if task.type == "semi":
+                continue  # emitted at the first pair; nothing at the end
+            for stream in task.tracked:
+                store = self.stores[stream]
+                if final:
+                    closing = below(TS, np.inf)
+                elif isinstance(self.spec.window, CountWindow):
+                    closing = below(SSEQ, store.count - self.spec.window.size)
+                elif watermark_ms is None:
+                    continue
+                else:
+                    lower, upper = task.bounds
+                    closing = below(TS, watermark_ms - upper if stream == task.streams[0] else watermark_ms + lower)
+                found = close(task.name, task.streams, stream, store, closing, after)
+                if found is not None:
+                    task.counters.outputs += len(found)
+                    self._lone.append(found)
 
     def _stamp(
         self, stream: str, columns: Mapping[str, np.ndarray], order: np.ndarray, arrival_ns: np.ndarray
@@ -211,26 +262,43 @@ class WindowJoin:
         parts = []
         for stream, probes in task.arrived(batches):
             other = task.opposite(stream)
-            filters = self._filters(probes, other, batches, counts_before)
+            filters = self._filters(task, stream, probes, batches, counts_before)
             probe = Probe(dict(probes.columns), filters, task.preds[stream], self.use_indexes)
             for block in self.stores[other].blocks:
                 found = probe_block(probe, block)
                 task.counters.comparisons += found.comparisons
                 if len(found.probe_rows):
                     parts.append((stream, probes.take(found.probe_rows), block.tuples.take(found.block_rows)))
-        pairs = self._assemble(task, parts)
-        task.counters.outputs += len(pairs)
+        pairs, sides = self._assemble(task, parts)
         later_arrival = np.concatenate([p.arrival_ns for _, p, _ in parts]) if parts else np.zeros(0, np.int64)
         task.counters.delay.record(time.time_ns() - later_arrival)
+        if task.type == "semi":
+            first = first_pairs(task.name, task.streams, self.stores[task.streams[0]], sides[0], pairs.later_seq)
+            if len(first):
+                task.counters.outputs += len(first)
+                self._lone.append(first)
+        else:
+            for stream, side in zip(task.streams, sides, strict=True):
+                if stream in task.tracked:
+                    mark_paired(self.stores[stream], task.name, side.sseq)
+        if task.type in ("semi", "anti"):
+            return self._assemble(task, [])[0]  # the task emits no pairs
+        task.counters.outputs += len(pairs)
         return pairs
 
     def _filters(
-        self, probes: TupleBatch, other: str, batches: dict[str, TupleBatch], counts_before: dict[str, int]
+        self,
+        task: _TaskRuntime,
+        stream: str,
+        probes: TupleBatch,
+        batches: dict[str, TupleBatch],
+        counts_before: dict[str, int],
     ) -> tuple[RangeFilter, ...]:
         """Stored partners must have arrived earlier and lie inside the probe's window."""
         inf = np.iinfo(np.int64).max
         earlier = RangeFilter(SEQ, np.full(len(probes), -inf), probes.seq - 1)
         window = self.spec.window
+        other = task.opposite(stream)
         if isinstance(window, CountWindow):
             other_batch = batches.get(other)
             seen = np.full(len(probes), counts_before[other], dtype=np.int64)  # opposite arrivals before each probe
@@ -240,13 +308,21 @@ class WindowJoin:
             # on the column a count window's index is ordered by
             return earlier, RangeFilter(SSEQ, seen - window.size, seen - 1)
         ts = probes.ts.astype(np.int64)
-        return earlier, RangeFilter(TS, ts - window.size_ms, ts + window.size_ms)
+        lower, upper = task.bounds
+        if stream == task.streams[0]:  # the probe is the first: lower <= partner.ts - ts <= upper
+            return earlier, RangeFilter(TS, ts + lower, ts + upper)
+        return earlier, RangeFilter(TS, ts - upper, ts - lower)
 
-    def _assemble(self, task: _TaskRuntime, parts: list[tuple[str, TupleBatch, TupleBatch]]) -> Pairs:
+    def _assemble(
+        self, task: _TaskRuntime, parts: list[tuple[str, TupleBatch, TupleBatch]]
+    ) -> tuple[Pairs, tuple[TupleBatch, ...]]:
+        """The task's pairs in emission order, and each side's tuples in that order (join order of the task)."""
         left, right = task.streams
         if not parts:
             sides = {s: StreamSchema(self.spec.streams[s]).to_columns([]) for s in task.streams}
-            return Pairs(task.name, sides, np.zeros(0, np.int64), np.zeros(0, np.int64))
+            none = np.zeros(0, np.int64)
+            empty = tuple(TupleBatch(sides[s], self.spec.streams[s].timestamp, none, none, none) for s in task.streams)
+            return Pairs(task.name, sides, none, none), empty
         by_side: dict[str, list[TupleBatch]] = {left: [], right: []}
         later, earlier = [], []
         for probe_stream, probed, stored in parts:
@@ -256,5 +332,6 @@ class WindowJoin:
             earlier.append(stored.seq)
         later_seq, earlier_seq = np.concatenate(later), np.concatenate(earlier)
         emit = np.lexsort((earlier_seq, later_seq))
-        sides = {s: dict(TupleBatch.concat(by_side[s]).take(emit).columns) for s in task.streams}
-        return Pairs(task.name, sides, later_seq[emit], earlier_seq[emit])
+        ordered = tuple(TupleBatch.concat(by_side[s]).take(emit) for s in task.streams)
+        sides = {s: dict(side.columns) for s, side in zip(task.streams, ordered, strict=True)}
+        return Pairs(task.name, sides, later_seq[emit], earlier_seq[emit]), ordered

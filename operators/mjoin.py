@@ -169,7 +169,8 @@ class MJoin(WindowJoin):
             if other_batch is not None:
                 seen += np.searchsorted(other_batch.seq, partial.last_seq)
             return earlier, RangeFilter(SSEQ, seen - window.size, np.full(len(partial), _INF))
-        return earlier, RangeFilter(TS, partial.max_ts - window.size_ms, partial.min_ts + window.size_ms)
+        size = window.bounds[1]  # n-way tasks take a symmetric window (JoinSpec checks)
+        return earlier, RangeFilter(TS, partial.max_ts - size, partial.min_ts + size)
 
     def _assemble_combinations(self, task: _TaskRuntime, found: list[_Partial]) -> Combinations:
         if not found:

@@ -7,6 +7,7 @@ from typing import Any
 
 from windjoin.operators.join import Pairs
 from windjoin.operators.mjoin import Combinations
+from windjoin.operators.unpaired import Lone
 
 
 def pair_records(pairs: Pairs | Combinations) -> Iterator[dict[str, Any]]:
@@ -16,4 +17,14 @@ def pair_records(pairs: Pairs | Combinations) -> Iterator[dict[str, Any]]:
         record: dict[str, Any] = {"task": pairs.task}
         for stream, columns in sides.items():
             record[stream] = {name: values[i] for name, values in columns.items()}
+        yield record
+
+
+def lone_records(lone: Lone) -> Iterator[dict[str, Any]]:
+    """`{"task": name, <stream>: {field: value, ...}, <other stream>: None}` per row, in the task's join order."""
+    columns = {name: col.tolist() for name, col in lone.columns.items()}
+    for i in range(len(lone)):
+        record: dict[str, Any] = {"task": lone.task}
+        for stream in lone.join:
+            record[stream] = {name: values[i] for name, values in columns.items()} if stream == lone.stream else None
         yield record

@@ -49,9 +49,50 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+MAX_BOUND_MS = 10 * 365 * 86_400_000  # ten years: event times plus a bound stay far inside int64
+
+
 class TimeWindow(_Strict):
+    """Which event times pair: within `size_ms` of each other (|Δts| <= size_ms; 0 pairs equal times only), or with
+    asymmetric bounds as Flink's interval join `between(lower, upper)`: lower_ms <= second.ts - first.ts <= upper_ms,
+    first and second in the task's `join` order."""
+
     kind: Literal["time"]
-    size_ms: Annotated[int, Field(ge=0)]  # 0 pairs equal event times only (an interval join over [0, 0])
+    size_ms: Annotated[int, Field(ge=0)] | None = None
+    lower_ms: Annotated[int, Field(ge=-MAX_BOUND_MS, le=MAX_BOUND_MS)] | None = None
+    upper_ms: Annotated[int, Field(ge=-MAX_BOUND_MS, le=MAX_BOUND_MS)] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> TimeWindow:
+        given = [key for key in ("lower_ms", "upper_ms") if getattr(self, key) is not None]
+        if self.size_ms is not None and given:
+            raise ValueError(
+                f"give size_ms (|Δts| <= size_ms) or lower_ms and upper_ms, not both (got size_ms, {given})"
+            )
+        if self.size_ms is None and len(given) < 2:
+            missing = [key for key in ("lower_ms", "upper_ms") if key not in given]
+            raise ValueError(
+                f"a time window needs size_ms, or both lower_ms and upper_ms (missing {missing}; accepted: "
+                "{kind: time, size_ms: 10000} or {kind: time, lower_ms: -300000, upper_ms: 60000})"
+            )
+        if self.lower_ms is not None and self.upper_ms is not None and self.lower_ms > self.upper_ms:
+            raise ValueError(
+                f"lower_ms: {self.lower_ms} is above upper_ms ({self.upper_ms}); accepted: lower_ms <= upper_ms"
+            )
+        return self
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """(lower, upper) on second.ts - first.ts."""
+        if self.size_ms is not None:
+            return -self.size_ms, self.size_ms
+        assert self.lower_ms is not None and self.upper_ms is not None
+        return self.lower_ms, self.upper_ms
+
+    @property
+    def symmetric(self) -> bool:
+        lower, upper = self.bounds
+        return lower == -upper
 
 
 class CountWindow(_Strict):
@@ -107,10 +148,24 @@ class PredicateSpec(_Strict):
         return stream, field
 
 
+JoinType = Literal["inner", "left", "right", "full", "semi", "anti"]
+
+
 class TaskSpec(_Strict):
     name: Annotated[str, Field(pattern=IDENTIFIER)]
     join: Annotated[list[Annotated[str, Field(pattern=IDENTIFIER)]], Field(min_length=2)]  # 3+: MJoin
     on: list[PredicateSpec] = []
+    window: TimeWindow | None = None  # this task's own bounds (two-stream tasks, time windows); none: the spec's
+    # What a two-stream task emits (`join: [left, right]`): pairs (inner), also each tuple that never paired, with
+    # nulls, once it can no longer pair (left, right, full), each left tuple at its first pair alone (semi), or each
+    # left tuple that never paired, once it can no longer pair (anti).
+    type: JoinType = "inner"
+
+    @property
+    def tracked(self) -> tuple[str, ...]:
+        """The joined streams whose tuples' "paired yet" this task remembers (none for inner)."""
+        left, right = self.join[0], self.join[-1]
+        return {"inner": (), "right": (right,), "full": (left, right)}.get(self.type, (left,))
 
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -371,7 +426,58 @@ class JoinSpec(_Strict):
             if not pred_problems:
                 problems.extend(self._connection_problems(where, task))
             problems.extend(self._partitioning_problems(where, task))
+            problems.extend(self._window_problems(where, task))
+        wide = [t.name for t in self.tasks if len(t.join) > 2]
+        problems += [
+            f"tasks[{i}].type: {task.type!r} cannot share a spec with tasks of three or more streams ({wide}): they "
+            "all run on one n-way join, which emits whole combinations only"
+            for i, task in enumerate(self.tasks)
+            if wide and len(task.join) == 2 and task.type != "inner"
+        ]
         return problems
+
+    def _window_problems(self, where: str, task: TaskSpec) -> list[str]:
+        """A task's own bounds need a time window; n-way tasks join within the spec's symmetric window."""
+        if task.window is not None and isinstance(self.window, CountWindow):
+            return [f"{where}.window: a task's own bounds need the spec's window to be a time window (kind: time)"]
+        if len(task.join) <= 2:
+            return []
+        if task.type != "inner":
+            return [f"{where}.type: {task.type!r} joins two streams; tasks of three or more streams are 'inner'"]
+        if task.window is not None:
+            return [f"{where}.window: tasks of three or more streams join within the spec's window; remove it"]
+        if isinstance(self.window, TimeWindow) and not self.window.symmetric:
+            return [
+                f"{where}.join: tasks of three or more streams need a symmetric window (size_ms); lower_ms/upper_ms "
+                "bound two-stream tasks only"
+            ]
+        return []
+
+    def bounds(self, task: TaskSpec) -> tuple[int, int]:
+        """A time-window task's (lower, upper) on second.ts - first.ts: its own window's, else the spec's."""
+        window = task.window or self.window
+        assert isinstance(window, TimeWindow), "count windows have no bounds"
+        return window.bounds
+
+    def history_ms(self, stream: str) -> int:
+        """How far below the watermark a stored tuple of `stream` may still pair with a later tuple (time windows):
+        the most any task lets a partner's event time fall above its own, at least 0."""
+        reach = [0]
+        for task in self.tasks:
+            if stream in task.join:
+                lower, upper = self.bounds(task)
+                reach.append(-lower if len(task.join) == 2 and stream == task.join[1] else upper)
+        return max(reach)
+
+    @property
+    def max_history_ms(self) -> int:
+        """`history_ms` over every joined stream: how long state that mixes the streams is kept below the watermark."""
+        return max([self.history_ms(s) for t in self.tasks for s in t.join], default=0)
+
+    @property
+    def reach_ms(self) -> int:
+        """How far apart a result's event times may lie, either way (time windows)."""
+        return max(max(-lower, upper) for lower, upper in (self.bounds(t) for t in self.tasks))
 
     def _retention_problems(self) -> list[str]:
         """Parquet keeps at least what Redis keeps, so a one-time query over the Redis span finds every snapshot."""

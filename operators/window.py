@@ -19,16 +19,36 @@ from windjoin.operators.spec import CountWindow, TimeWindow
 # Names of the arrival and event-time columns as filters see them; '@' keeps them apart from user fields.
 SEQ, SSEQ, TS = "@seq", "@sseq", "@ts"
 MAX_BLOCK_ROWS = 1 << 18
+PAIRED, CLOSED = "paired", "closed"  # the flags of `Block.flag`
 
 
 class Block:
-    """Immutable tuples of one stream, contiguous in arrival order, with zone maps and lazily built indexes."""
+    """Immutable tuples of one stream, contiguous in arrival order, with zone maps and lazily built indexes, and the
+    flags outer, semi and anti tasks keep per tuple (`flag`)."""
 
-    def __init__(self, tuples: TupleBatch) -> None:
+    def __init__(self, tuples: TupleBatch, flags: dict[tuple[str, str], np.ndarray] | None = None) -> None:
         self.tuples = tuples
         self.zone = {name: (int(self.column(name).min()), int(self.column(name).max())) for name in (SEQ, SSEQ, TS)}
         self._plans: dict[tuple[tuple[ProbePredicate, ...], WindowOrder | None], IndexPlan | None] = {}
         self._indexes: dict[tuple[object, ...], BlockIndex] = {}
+        self.flags = {} if flags is None else flags
+
+    def flag(self, task: str, kind: str) -> np.ndarray:
+        """Task `task`'s `kind` flag of every tuple (PAIRED: it has paired; CLOSED: it can pair no more and was
+        dealt with), all False until set; the array is the block's own, set in place."""
+        if (task, kind) not in self.flags:
+            self.flags[task, kind] = np.zeros(len(self), dtype=bool)
+        return self.flags[task, kind]
+
+    def take(self, rows: np.ndarray) -> Block:
+        """A block of some of these tuples, flags kept."""
+        return Block(self.tuples.take(rows), {key: flags[rows] for key, flags in self.flags.items()})
+
+    @staticmethod
+    def merge(older: Block, newer: Block) -> Block:
+        keys = set(older.flags) | set(newer.flags)
+        flags = {key: np.concatenate([older.flag(*key), newer.flag(*key)]) for key in keys}
+        return Block(TupleBatch.concat([older.tuples, newer.tuples]), flags)
 
     def __len__(self) -> int:
         return len(self.tuples)
@@ -64,17 +84,24 @@ class WindowStore:
     """The stored window of one stream, shared by every task that joins the stream."""
 
     def __init__(
-        self, window: TimeWindow | CountWindow, max_block_rows: int = MAX_BLOCK_ROWS, lateness_ms: int = 0
+        self,
+        window: TimeWindow | CountWindow,
+        max_block_rows: int = MAX_BLOCK_ROWS,
+        lateness_ms: int = 0,
+        history_ms: int | None = None,
     ) -> None:
+        """`history_ms` (time windows): how far below the watermark a stored tuple may still pair with a later one
+        (`JoinSpec.history_ms`; default the symmetric window's size)."""
         self.window = window
         if isinstance(window, CountWindow):
             self.max_block_rows = max(1024, min(max_block_rows, window.size // 8))
             self.max_block_span_ms = None
         else:
+            self.history_ms = window.bounds[1] if history_ms is None else history_ms
             self.max_block_rows = max_block_rows
             # A block expires whole, so its span is how long a stale tuple may outlive expiry: an eighth of the
-            # window; a zero-size window holds only the tuples within the lateness, so an eighth of that.
-            self.max_block_span_ms = max(1, (window.size_ms or lateness_ms) // 8)
+            # history; one of zero holds only the tuples within the lateness, so an eighth of that.
+            self.max_block_span_ms = max(1, (self.history_ms or lateness_ms) // 8)
         self.blocks: list[Block] = []
         self.count = 0  # tuples ever stored: the next tuple's sseq
 
@@ -89,7 +116,7 @@ class WindowStore:
         while len(self.blocks) >= 2 and self._should_merge(self.blocks[-2], self.blocks[-1]):
             newer = self.blocks.pop()
             older = self.blocks.pop()
-            self.blocks.append(Block(TupleBatch.concat([older.tuples, newer.tuples])))
+            self.blocks.append(Block.merge(older, newer))
 
     def _should_merge(self, older: Block, newer: Block) -> bool:
         if len(older) > len(newer) or len(older) + len(newer) > self.max_block_rows:
@@ -109,14 +136,30 @@ class WindowStore:
             if keep.all():
                 blocks.append(block)
             elif keep.any():
-                blocks.append(Block(block.tuples.take(np.flatnonzero(keep))))
+                blocks.append(block.take(np.flatnonzero(keep)))
         self.blocks = blocks
 
+    def locate(self, sseq: np.ndarray) -> list[tuple[Block, np.ndarray, np.ndarray]]:
+        """Where the stored tuples numbered `sseq` (per stream) sit: (block, rows in it, positions in `sseq`) for
+        each block holding some. Blocks hold ascending numbers; a number not stored is left out."""
+        if not self.blocks or not len(sseq):
+            return []
+        starts = np.array([b.tuples.sseq[0] for b in self.blocks])
+        which = np.searchsorted(starts, sseq, side="right") - 1
+        out = []
+        for b in np.unique(which[which >= 0]).tolist():
+            positions = np.flatnonzero(which == b)
+            numbers = self.blocks[b].tuples.sseq
+            rows = np.minimum(np.searchsorted(numbers, sseq[positions]), len(numbers) - 1)
+            found = numbers[rows] == sseq[positions]
+            out.append((self.blocks[b], rows[found], positions[found]))
+        return out
+
     def expire(self, watermark_ms: int | None) -> None:
-        """Drop blocks no future tuple can join: by count, or (time) wholly older than watermark - size."""
+        """Drop blocks no future tuple can join: by count, or (time) wholly older than watermark - history."""
         if isinstance(self.window, CountWindow):
             oldest_needed = self.count - self.window.size
             self.blocks = [b for b in self.blocks if b.zone[SSEQ][1] >= oldest_needed]
         elif watermark_ms is not None:
-            oldest_needed = watermark_ms - self.window.size_ms
+            oldest_needed = watermark_ms - self.history_ms
             self.blocks = [b for b in self.blocks if b.zone[TS][1] >= oldest_needed]

@@ -22,8 +22,9 @@ __all__ = ["JoinSpec", "Joined", "SpecError", "join_events", "load_spec", "parse
 
 @dataclass(frozen=True)
 class Joined:
-    """What an in-process join gave: one record per result (`{"task": name, <stream>: {field: value}, ...}`) in
-    emission order, and the positions of the events refused as late (over `allowed_lateness_ms` behind)."""
+    """What an in-process join gave: one record per result (`{"task": name, <stream>: {field: value}, ...}`, the
+    side an outer, semi or anti task's row lacks None) in emission order, and the positions of the events refused
+    as late (over `allowed_lateness_ms` behind)."""
 
     results: list[dict[str, Any]]
     late: list[int]
@@ -49,6 +50,7 @@ def join_events(spec: JoinSpec, events: Iterable[Mapping[str, Any]], chunk_size:
         if fed is not None:
             results.extend(fed.records())
             late.extend(fed.late)
+    results.extend(feed.finish().records())  # a complete input: every tuple that never paired is out
     return Joined(results, sorted(late))
 
 

@@ -95,11 +95,11 @@ def missing_results(spec: JoinSpec, gens: Sequence[Generation]) -> list[Pairs | 
     """Every task's results over all generations that no single generation produced, each exactly once.
 
     Every result a merge step adds holds a delta tuple and lies within one window, so only base tuples within
-    the window size of the delta's time span take part; generations are pushed in time order, so this keeps a
-    step near the size of its delta instead of the whole history."""
+    the window's reach (`JoinSpec.reach_ms`) of the delta's time span take part; generations are pushed in time
+    order, so this keeps a step near the size of its delta instead of the whole history."""
     out = []
     spans = [span(spec, g) for g in gens]
-    size = spec.window.size_ms
+    size = spec.reach_ms
     for t in range(1, len(gens)):
         if spans[t] is None:
             continue

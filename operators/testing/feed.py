@@ -16,7 +16,7 @@ from windjoin.operators.arrivals import ChunkBuilder
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import ChunkResult, WindowJoin
 from windjoin.operators.mjoin import join_operator
-from windjoin.operators.results import pair_records
+from windjoin.operators.results import lone_records, pair_records
 from windjoin.operators.spec import JoinSpec
 
 
@@ -28,18 +28,28 @@ class Fed:
     late: list[Any]
 
     def records(self) -> list[dict[str, Any]]:
-        """One record per result (`results.pair_records`), across tasks in emission order: by last arrival,
-        then task, then the task's own order (a pair's earlier arrival next)."""
-        records, later, task_no, rank = [], [], [], []
+        """One record per result (`results.pair_records`, `results.lone_records`), across tasks in emission order:
+        by last arrival, then task, then the task's own order (a pair's earlier arrival next); a semi task's row
+        takes its first pair's place; the rows of tuples that can pair no more come after the chunk's pairs, by
+        task, then arrival."""
+        records, later, closing, task_no, rank = [], [], [], [], []
+        number = {name: i for i, name in enumerate(t.task for t in self.result.pairs)}
         for i, pairs in enumerate(self.result.pairs):
             records.extend(pair_records(pairs))
             later.append(pairs.later_seq)
+            closing.append(np.zeros(len(pairs), np.int64))
             rank.append(np.arange(len(pairs)))
             task_no.append(np.full(len(pairs), i))
+        for lone in self.result.lone:
+            records.extend(lone_records(lone))
+            later.append(lone.after)
+            closing.append(np.full(len(lone), int(lone.at_close)))
+            rank.append(lone.seq)
+            task_no.append(np.full(len(lone), number.setdefault(lone.task, len(number))))
         if not records:
             return []
-        order = np.lexsort((np.concatenate(rank), np.concatenate(task_no), np.concatenate(later)))
-        return [records[i] for i in order]
+        keys = [np.concatenate(k) for k in (rank, task_no, closing, later)]
+        return [records[i] for i in np.lexsort(keys)]
 
 
 class EventFeed:
@@ -68,6 +78,10 @@ class EventFeed:
         tags, self._tags = self._tags, {s: [] for s in self._tags}
         return self.process(self.builder.take(), tags)
 
+    def finish(self) -> Fed:
+        """The input is complete (flush first): the rows of the tuples not yet closed (`WindowJoin.finish`)."""
+        return Fed(ChunkResult([], {}, self.join.finish()), [])
+
     def process(self, chunk: Mapping[str, Arrivals], tags: Mapping[str, list[Any]]) -> Fed:
         """A chunk built elsewhere (columns decoded at once, say), `tags[stream]` giving each row's tag."""
         result = self.join.process(chunk)
@@ -77,8 +91,9 @@ class EventFeed:
 def join_events(
     spec: JoinSpec, events: Iterable[Mapping[str, Any]], chunk_size: int = 4096, join: WindowJoin | None = None
 ) -> tuple[list[tuple], list[int]]:
-    """`events` (dicts naming their "stream") through the spec's join: the results as (task, tuple per joined
-    stream...) in emission order, and the positions of the events refused as late, ascending."""
+    """`events` (dicts naming their "stream") through the spec's join, a complete input: the results as (task, tuple
+    per joined stream, None for a side an unpaired row lacks...) in emission order, and the positions of the events
+    refused as late, ascending."""
     feed = EventFeed(spec, chunk_size, join)
     results: list[tuple] = []
     late: list[int] = []
@@ -92,4 +107,5 @@ def join_events(
     for position, event in enumerate(events):
         take(feed.add(event, position))
     take(feed.flush())
+    take(feed.finish())
     return results, sorted(late)

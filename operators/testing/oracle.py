@@ -2,7 +2,9 @@
 
 It re-reads the spec's meaning directly, from the spec as a plain dict (as loaded from YAML), and imports
 nothing of the operators. 2-way (`oracle_join`): a pair (a, b) of a task's streams is emitted once, when the
-later of the two arrives, if the earlier one is inside its window at that moment and every predicate holds.
+later of the two arrives, if the earlier one is inside its window at that moment and every predicate holds; in
+a time window the task's bounds hold: lower_ms <= b.ts - a.ts <= upper_ms, a and b in the task's `join` order
+(`size_ms` alone is the bounds [-size_ms, size_ms]; a task's own `window` overrides the spec's).
 n-way (`oracle_mjoin`): a combination (one tuple per joined stream) is emitted once, when its last tuple
 arrives, if every predicate holds and the combination fits the window: time windows need max(ts) - min(ts) <=
 size_ms; count windows need every other tuple among the `size` most recent tuples of its stream that arrived
@@ -55,34 +57,64 @@ def split_late(spec: dict, events: list[dict]) -> tuple[list[dict], list[int]]:
     return accepted, late
 
 
-def oracle_join(spec: dict, events: list[dict]) -> tuple[list[tuple[str, dict, dict]], list[int]]:
-    """All result pairs as (task, left tuple, right tuple), and the positions of events refused as late."""
+def oracle_join(spec: dict, events: list[dict]) -> tuple[list[tuple[str, dict | None, dict | None]], list[int]]:
+    """All results of a complete input as (task, left tuple, right tuple), and the positions of events refused as
+    late. Pairs come in emission order; then, per task of another type than inner (`typed`), its rows of one side
+    alone (the other None): the left tuples that ever paired (semi), or the tracked sides' tuples that never did
+    (left: left, right: right, full: both, anti: left), in arrival order."""
     window = spec["window"]
     on_time, late = split_late(spec, events)
     accepted: list[tuple[str, dict]] = []
     results = []
-    for event in on_time:
+    paired: dict[str, set[int]] = {task["name"]: set() for task in spec["tasks"]}  # arrival numbers that paired
+    for number, event in enumerate(on_time):
         stream = event["stream"]
-        ts = event[ts_field(spec, stream)]
         tup = project(spec, stream, event)
         for task in spec["tasks"]:
             left, right = task["join"]
             if stream not in (left, right):
                 continue
             other = right if stream == left else left
-            earlier = [t for s, t in accepted if s == other]
+            earlier = [(n, t) for n, (s, t) in enumerate(accepted) if s == other]
             if window["kind"] == "count":
                 earlier = earlier[-window["size"] :] if window["size"] else []
-            for old in earlier:
-                if window["kind"] == "time":
-                    old_ts = old[ts_field(spec, other)]
-                    if abs(ts - old_ts) > window["size_ms"]:
-                        continue
+            for old_number, old in earlier:
                 pair = {stream: tup, other: old}
+                if window["kind"] == "time":
+                    lower, upper = bounds(spec, task)
+                    if not lower <= pair[right][ts_field(spec, right)] - pair[left][ts_field(spec, left)] <= upper:
+                        continue
                 if all(holds(pred, pair) for pred in task.get("on", [])):
                     results.append((task["name"], pair[left], pair[right]))
+                    paired[task["name"]] |= {number, old_number}
         accepted.append((stream, tup))
+    results = [r for r in results if typed(spec, r[0]) in ("inner", "left", "right", "full")]
+    for task in spec["tasks"]:
+        kind = task.get("type", "inner")
+        left, right = task["join"]
+        for number, (stream, tup) in enumerate(accepted):
+            alone = number not in paired[task["name"]]
+            if kind == "semi":
+                wanted = stream == left and not alone
+            else:
+                sides = {"left": (left,), "right": (right,), "full": (left, right), "anti": (left,)}.get(kind, ())
+                wanted = stream in sides and alone
+            if wanted:
+                results.append((task["name"], tup if stream == left else None, tup if stream == right else None))
     return results, late
+
+
+def typed(spec: dict, task_name: str) -> str:
+    """A task's type: inner (the default), left, right, full, semi or anti."""
+    return next(t.get("type", "inner") for t in spec["tasks"] if t["name"] == task_name)
+
+
+def bounds(spec: dict, task: dict) -> tuple[int, int]:
+    """(lower, upper) on the second joined stream's event time less the first's, for a time window."""
+    window = task.get("window") or spec["window"]
+    if window.get("size_ms") is not None:
+        return -window["size_ms"], window["size_ms"]
+    return window["lower_ms"], window["upper_ms"]
 
 
 def oracle_mjoin(spec: dict, events: list[dict]) -> tuple[list[tuple], list[int]]:
@@ -105,21 +137,22 @@ def oracle_mjoin(spec: dict, events: list[dict]) -> tuple[list[tuple], list[int]
                 elif window["kind"] == "count":
                     choices.append(history[s][max(0, len(history[s]) - window["size"]) :])
                 else:  # every other tuple is within size_ms of the new one (a necessary condition, checked below)
-                    near = [t for t in history[s] if abs(t[ts_field(spec, s)] - ts) <= window["size_ms"]]
+                    size = bounds(spec, task)[1]  # n-way tasks take a symmetric window
+                    near = [t for t in history[s] if abs(t[ts_field(spec, s)] - ts) <= size]
                     choices.append(near)
             for combo in product(*choices):
                 by_stream = dict(zip(task["join"], combo, strict=True))
-                if _fits(spec, window, by_stream) and all(holds(p, by_stream) for p in task.get("on", [])):
+                if _fits(spec, task, by_stream) and all(holds(p, by_stream) for p in task.get("on", [])):
                     results.append((task["name"], *combo))
         history[stream].append(new)
     return results, late
 
 
-def _fits(spec: dict, window: dict, by_stream: dict[str, dict]) -> bool:
-    if window["kind"] == "count":
+def _fits(spec: dict, task: dict, by_stream: dict[str, dict]) -> bool:
+    if spec["window"]["kind"] == "count":
         return True  # the choices were already the last `size` tuples of each stream
     times = [tup[ts_field(spec, s)] for s, tup in by_stream.items()]
-    return max(times) - min(times) <= window["size_ms"]
+    return max(times) - min(times) <= bounds(spec, task)[1]
 
 
 def holds(pred: dict, by_stream: dict[str, dict]) -> bool:
@@ -134,5 +167,5 @@ def as_multiset(results: list[tuple]) -> Counter:
     return Counter((task, *(_frozen(t) for t in tuples)) for task, *tuples in results)
 
 
-def _frozen(tup: dict[str, Any]) -> tuple:
-    return tuple(sorted(tup.items()))
+def _frozen(tup: dict[str, Any] | None) -> tuple | None:
+    return None if tup is None else tuple(sorted(tup.items()))

@@ -91,6 +91,10 @@ class _Run:
             lines[stream] = [block[i] for i in positions.tolist()]
         self._take(self.feed.process(chunk, lines))
 
+    def finish(self) -> None:
+        """The whole file is in: every tuple that never paired is out (outer and anti tasks)."""
+        self._take(self.feed.finish())
+
     def _take(self, fed: Fed | None) -> None:
         """Refuse the chunk's late lines; write its results across tasks in emission order (`Fed.records`)."""
         if fed is None:
@@ -144,6 +148,7 @@ def join_file(
                     block = []
             if block:
                 run.add_block(block)
+            run.finish()
         counters = run.feed.join.counters
     run.report.seconds = time.perf_counter() - started
     run.report.tasks = {name: c.summary() for name, c in counters.items()}

@@ -75,6 +75,12 @@ def check_runnable(spec: JoinSpec) -> None:
     problems = [f"streams.{n}.topic: required to run on Kafka" for n, s in spec.streams.items() if not s.topic]
     if not spec.checkpoint:
         problems.append("checkpoint: required to run (a folder for Spark's offsets and state)")
+    problems += [
+        f"tasks[{i}].type: {task.type!r} runs in `windjoin join-file` and windjoin.join_events so far; the streaming "
+        "job joins 'inner' tasks only (its state does not yet keep which tuples paired)"
+        for i, task in enumerate(spec.tasks)
+        if task.type != "inner"
+    ]
     if problems:
         raise JobConfigError("\n".join(problems))
 

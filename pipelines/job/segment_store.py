@@ -124,7 +124,8 @@ class SegmentStore:
 
     def expire(self, meta: SlotMeta, windows: SlotWindows, watermark: int | None) -> None:
         """Drop segments (and window blocks) no future tuple of any of their partitions can join: by count, or
-        (time) wholly older than `watermark` (at most every later batch's watermark) less the window."""
+        (time) wholly older than `watermark` (at most every later batch's watermark) less the state's history
+        (`JoinSpec.max_history_ms`: a segment holds every stream)."""
         window = self.spec.window
         windows.expire(watermark)
         live = []
@@ -135,7 +136,7 @@ class SegmentStore:
                 )
             else:
                 needed = watermark is None or any(
-                    ts >= watermark - window.size_ms or self._owed_to_cleanup(meta, p, segment)
+                    ts >= watermark - self.spec.max_history_ms or self._owed_to_cleanup(meta, p, segment)
                     for p, ts in segment.max_ts.items()
                 )
             if needed:
@@ -150,7 +151,7 @@ class SegmentStore:
         spill = meta.spill.get(part)
         if spill is None or not spill.span or not spill.gens:
             return False
-        size = self.spec.window.size_ms
+        size = self.spec.reach_ms
         lowest = segment.min_ts.get(part, -np.inf)  # not recorded: assume it reaches back far enough
         return segment.max_ts[part] >= spill.span[0] - size and lowest <= spill.span[1] + size
 

@@ -121,7 +121,7 @@ class SlotSpill:
             out.extend(found)
             report.cleanup_pairs += sum(len(r) for r in found)
             report.cleaned.append(part)
-            horizon = -np.inf if meta.watermark is None else meta.watermark - self.spec.window.size_ms
+            horizon = -np.inf if meta.watermark is None else meta.watermark - self.spec.max_history_ms
             back = pa.concat_tables(pushed)
             back = back.filter(pc.greater_equal(back.column("ts"), horizon))
             self.segments.take_rows(meta, windows, part, [back])

@@ -33,10 +33,10 @@ class BatchWork:
     spill: SpillReport
 
 
-def slot_stats(index: int, batch: SlotBatch, meta: SlotMeta, work: BatchWork, window_ms: int | None) -> dict[str, Any]:
+def slot_stats(index: int, batch: SlotBatch, meta: SlotMeta, work: BatchWork, history_ms: int | None) -> dict[str, Any]:
     """The batch's summary at slot `index` (see the module docstring)."""
     epoch, clock, groups = batch.epoch, batch.clock, work.groups
-    spans = _state_spans(meta, work.horizon, window_ms)
+    spans = _state_spans(meta, work.horizon, history_ms)
     return {
         "slot_index": index,
         "routing_version": epoch.routing.version if epoch is not None else 0,
@@ -79,10 +79,10 @@ def slot_stats(index: int, batch: SlotBatch, meta: SlotMeta, work: BatchWork, wi
     }
 
 
-def _state_spans(meta: SlotMeta, watermark: int | None, window_ms: int | None) -> tuple[int, int]:
+def _state_spans(meta: SlotMeta, watermark: int | None, history_ms: int | None) -> tuple[int, int]:
     """The widest event-time span of a partition's state in this slot: of its live tuples (from the oldest one a
-    future tuple can still join, the expiry `watermark` less the window, to the newest), and of all it holds (segments
-    expire whole, so one that still holds a live tuple keeps its expired ones too)."""
+    future tuple can still join, the expiry `watermark` less the state's history, to the newest), and of all it
+    holds (segments expire whole, so one that still holds a live tuple keeps its expired ones too)."""
     low: dict[str, int] = {}
     high: dict[str, int] = {}
     for segment in meta.segments:
@@ -90,6 +90,6 @@ def _state_spans(meta: SlotMeta, watermark: int | None, window_ms: int | None) -
             high[part] = max(high.get(part, ts), ts)
             first = segment.min_ts.get(part, ts)
             low[part] = min(low.get(part, first), first)
-    horizon = -np.inf if watermark is None or window_ms is None else watermark - window_ms
+    horizon = -np.inf if watermark is None or history_ms is None else watermark - history_ms
     live = max((high[p] - max(low[p], horizon) for p in high), default=0)
     return int(max(live, 0)), max((high[p] - low[p] for p in high), default=0)

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.operators import test_mjoin
+from tests.operators.join_cases import STREAMS, check_against_oracle, events
 from tests.operators.run import run_join
-from tests.operators.test_join_oracle import STREAMS, check_against_oracle, events
 from windjoin.operators.predicate_ops import REGISTRY, IndexKind, PredicateOp
 from windjoin.operators.predicate_ops.base import Buffer, Width
 from windjoin.operators.spec import SpecError, parse_spec

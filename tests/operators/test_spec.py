@@ -30,6 +30,9 @@ BASE = {
 }
 
 
+BOUNDS = {"kind": "time", "lower_ms": -300_000, "upper_ms": 60_000}
+
+
 def test_issue_example_is_accepted():
     spec = parse_spec(BASE)
     assert spec.window.size_ms == 60000
@@ -60,6 +63,24 @@ def test_issue_example_is_accepted():
         (lambda d: d["streams"].update(task=d["streams"]["S"]), ["streams.task", "reserved"]),
         (lambda d: d["streams"]["R"]["fields"].update(ts="int"), ["streams.R.fields.ts", "implicit"]),
         (lambda d: d.pop("tasks"), ["tasks", "Field required"]),
+        (lambda d: d["window"].update(lower_ms=-5), ["window", "not both", "lower_ms"]),
+        (
+            lambda d: d["window"].update(size_ms=None, lower_ms=-5),
+            ["window", "missing ['upper_ms']", "lower_ms: -300000"],
+        ),
+        (
+            lambda d: d.update(window={"kind": "time", "lower_ms": 10, "upper_ms": -10}),
+            ["window", "lower_ms: 10 is above upper_ms (-10)", "lower_ms <= upper_ms"],
+        ),
+        (
+            lambda d: d["window"].update(size_ms=None, lower_ms=0, upper_ms=10**15),
+            ["window.upper_ms", "less than or equal to"],
+        ),
+        (
+            lambda d: d.update(window={"kind": "count", "size": 5}) or d["tasks"][0].update(window=BOUNDS),
+            ["tasks[0].window", "need the spec's window to be a time window"],
+        ),
+        (lambda d: d["tasks"][0].update(window={"kind": "count", "size": 5}), ["tasks[0].window.kind", "'time'"]),
     ],
 )
 def test_errors_name_key_value_and_accepted(mutate, expected):
@@ -76,6 +97,42 @@ def test_a_zero_size_time_window_is_accepted():
     data = copy.deepcopy(BASE)
     data["window"]["size_ms"] = 0
     assert parse_spec(data).window.size_ms == 0
+
+
+def test_asymmetric_bounds_per_spec_and_per_task():
+    """lower_ms <= second.ts - first.ts <= upper_ms in the task's join order; size_ms is [-size_ms, size_ms]; what
+    the state keeps below the watermark follows the bounds per stream."""
+    data = copy.deepcopy(BASE)
+    data["window"] = BOUNDS
+    data["tasks"].append({"name": "wide", "join": ["S", "R"], "window": {"kind": "time", "size_ms": 1000}})
+    spec = parse_spec(data)
+    assert spec.bounds(spec.task("band")) == (-300_000, 60_000)
+    assert spec.bounds(spec.task("wide")) == (-1000, 1000)
+    # band: R is first (an S may come up to 60 s after it), S second (an R up to 300 s after it); wide: 1 s
+    assert (spec.history_ms("R"), spec.history_ms("S")) == (60_000, 300_000)
+    assert spec.max_history_ms == spec.reach_ms == 300_000
+    data["tasks"] = data["tasks"][:1]
+    data["window"] = {"kind": "time", "lower_ms": 5_000, "upper_ms": 8_000}
+    spec = parse_spec(data)
+    assert (spec.history_ms("R"), spec.history_ms("S"), spec.reach_ms) == (8_000, 0, 8_000)
+
+
+def test_n_way_tasks_keep_a_symmetric_window():
+    data = copy.deepcopy(BASE)
+    data["streams"]["T"] = {"fields": {"k": "int"}}
+    data["tasks"] = [
+        {
+            "name": "three",
+            "join": ["R", "S", "T"],
+            "on": [{"op": "eq", "left": "R.k", "right": "S.k"}, {"op": "eq", "left": "S.k", "right": "T.k"}],
+        }
+    ]
+    assert parse_spec({**data, "window": {"kind": "time", "lower_ms": -50, "upper_ms": 50}})
+    with pytest.raises(SpecError, match=r"tasks\[0\].join: tasks of three or more streams need a symmetric window"):
+        parse_spec({**data, "window": BOUNDS})
+    data["tasks"][0]["window"] = {"kind": "time", "size_ms": 5}
+    with pytest.raises(SpecError, match=r"tasks\[0\].window: tasks of three or more streams join within"):
+        parse_spec(data)
 
 
 def test_all_problems_reported_at_once():

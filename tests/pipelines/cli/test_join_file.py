@@ -132,3 +132,36 @@ def test_offline_demo_runs_and_writes_results(tmp_path):
     assert results and all(
         abs(r["R"]["x"] - r["S"]["a"]) <= 10 and abs(r["R"]["y"] - r["S"]["b"]) <= 10 for r in results
     )
+
+
+def test_outer_semi_and_anti_tasks_over_asymmetric_bounds_equal_the_oracle(tmp_path):
+    """A complete file closes every window: each tuple that never paired is written once, its other side null;
+    --workers falls back to one worker for such tasks (and says so)."""
+    bounds = {"kind": "time", "lower_ms": -20, "upper_ms": 5}
+    on = [{"op": "eq", "left": "R.k", "right": "S.k"}]
+    spec = {
+        **SPEC,
+        "window": bounds,
+        "tasks": [
+            {"name": "left", "join": ["R", "S"], "type": "left", "on": on},
+            {"name": "full", "join": ["S", "R"], "type": "full", "on": on, "window": {"kind": "time", "size_ms": 3}},
+            {"name": "semi", "join": ["R", "S"], "type": "semi", "on": on},
+            {"name": "anti", "join": ["S", "R"], "type": "anti", "on": on},
+        ],
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    good = _good_events(1200, seed=7)
+    (tmp_path / "events.jsonl").write_text("\n".join(json.dumps(e) for e in good) + "\n")
+    out = tmp_path / "out.jsonl"
+    cmd = [sys.executable, "-m", "windjoin.pipelines", "join-file", str(tmp_path / "spec.yaml")]
+    cmd += [str(tmp_path / "events.jsonl"), "-o", str(out), "--chunk-size", "61", "--workers", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "joining on one worker" in proc.stderr and "unpaired rows" in proc.stderr
+    expected, _ = oracle_join(spec, good)
+    tasks = {t["name"]: t["join"] for t in spec["tasks"]}
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert as_multiset([(r["task"], r[tasks[r["task"]][0]], r[tasks[r["task"]][1]]) for r in got]) == as_multiset(
+        expected
+    )
+    assert {r["task"] for r in got if None in r.values()} == {"left", "full", "semi", "anti"}

@@ -60,3 +60,22 @@ def test_a_two_way_spec_with_topics_and_checkpoint_is_runnable(tmp_path):
         stream["topic"] = name
     data["checkpoint"] = str(tmp_path / "ckpt")
     check_runnable(parse_spec(data))
+
+
+def test_outer_semi_and_anti_tasks_are_refused_before_spark_asymmetric_bounds_are_not(tmp_path):
+    """The streaming job's state does not keep which tuples paired yet: other types than inner are refused by
+    key; asymmetric bounds run (state expires by them, `JoinSpec.history_ms`)."""
+    on = [{"op": "eq", "left": "R.k", "right": "S.k"}]
+    data = {
+        "window": {"kind": "time", "lower_ms": -300_000, "upper_ms": 60_000},
+        "streams": {
+            "R": {"fields": {"k": "int"}, "topic": "r", "key": "k"},
+            "S": {"fields": {"k": "int"}, "topic": "s", "key": "k"},
+        },
+        "tasks": [{"name": "pairs", "join": ["R", "S"], "on": on}],
+        "checkpoint": str(tmp_path / "ckpt"),
+    }
+    check_runnable(parse_spec(data))
+    data["tasks"].append({"name": "unpaid", "join": ["R", "S"], "on": on, "type": "anti"})
+    with pytest.raises(JobConfigError, match=r"tasks\[1\]\.type: 'anti' runs in `windjoin join-file`"):
+        check_runnable(parse_spec(data))

@@ -70,10 +70,29 @@ def _rows(run: SlotRun, task: str) -> list[tuple]:
     return [(task, row[left], row[right]) for row in run.sink.rows(task)]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(raw=events_strategy, size_ms=st.sampled_from([0, 25, 200]))
-def test_pooled_slots_equal_the_oracle(raw, size_ms, monkeypatch):
-    spec = spec_dict({"kind": "time", "size_ms": size_ms}, partitions=8)
+TIME_WINDOWS = [
+    {"kind": "time", "size_ms": 0},
+    {"kind": "time", "size_ms": 25},
+    {"kind": "time", "size_ms": 200},
+    {"kind": "time", "lower_ms": -200, "upper_ms": 25},  # asymmetric around zero
+    {"kind": "time", "lower_ms": 0, "upper_ms": 60},  # the second after the first
+    {"kind": "time", "lower_ms": -60, "upper_ms": -10},  # the second before the first
+    {"kind": "time", "lower_ms": 15, "upper_ms": 15},  # one point
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    raw=events_strategy,
+    window=st.sampled_from(TIME_WINDOWS),
+    band_window=st.one_of(st.none(), st.sampled_from(TIME_WINDOWS)),
+)
+def test_pooled_slots_equal_the_oracle(raw, window, band_window, monkeypatch):
+    """Symmetric and asymmetric bounds, for the spec and for one task of its own (`band` joins [S, R]: its
+    bounds are read the other way round), with state expired as the bounds allow."""
+    spec = spec_dict(window, partitions=8)
+    if band_window is not None:
+        spec["tasks"][1]["window"] = band_window
     run = SlotRun(parse_spec(spec), monkeypatch)
     watermark = None
     for batch in _batches(raw):
