@@ -50,6 +50,7 @@ def flags_of(store: WindowStore, task: str, kind: str, sseq: np.ndarray) -> np.n
 
 
 def mark_paired(store: WindowStore, task: str, sseq: np.ndarray) -> None:
+    """Remember that the stored tuples numbered `sseq` have paired (for `task`)."""
     for block, rows, _ in store.locate(sseq):
         block.flag(task, PAIRED)[rows] = True
 
