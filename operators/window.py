@@ -90,14 +90,16 @@ class WindowStore:
         lateness_ms: int = 0,
         history_ms: int | None = None,
     ) -> None:
-        """`history_ms` (time windows): how far below the watermark a stored tuple may still pair with a later one
-        (`JoinSpec.history_ms`; default the symmetric window's size)."""
+        """`history_ms` (time windows, required): how far below the watermark a stored tuple may still pair with a
+        later one (`JoinSpec.history_ms`)."""
         self.window = window
         if isinstance(window, CountWindow):
             self.max_block_rows = max(1024, min(max_block_rows, window.size // 8))
             self.max_block_span_ms = None
         else:
-            self.history_ms = window.bounds[1] if history_ms is None else history_ms
+            if history_ms is None:
+                raise ValueError("history_ms: a time window's store needs it (JoinSpec.history_ms of its stream)")
+            self.history_ms = history_ms
             self.max_block_rows = max_block_rows
             # A block expires whole, so its span is how long a stale tuple may outlive expiry: an eighth of the
             # history; one of zero holds only the tuples within the lateness, so an eighth of that.

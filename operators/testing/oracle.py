@@ -59,7 +59,7 @@ def split_late(spec: dict, events: list[dict]) -> tuple[list[dict], list[int]]:
 
 def oracle_join(spec: dict, events: list[dict]) -> tuple[list[tuple[str, dict | None, dict | None]], list[int]]:
     """All results of a complete input as (task, left tuple, right tuple), and the positions of events refused as
-    late. Pairs come in emission order; then, per task of another type than inner (`typed`), its rows of one side
+    late. Pairs come in emission order; then, per task of another type than inner, its rows of one side
     alone (the other None): the left tuples that ever paired (semi), or the tracked sides' tuples that never did
     (left: left, right: right, full: both, anti: left), in arrival order."""
     window = spec["window"]
@@ -88,7 +88,8 @@ def oracle_join(spec: dict, events: list[dict]) -> tuple[list[tuple[str, dict | 
                     results.append((task["name"], pair[left], pair[right]))
                     paired[task["name"]] |= {number, old_number}
         accepted.append((stream, tup))
-    results = [r for r in results if typed(spec, r[0]) in ("inner", "left", "right", "full")]
+    emit_pairs = {t["name"] for t in spec["tasks"] if t.get("type", "inner") not in ("semi", "anti")}
+    results = [r for r in results if r[0] in emit_pairs]
     for task in spec["tasks"]:
         kind = task.get("type", "inner")
         left, right = task["join"]
@@ -102,11 +103,6 @@ def oracle_join(spec: dict, events: list[dict]) -> tuple[list[tuple[str, dict | 
             if wanted:
                 results.append((task["name"], tup if stream == left else None, tup if stream == right else None))
     return results, late
-
-
-def typed(spec: dict, task_name: str) -> str:
-    """A task's type: inner (the default), left, right, full, semi or anti."""
-    return next(t.get("type", "inner") for t in spec["tasks"] if t["name"] == task_name)
 
 
 def bounds(spec: dict, task: dict) -> tuple[int, int]:

@@ -75,6 +75,9 @@ def specs(draw):
     }
 
 
+EVENT_FIELDS = {"R": ("ts", "x", "y", "z", "f"), "S": ("t", "a", "b", "c", "d")}  # STREAMS' fields by type
+
+
 @st.composite
 def events(draw, hot_key: bool = False):
     n = draw(st.integers(0, 70))
@@ -84,30 +87,12 @@ def events(draw, hot_key: bool = False):
         clock += draw(st.integers(0, 4))  # ties are common
         ts = max(0, clock - draw(st.integers(0, 20)))  # out of order, sometimes beyond the lateness
         key = 0 if hot_key else draw(st.integers(0, 3))
-        if draw(st.booleans()):
-            out.append(
-                {
-                    "stream": "R",
-                    "ts": ts,
-                    "k": key,
-                    "x": draw(st.integers(-3, 8)),
-                    "y": draw(floats),
-                    "z": draw(st.sampled_from(["", "a", "b", "ab"])),
-                    "f": draw(st.booleans()),
-                }
-            )
-        else:
-            out.append(
-                {
-                    "stream": "S",
-                    "t": ts,
-                    "k": key,
-                    "a": draw(st.integers(-3, 8)),
-                    "b": draw(floats),
-                    "c": draw(st.sampled_from(["", "a", "b", "ab"])),
-                    "d": draw(st.booleans()),
-                }
-            )
+        stream = "R" if draw(st.booleans()) else "S"
+        ts_name, int_name, float_name, str_name, bool_name = EVENT_FIELDS[stream]
+        event = {"stream": stream, ts_name: ts, "k": key, int_name: draw(st.integers(-3, 8)), float_name: draw(floats)}
+        event[str_name] = draw(st.sampled_from(["", "a", "b", "ab"]))
+        event[bool_name] = draw(st.booleans())
+        out.append(event)
     return out
 
 
