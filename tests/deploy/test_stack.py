@@ -62,6 +62,7 @@ TOKENS = {"tester": TOKEN, "prometheus": PROMETHEUS_TOKEN}
 EVENT_AGE_MS = 90_000  # events start this far behind the wall clock: production delays land in the histogram's range
 WAVE = 1200  # events per wave; the driver is killed after the first
 WINDOW_MS = 1000
+SCRAPE_S = 5
 DEPS_CONTAINERFILE = """\
 FROM localhost/windjoin-base:bookworm
 RUN apt-get update && apt-get install -y --no-install-recommends redis-server && rm -rf /var/lib/apt/lists/*
@@ -205,6 +206,13 @@ def _prom_query(url: str, expr: str) -> list[dict]:
     return body["data"]["result"]
 
 
+def _wait_for_prom(url: str, expr: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not _prom_query(url, expr):
+        assert time.monotonic() < deadline, f"Prometheus returned nothing for {expr} in {timeout_s} s"
+        time.sleep(1)
+
+
 @dataclass
 class StackRun:
     rows_before_kill: int
@@ -233,6 +241,7 @@ def stack(podman_ready, helm, tmp_path_factory) -> StackRun:
         },
         "spec": {"window": {"kind": "time", "size_ms": WINDOW_MS}, "max_offsets_per_trigger": 300},  # several batches
         "redis": {"image": dict(zip(("repository", "tag"), DEPS_IMAGE.rsplit(":", 1), strict=True))},
+        "monitoring": {"podMonitor": {"interval": f"{SCRAPE_S}s"}},  # several scrapes within the run
     }
     manifests = load_manifests(_render(helm, values, tmp))
     manifests.append(_token_secret(manifests))  # created by the user, as the values say
@@ -278,8 +287,6 @@ def stack(podman_ready, helm, tmp_path_factory) -> StackRun:
         base_ts = int(time.time() * 1000) - EVENT_AGE_MS
         first, second = _events(WAVE, 0, 1, base_ts), _events(WAVE, WAVE, 2, base_ts)
         produce_events(bootstrap, spec, first, topic_partitions=2)
-        # one record that is not JSON: dead-lettered (the dashboards' dead-letter panel), never joined
-        produce(bootstrap, spec["streams"]["R"]["topic"], [(b"0", b"not json", base_ts + WAVE * 10)])
         expected, late = oracle_join(spec, first + second)
         assert not late
         first_only, _ = oracle_join(spec, first)
@@ -290,8 +297,14 @@ def stack(podman_ready, helm, tmp_path_factory) -> StackRun:
         runner.kill(f"{FULL}-driver")
         produce_events(bootstrap, spec, second, topic_partitions=2)  # while the driver is down
         runner.start(f"{FULL}-driver")
+        restarted = time.time()
         runner.wait_ready(f"{FULL}-driver")
         rows = _wait_for(proxy, base_ts, len(expected), 420)
+        # one record that is not JSON: dead-lettered, never joined. Sent once Prometheus holds the restarted
+        # driver's counter at 0, so the dead-letter panel's rate() sees it rise within one process.
+        _wait_for_prom(prom_url, f"timestamp(windjoin_job_dead_letters_total) > {restarted}", 120)
+        produce(bootstrap, spec["streams"]["R"]["topic"], [(b"0", b"not json", base_ts + WAVE * 10)])
+        _wait_for_prom(prom_url, "sum(rate(windjoin_job_dead_letters_total[5m])) > 0", 120)
         time.sleep(8)  # a few more batches: nothing arrives twice later
         rows = _query_all(proxy, base_ts)
         # a continuous query: the proxy's stream metrics
