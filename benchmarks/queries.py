@@ -15,7 +15,8 @@ connected (each has had its "ready" event) before the first batch. The client co
 (see `follow`) so that its own CPU, in this process with the writer, weighs little on the measure. K doubles
 while every subscriber keeps up: each batch's rows reach every subscriber, p99 lag (receipt minus the batch's
 emitted_at) under 2 s, no slow-consumer disconnect. Two subscriber kinds: the whole stream, and a selective
-one (`R.k < 1000`, about 1% of the rows).
+one (`R.k < 1000`, about 1% of the rows). Beside them, the same rounds against the machine's floor
+(`benchmarks/sse_floor.py`: the same server stack, events and clients, no work per row).
 
     python -m benchmarks.queries [--quick]
 """
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,7 @@ import numpy as np
 import yaml
 
 from benchmarks.machine import machine_facts
+from benchmarks.sse_floor import floor_round
 
 RESULTS = Path(__file__).parent / "results" / "queries.json"
 PIPELINE_RESULTS = Path(__file__).parent / "results" / "pipeline.json"
@@ -251,17 +254,22 @@ async def fanout_round(base: str, writer: ResultWriter, rate: float, k: int, whe
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    expected = written["rows"] if where is None else written["selected"]
+    return {"rows_written": written["rows"]} | round_result(stats, k, expected, LAG_LIMIT_MS)
+
+
+def round_result(stats: list[dict[str, Any]], k: int, expected: int, lag_limit_ms: float) -> dict[str, Any]:
+    """A fan-out round's verdict from its subscribers' counts: kept up when each got every row it should, none
+    was disconnected, and the p99 lag is under the limit."""
     lags = [lag for s in stats for lag in s["lags"]]
     received = [s["rows"] for s in stats]
-    expected = written["rows"] if where is None else written["selected"]
     kept_up = (
         all(s["errors"] == 0 for s in stats)
         and min(received) == expected == max(received)
-        and (quantiles(lags)["p99_ms"] or 0) < LAG_LIMIT_MS
+        and (quantiles(lags)["p99_ms"] or 0) < lag_limit_ms
     )
     return {
         "subscribers": k,
-        "rows_written": written["rows"],
         "rows_expected": expected,
         "rows_received_min": min(received),
         "rows_received_max": max(received),
@@ -270,6 +278,21 @@ async def fanout_round(base: str, writer: ResultWriter, rate: float, k: int, whe
         "kept_up": kept_up,
         "loadavg_1m": os.getloadavg()[0],  # other work on the machine competes for its cores
     }
+
+
+def doubling(label: str, max_k: int, run_round: Callable[[int], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    """Fan-out rounds of 1, 2, 4, ... subscribers while every subscriber keeps up (at most `max_k`)."""
+    rounds = []
+    k = 1
+    while k <= max_k:
+        r = asyncio.run(run_round(k))
+        print(f"fan-out {label}: {k} subscribers -> {r['kept_up']} lag {r['lag']}", flush=True)
+        rounds.append(r)
+        if not r["kept_up"]:
+            break
+        k *= 2
+    kept = [r["subscribers"] for r in rounds if r["kept_up"]]
+    return {"rounds": rounds, "max_subscribers_kept_up": max(kept, default=0)}
 
 
 def wait_ready(base: str, timeout_s: float = 60) -> None:
@@ -353,17 +376,12 @@ def main() -> None:
         result["fanout_rate_rows_per_s"] = rate
         result["fanout"] = {}
         for label, where in (("whole_stream", None), ("selective", SELECTIVE)):
-            rounds = []
-            k = 1
-            while k <= p.max_subscribers:
-                r = asyncio.run(fanout_round(base, writer, rate, k, where, p))
-                print(f"fan-out {label}: {k} subscribers -> {r['kept_up']} lag {r['lag']}", flush=True)
-                rounds.append(r)
-                if not r["kept_up"]:
-                    break
-                k *= 2
-            kept = [r["subscribers"] for r in rounds if r["kept_up"]]
-            result["fanout"][label] = {"rounds": rounds, "max_subscribers_kept_up": max(kept, default=0)}
+            result["fanout"][label] = doubling(
+                label, p.max_subscribers, lambda k, where=where: fanout_round(base, writer, rate, k, where, p)
+            )
+        result["fanout_floor"] = doubling(
+            "floor", p.max_subscribers, lambda k: floor_round(free_port(), rate, k, p.fanout_seconds, LAG_LIMIT_MS)
+        )
     finally:
         if proxy is not None:
             proxy.terminate()

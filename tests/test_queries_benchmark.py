@@ -18,3 +18,5 @@ def test_queries_benchmark_quick_run(tmp_path):
         first = result["fanout"][kind]["rounds"][0]
         assert first["subscribers"] == 1 and first["rows_expected"] > 0
         assert 0 < first["rows_received_max"] <= first["rows_expected"]
+    floor = result["fanout_floor"]["rounds"][0]  # a server with no work per row, the same clients
+    assert floor["subscribers"] == 1 and floor["kept_up"], floor
