@@ -9,8 +9,6 @@ retained snapshot are not read: retention removes them (folders left there by a 
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,7 +17,7 @@ from windjoin.connectors.parquet_scan import Footers, readable
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.query.cursors import FEED_END as _END
-from windjoin.operators.query.fields import ROW, table_rows
+from windjoin.operators.query.fields import concat_rows, row_position, table_rows
 from windjoin.operators.query.order import ReadBudget
 from windjoin.operators.result_table import EMITTED_AT, PIECE_ROW_BITS, row_bytes
 
@@ -41,36 +39,40 @@ class ParquetReplay:
 
     def rows_after(
         self, task: str, after: tuple[int, int], upto: int, count: int, max_bytes: int | None = None
-    ) -> tuple[list[dict[str, Any]], tuple[int, int]] | None:
-        """Up to `count` rows after the (batch_id, row) position, of batches up to `upto` inclusive, and about
-        `max_bytes` of row values at most (the first row always; None: no bound), read a row group at a time; and
-        the position after them ((upto, end) once every batch up to `upto` was read; `end` is any row past the last).
+    ) -> tuple[pa.Table, tuple[int, int]] | None:
+        """Up to `count` rows (a rows table, `fields.rows_table`) after the (batch_id, row) position, of batches up
+        to `upto` inclusive, and about `max_bytes` of row values at most (the first row always; None: no bound),
+        read a row group at a time; and the position after them ((upto, end) once every batch up to `upto` was
+        read; `end` is any row past the last).
 
         None when a batch that must be read is not retained (expired) or not committed yet: the rows cannot be
         served from Parquet now."""
         batch, row = after
         retained = set(self.retained(task))
-        rows: list[dict[str, Any]] = []
+        parts: list[pa.Table] = []
+        read = 0
         budget = ReadBudget(2**62 if max_bytes is None else max_bytes)
-        while len(rows) < count:
+        while read < count:
             if batch > upto or (batch == upto and row >= _END):
-                return rows, (upto, _END)
+                return concat_rows(parts), (upto, _END)
             current, last_row = (batch, row) if row < _END else (batch + 1, -1)
             if current > upto:
-                return rows, (upto, _END)
+                return concat_rows(parts), (upto, _END)
             if current not in retained:
                 return None
             for piece, file, metadata in self.footers.pieces(task, current):
                 first = piece << PIECE_ROW_BITS  # the piece's rows are numbered from here (result_table.piece_rows)
                 with self.parquet.files.open_input(file) as source:
-                    read, whole = _piece_rows(
-                        task, current, source, metadata, first, max(0, last_row + 1 - first), count - len(rows), budget
+                    taken, whole = _piece_rows(
+                        task, current, source, metadata, first, max(0, last_row + 1 - first), count - read, budget
                     )
-                rows += read
+                parts += taken
+                read += sum(part.num_rows for part in taken)
                 if not whole:  # stopped inside the piece, at the count or the bytes
-                    return rows, (current, rows[-1][ROW] if rows else last_row)
+                    rows = concat_rows(parts)
+                    return rows, (current, row_position(rows, -1)[1] if rows.num_rows else last_row)
             batch, row = current, _END
-        return rows, (batch, row)
+        return concat_rows(parts), (batch, row)
 
     def first_emitted_at_or_after(self, task: str, from_ms: int, below: int) -> int | None:
         """The first retained batch below `below` whose rows were emitted at or after `from_ms`, or None.
@@ -98,26 +100,28 @@ def _piece_rows(
     skip: int,
     count: int,
     budget: ReadBudget,
-) -> tuple[list[dict[str, Any]], bool]:
+) -> tuple[list[pa.Table], bool]:
     """Up to `count` rows of a piece file (footer `metadata`) from position `skip` on (its rows numbered from
-    `first`), a row group at a time within `budget`; and whether the file was read to its end."""
+    `first`; rows tables), a row group at a time within `budget`; and whether the file was read to its end."""
     handle = readable(task, batch, lambda: pq.ParquetFile(file, metadata=metadata))
-    rows: list[dict[str, Any]] = []
+    parts: list[pa.Table] = []
+    read = 0
     start = 0  # the group's first position in the file
     for group in range(metadata.num_row_groups):
         size = metadata.row_group(group).num_rows
         if start + size > skip:
-            if len(rows) >= count or budget.left <= 0:
-                return rows, False
+            if read >= count or budget.left <= 0:
+                return parts, False
             table = readable(task, batch, lambda group=group: handle.read_row_group(group))
             low = max(skip - start, 0)
-            taken = table.slice(low, count - len(rows))
+            taken = table.slice(low, count - read)
             taken = taken.slice(0, budget.take(row_bytes(taken)))
-            rows += table_rows(taken, first + start + low + np.arange(taken.num_rows))
+            parts.append(table_rows(taken, first + start + low + np.arange(taken.num_rows)))
+            read += taken.num_rows
             if low + taken.num_rows < size:
-                return rows, False
+                return parts, False
         start += size
-    return rows, True
+    return parts, True
 
 
 _EMPTY = -1  # a file without rows

@@ -14,16 +14,16 @@ the batch", `FEED_END` is "after the whole batch"; `None` is the start of the fe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import redis
 
 from windjoin.connectors.redis_functions import fcall
 from windjoin.connectors.redis_keys import feed_key, meta_key, piece_key
 from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk
 from windjoin.operators.query.cursors import FEED_END
-from windjoin.operators.query.fields import table_rows
+from windjoin.operators.query.fields import concat_rows, table_rows
 from windjoin.operators.query.order import ReadBudget
 from windjoin.operators.result_table import PIECE_ROW_BITS, row_bytes
 
@@ -135,18 +135,20 @@ def read_feed(
     count: int,
     block_ms: int | None,
     max_bytes: int | None = None,
-) -> list[dict[str, Any]]:
-    """Up to `count` result rows after the (batch_id, row) cursor, in (batch_id, row) order, and about `max_bytes`
-    of row values at most (`result_table.row_bytes`; the first row always; None: no bound).
+) -> pa.Table:
+    """Up to `count` result rows (a rows table, `fields.rows_table`) after the (batch_id, row) cursor, in
+    (batch_id, row) order, and about `max_bytes` of row values at most (`result_table.row_bytes`; the first row
+    always; None: no bound).
 
     Waits up to `block_ms` for a new batch when none is there (None or 0: does not wait; never waits forever).
     PieceGone when a piece an entry names has left Redis."""
     key = feed_key(task, namespace)
     start = "0-0" if after is None else _start_text(after)
-    rows: list[dict[str, Any]] = []
+    parts: list[pa.Table] = []
+    read = 0
     budget = ReadBudget(2**62 if max_bytes is None else max_bytes)
     block = block_ms if block_ms else None
-    while len(rows) < count and budget.left > 0:
+    while read < count and budget.left > 0:
         reply = client.xread({key: start}, count=_ENTRIES_PER_READ, block=block)
         if not reply:
             break
@@ -156,36 +158,41 @@ def read_feed(
             piece = seq - 1
             # rows of a piece are numbered from (piece << 32)
             skip = after[1] + 1 - (piece << PIECE_ROW_BITS) if after is not None and batch == after[0] else 0
-            rows += _piece_rows(client, task, namespace, batch, piece, max(skip, 0), count - len(rows), budget)
-            if len(rows) >= count or budget.left <= 0:
+            for part in _piece_rows(client, task, namespace, batch, piece, max(skip, 0), count - read, budget):
+                parts.append(part)
+                read += part.num_rows
+            if read >= count or budget.left <= 0:
                 break
         start = entries[-1][0]
-        if rows:
+        if read:
             block = None  # something to return: only take what is already there
-    return rows
+    return concat_rows(parts)
 
 
 def _piece_rows(
     client: redis.Redis, task: str, namespace: str, batch: int, piece: int, skip: int, count: int, budget: ReadBudget
-) -> list[dict[str, Any]]:
-    """Up to `count` rows of a piece from position `skip` on, read a chunk at a time, within `budget`."""
+) -> list[pa.Table]:
+    """Up to `count` rows of a piece from position `skip` on (rows tables), read a chunk at a time, within
+    `budget`."""
     key = piece_key(task, batch, piece, namespace)
     index = client.hget(key, "index")
     if index is None:
         raise PieceGone(f"task {task!r} batch {batch} piece {piece}")
-    rows: list[dict[str, Any]] = []
+    parts: list[pa.Table] = []
+    read = 0
     for entry in map(ChunkEntry.parse, index.split()):
         end = entry.offset + entry.rows
-        if end <= skip or len(rows) >= count or budget.left <= 0:
+        if end <= skip or read >= count or budget.left <= 0:
             continue
         data = client.hget(key, f"c{entry.seq}")
         if data is None:
             raise PieceGone(f"task {task!r} batch {batch} piece {piece}")
         first = max(skip - entry.offset, 0)
-        taken = decode_chunk(data, entry).slice(first, count - len(rows))
+        taken = decode_chunk(data, entry).slice(first, count - read)
         taken = taken.slice(0, budget.take(row_bytes(taken)))
-        rows += table_rows(taken, entry.first_row + first + np.arange(taken.num_rows))
-    return rows
+        parts.append(table_rows(taken, entry.first_row + first + np.arange(taken.num_rows)))
+        read += taken.num_rows
+    return parts
 
 
 def _start_id(after: tuple[int, int] | None) -> tuple[int, int]:

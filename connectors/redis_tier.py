@@ -36,7 +36,7 @@ from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk
 from windjoin.connectors.redis_retention import drop_pieces
 from windjoin.connectors.span_scan import Part
 from windjoin.operators.query.errors import Damaged
-from windjoin.operators.query.fields import table_rows
+from windjoin.operators.query.fields import as_rows, table_rows
 from windjoin.operators.result_table import check_batch_id, result_times, row_bytes
 
 T = TypeVar("T")
@@ -240,7 +240,7 @@ def read_all(client: redis.Redis, task: str, namespace: str, t_from: int, t_to: 
         table = decode_chunk(span.chunk(unit.entry), unit.entry)
         times = result_times(table)
         keep = np.flatnonzero((times >= t_from) & (times <= t_to))
-        rows += table_rows(table.take(keep), unit.entry.first_row + keep, times[keep])
+        rows += as_rows(table_rows(table.take(keep), unit.entry.first_row + keep, times[keep]))
     rows.sort(key=lambda r: (r["result_time"], r["batch_id"], r["row"]))
     return rows
 

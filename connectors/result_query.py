@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import redis
 
 from windjoin.connectors import redis_feed, redis_tier, span_scan
@@ -57,9 +58,9 @@ from windjoin.connectors.span_scan import Found
 from windjoin.operators.query.conditions import Condition, check_conditions
 from windjoin.operators.query.cursors import FEED_END, MAX_TIME, CursorCodec, needed_batch
 from windjoin.operators.query.errors import BadQuery, Gone, NotFound, TryAgain
-from windjoin.operators.query.fields import ROW, check_projection, project, result_fields
+from windjoin.operators.query.fields import as_rows, check_projection, project, result_fields, row_position
 from windjoin.operators.query.selection import narrow_span, select
-from windjoin.operators.result_table import BATCH_ID, result_schema, stream_timestamps
+from windjoin.operators.result_table import result_schema, stream_timestamps
 from windjoin.operators.spec import JoinSpec
 
 MAX_LIMIT = 10_000
@@ -343,6 +344,21 @@ class ResultStore:
         task = self._task(task)
         conditions = self._conditions(task, where)
         projection = self._projection(task, fields)
+        rows, cursor = self.follow_table(task, after, from_ms, count, block_ms, max_bytes)
+        return [project(row, projection) for row in select(as_rows(rows), conditions)], cursor
+
+    def follow_table(
+        self,
+        task: str,
+        after: str | None = None,
+        from_ms: int | None = None,
+        count: int = 1000,
+        block_ms: int = 0,
+        max_bytes: int | None = None,
+    ) -> tuple[pa.Table, str]:
+        """The rows `follow` reads, all of them, as a rows table (`fields.rows_table`), and the cursor after them:
+        for the query proxy's feed, which selects, projects and encodes them a column at a time."""
+        task = self._task(task)
         count = self._int("count", count, 1, MAX_LIMIT)
         block_ms = self._int("block_ms", block_ms, 0, MAX_BLOCK_MS)
         position: tuple[int, int] | None
@@ -356,13 +372,13 @@ class ResultStore:
         if upto is not None:
             assert position is not None
             rows, position, done = self._follow_parquet(task, position, upto, count, max_bytes or self.page_bytes)
-            if rows or not done:
+            if rows.num_rows or not done:
                 cursor = (
                     self.cursors.feed_cursor(task, position)
                     if done
                     else self.cursors.resume_cursor(task, position, upto)
                 )
-                return [project(row, projection) for row in select(rows, conditions)], cursor
+                return rows, cursor
         if after is not None:  # a feed cursor, or the end of a resume cursor's batches that had no rows
             self._check_feed(task, position)
         elif from_ms is not None:
@@ -371,15 +387,15 @@ class ResultStore:
             position = self._now(task)
         needed = needed_batch(position)
         rows = self._read_feed(task, position, count, block_ms or None, max_bytes or self.page_bytes)
-        if rows and rows[0][BATCH_ID] > needed:  # skipped batches: empty ones, or lost while the read waited
+        if rows.num_rows and row_position(rows, 0)[0] > needed:  # skipped batches: empty ones, or lost meanwhile
             self._check_feed(task, position)
-        if rows:
-            position = (rows[-1][BATCH_ID], rows[-1][ROW])
-        return [project(row, projection) for row in select(rows, conditions)], self.cursors.feed_cursor(task, position)
+        if rows.num_rows:
+            position = row_position(rows, -1)
+        return rows, self.cursors.feed_cursor(task, position)
 
     def _read_feed(
         self, task: str, position: tuple[int, int] | None, count: int, block_ms: int | None, max_bytes: int
-    ) -> list[dict[str, Any]]:
+    ) -> pa.Table:
         """The feed's rows after `position`; Gone (or TryAgain) when a piece it names left Redis meanwhile."""
         assert self.feed_client is not None
         try:
@@ -463,9 +479,9 @@ class ResultStore:
 
     def _follow_parquet(
         self, task: str, position: tuple[int, int], upto: int, count: int, max_bytes: int
-    ) -> tuple[list[dict[str, Any]], tuple[int, int], bool]:
-        """Rows after `position` of batches up to `upto`, from Parquet (a resume cursor), the position after them,
-        and whether batch `upto` is read to its end (the feed takes over from there)."""
+    ) -> tuple[pa.Table, tuple[int, int], bool]:
+        """Rows after `position` of batches up to `upto` (a rows table), from Parquet (a resume cursor), the position
+        after them, and whether batch `upto` is read to its end (the feed takes over from there)."""
         if self._replay is None:
             raise NotFound("cursor: resuming from Parquet needs the Parquet tier (sinks.parquet)")
         last = self._parquet.last_committed(task) if self._parquet is not None else None

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from windjoin.operators.query.errors import BadQuery
 from windjoin.operators.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_times, stream_timestamps
@@ -55,6 +56,12 @@ def field_value(row: Mapping[str, Any], field: str) -> Any:
     return row[stream][name] if dot else row[field]
 
 
+def field_column(table: pa.Table, field: str) -> pa.ChunkedArray:
+    """A rows table's column of a selectable name (a stream's field: null where the stream's struct is null)."""
+    stream, dot, name = field.partition(".")
+    return pc.struct_field(table.column(stream), name) if dot else table.column(field)
+
+
 def row_key(row: Mapping[str, Any]) -> Key:
     """A row's (result_time, batch_id, row) key."""
     return (row[RESULT_TIME], row[BATCH_ID], row[ROW])
@@ -74,16 +81,35 @@ def project(row: dict[str, Any], names: list[str] | None) -> dict[str, Any]:
     return out
 
 
+def project_table(table: pa.Table, names: list[str] | None) -> pa.Table:
+    """A rows table with only the named fields, as `project` cuts each of its rows (the table itself for None)."""
+    if names is None:
+        return table
+    tops = list(dict.fromkeys(name.partition(".")[0] for name in names))  # streams and plain names, in first use
+    arrays = []
+    for top in tops:
+        column = table.column(top)
+        inner = [field for stream, dot, field in (n.partition(".") for n in names) if dot and stream == top]
+        if inner:
+            children = [pc.struct_field(column, field).combine_chunks() for field in inner]
+            arrays.append(pa.StructArray.from_arrays(children, names=inner, mask=_nulls(column)))
+        else:
+            arrays.append(column.combine_chunks())
+    return pa.Table.from_arrays(arrays, names=tops)
+
+
+def _nulls(column: pa.ChunkedArray) -> pa.Array | None:
+    """Where a column is null (None when nowhere): a projected stream stays null where its struct was."""
+    return pc.is_null(column).combine_chunks() if column.null_count else None
+
+
 def table_rows(
     table: pa.Table, rows: Sequence[int] | np.ndarray, times: Sequence[int] | np.ndarray | None = None
-) -> list[dict[str, Any]]:
-    """Result rows `{<stream>: {...}, ..., "batch_id", "row", "emitted_at", "result_time"}` of a result table
-    (whose stream columns may hold only some of their fields), numbered `rows`; `times`: their result times (None:
-    computed from the table's timestamps)."""
-    if not table.num_rows:
-        return []
+) -> pa.Table:
+    """The result rows of a result table (whose stream columns may hold only some of their fields) as a rows table
+    (`rows_table`), numbered `rows`; `times`: their result times (None: computed from the table's timestamps)."""
     times = result_times(table) if times is None else times
-    return result_rows(
+    return rows_table(
         {name: table.column(name).combine_chunks() for name in stream_timestamps(table.schema)},
         table.column(BATCH_ID).combine_chunks(),
         pa.array(np.asarray(rows, dtype=np.int64)),
@@ -92,10 +118,30 @@ def table_rows(
     )
 
 
-def result_rows(
+def rows_table(
     streams: Mapping[str, pa.Array], batch_ids: pa.Array, rows: pa.Array, emitted_at: pa.Array, times: pa.Array
-) -> list[dict[str, Any]]:
-    """Result rows from their columns (`streams`: one struct array per joined stream, in join order), made into
-    dicts by Arrow's C++ as one struct array (about 3x a dict built per row in Python)."""
+) -> pa.Table:
+    """Result rows as columns, one per key of a result row: a struct column per joined stream (`streams`, in join
+    order), then batch_id, row, emitted_at and result_time. Readers keep rows so until they must be dicts
+    (`as_rows`): the feed selects, projects and encodes them a column at a time."""
     names = [*streams, BATCH_ID, ROW, EMITTED_AT, RESULT_TIME]
-    return pa.StructArray.from_arrays([*streams.values(), batch_ids, rows, emitted_at, times], names=names).to_pylist()
+    return pa.Table.from_arrays([*streams.values(), batch_ids, rows, emitted_at, times], names=names)
+
+
+def as_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """A rows table's result rows as dicts, made by Arrow's C++ as one struct array (about 3x a dict built per row
+    in Python; `Table.to_pylist` builds them in Python)."""
+    if not table.num_rows:
+        return []
+    columns = [column.combine_chunks() for column in table.columns]
+    return pa.StructArray.from_arrays(columns, names=table.column_names).to_pylist()
+
+
+def row_position(table: pa.Table, i: int) -> tuple[int, int]:
+    """The (batch_id, row) position of a rows table's row `i` (negative: from the end)."""
+    return table.column(BATCH_ID)[i].as_py(), table.column(ROW)[i].as_py()
+
+
+def concat_rows(parts: Sequence[pa.Table]) -> pa.Table:
+    """Rows tables read one after another as one (no columns when there are none)."""
+    return pa.concat_tables(parts) if parts else pa.table({})

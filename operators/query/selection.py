@@ -1,5 +1,5 @@
 """Which results meet a query's conditions: result rows (row by row, or with numpy over a column), Arrow columns,
-and the result-time span the conditions leave."""
+rows tables (`fields.rows_table`), and the result-time span the conditions leave."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windjoin.operators.query.conditions import COMPARISONS, Condition
-from windjoin.operators.query.fields import RESULT_TIME, field_value
+from windjoin.operators.query.fields import RESULT_TIME, field_column, field_value
 
 _VECTOR_ROWS = 32  # below this many rows a selection is evaluated row by row
 # Condition values numpy compares exactly as Python does, per column kind: int64, float64, bool.
@@ -90,6 +90,17 @@ def arrow_mask(column: pa.Array | pa.ChunkedArray, condition: Condition) -> np.n
     if isinstance(result, pa.ChunkedArray):
         result = result.combine_chunks()
     return np.asarray(result.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def select_table(table: pa.Table, conditions: Sequence[Condition]) -> pa.Table:
+    """The rows of a rows table meeting every condition, with Arrow compute over its columns (nulls never meet
+    one, as in `arrow_mask`)."""
+    if not conditions:
+        return table
+    keep = np.ones(table.num_rows, dtype=bool)
+    for condition in conditions:
+        keep &= arrow_mask(field_column(table, condition.field), condition)
+    return table.filter(pa.array(keep))
 
 
 def narrow_span(t_from: int, t_to: int, conditions: Sequence[Condition]) -> tuple[int, int]:

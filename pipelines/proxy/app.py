@@ -333,8 +333,8 @@ def create_app(
             conditions, names = parse_query(store, task, where, fields)
             start_ms = None if after else t_from
             config = hub.config
-            rows, next_cursor = store.follow(task, after, start_ms, [], None, config.page_rows, 0, config.read_bytes)
-            start = after if after else (None if rows else next_cursor)
+            rows, next_cursor = store.follow_table(task, after, start_ms, config.page_rows, 0, config.read_bytes)
+            start = after if after else (None if rows.num_rows else next_cursor)
             return Subscription(hub, task, start, conditions, names), Chunk(rows, next_cursor)
 
         lease = gate.stream(client)

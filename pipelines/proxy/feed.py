@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+import numpy as np
+import pyarrow as pa
 from anyio import CapacityLimiter, to_thread
 
 # The store's own selection, projection and cursors, so that rows selected here are exactly the rows
@@ -27,8 +28,10 @@ from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.operators.query.conditions import Condition
 from windjoin.operators.query.cursors import CursorCodec
 from windjoin.operators.query.errors import QueryError
-from windjoin.operators.query.fields import project
-from windjoin.operators.query.selection import select
+from windjoin.operators.query.fields import ROW, project_table, row_position
+from windjoin.operators.query.json_rows import rows_json
+from windjoin.operators.query.selection import select_table
+from windjoin.operators.result_table import BATCH_ID
 
 log = logging.getLogger(__name__)
 
@@ -57,27 +60,26 @@ class Kept:
 
 @dataclass(frozen=True)
 class Chunk:
-    """Full result rows in commit order and the cursor just after the last of them.
+    """Full result rows in commit order (a rows table, `fields.rows_table`) and the cursor just after the last.
 
     `kept` memoises, per selection, what the selection keeps of the whole chunk: subscribers with the same
     selection (the common case: none) share one selection, projection and JSON encoding of each chunk the task's
-    reader publishes."""
+    reader publishes. Rows stay columns from the store to the JSON: no dict is made per row."""
 
-    rows: list[dict[str, Any]]
+    rows: pa.Table
     cursor: str
     kept: dict[str, Kept] = field(default_factory=dict, compare=False)
 
 
-def pages(cursors: CursorCodec, task: str, rows: list[dict[str, Any]], cursor: str, page_rows: int) -> list[Chunk]:
+def pages(cursors: CursorCodec, task: str, rows: pa.Table, cursor: str, page_rows: int) -> list[Chunk]:
     """The rows of one store read (`cursor` after them) as chunks of at most `page_rows` rows, each with the cursor
     after its last row (of the kind of `cursor`: a feed cursor, or a resume cursor reading Parquet; made by
     `cursors`, the store's); [] without rows."""
     chunks = []
-    for start in range(0, len(rows), page_rows):
-        part = rows[start : start + page_rows]
-        last = start + page_rows >= len(rows)
-        position = (part[-1]["batch_id"], part[-1]["row"])
-        chunks.append(Chunk(part, cursor if last else cursors.cursor_like(cursor, task, position)))
+    for start in range(0, rows.num_rows, page_rows):
+        part = rows.slice(start, page_rows)
+        last = start + page_rows >= rows.num_rows
+        chunks.append(Chunk(part, cursor if last else cursors.cursor_like(cursor, task, row_position(part, -1))))
     return chunks
 
 
@@ -152,11 +154,9 @@ class TaskFeed:
         try:
             while self.subscribers:
                 rows, cursor = await to_thread.run_sync(
-                    self.store.follow,
+                    self.store.follow_table,
                     self.task,
                     cursor,
-                    None,
-                    [],
                     None,
                     self.config.read_count,
                     self.config.block_ms,
@@ -244,7 +244,7 @@ class Subscription:
             for chunk in chunks:
                 if kept := self._take(chunk):
                     yield "results", kept
-            chunks = await self._catch_up() if chunks[-1].rows else []
+            chunks = await self._catch_up() if chunks[-1].rows.num_rows else []
         assert self.cursor is not None  # set by the first chunk at the latest
         feed.register(subscriber, self.cursor)
         while chunks := await self._catch_up():  # rows committed while registering
@@ -269,7 +269,7 @@ class Subscription:
         config = self.hub.config
         try:
             rows, cursor = await to_thread.run_sync(
-                self.hub.store.follow, self.task, self.cursor, None, [], None, config.read_count, 0, config.read_bytes
+                self.hub.store.follow_table, self.task, self.cursor, None, config.read_count, 0, config.read_bytes
             )
         except Exception as err:
             raise FeedLost(_reason(err)) from err
@@ -279,20 +279,27 @@ class Subscription:
         """What the selection keeps of the chunk's rows after this subscription's position, or None when it keeps
         none; moves the position and the cursor past the chunk when it held any new row."""
         rows = chunk.rows
-        if not rows:
+        if not rows.num_rows:
             return None
-        whole = self.position is None or (rows[0]["batch_id"], rows[0]["row"]) > self.position
+        whole = self.position is None or row_position(rows, 0) > self.position
         if not whole:
-            rows = [r for r in rows if (r["batch_id"], r["row"]) > self.position]
-            if not rows:
+            rows = rows.slice(_first_after(rows, self.position))
+            if not rows.num_rows:
                 return None
-        self.position = (rows[-1]["batch_id"], rows[-1]["row"])
+        self.position = row_position(rows, -1)
         self.cursor = chunk.cursor
         if whole and self.selection in chunk.kept:
             found = chunk.kept[self.selection]
         else:
-            selected = [project(r, self.fields) for r in select(rows, self.conditions)]
-            found = Kept(orjson.dumps(selected), len(selected), chunk.cursor)
+            selected = project_table(select_table(rows, self.conditions), self.fields)
+            found = Kept(rows_json(selected), selected.num_rows, chunk.cursor)
             if whole:
                 chunk.kept[self.selection] = found
         return found if found.rows else None
+
+
+def _first_after(rows: pa.Table, position: tuple[int, int]) -> int:
+    """The index of a rows table's first row after the (batch_id, row) position (rows are in that order)."""
+    batches, numbers = (rows.column(name).to_numpy() for name in (BATCH_ID, ROW))
+    after = (batches > position[0]) | ((batches == position[0]) & (numbers > position[1]))
+    return int(np.argmax(after)) if after.any() else rows.num_rows

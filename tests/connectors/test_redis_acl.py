@@ -126,7 +126,7 @@ def test_proxy_reads_results_and_cannot_write(acl_server) -> None:
     proxy = redis_client(url, auths["proxy"])
     assert [row["batch_id"] for row in read_all(proxy, "b", NS, 0, 100)] == [8]
     assert feed_info(proxy, "b", NS).last_batch == 8
-    assert [row["batch_id"] for row in read_feed(proxy, "b", NS, None, 10, None)] == [8]
+    assert [row["batch_id"] for row in read_feed(proxy, "b", NS, None, 10, None).to_pylist()] == [8]
     for refused in (
         lambda: proxy.zadd(index_key("b", NS), {"forged": 1}),
         lambda: proxy.delete(index_key("b", NS)),

@@ -159,7 +159,7 @@ def test_feed_holds_batches_in_order_and_replays_add_nothing(sink_factory) -> No
         sink.write(2, {"a": make_table("a", 2, [simple(7)])})
     sink.write(4, {"a": make_table("a", 4, [simple(7)])})  # a replay: fenced
     sink.write(5, {"a": make_table("a", 5, [])})  # empty: committed, no entry
-    rows = read_feed(sink.client, "a", sink.namespace, None, 100, None)
+    rows = read_feed(sink.client, "a", sink.namespace, None, 100, None).to_pylist()
     assert [(r["batch_id"], r["row"]) for r in rows] == [(b, i) for b, i, _ in written]
     assert [plain(r) for r in rows] == [canonical(p) for *_, p in written]
     assert [r["emitted_at"] for r in rows] == [1000 + b for b, *_ in written]
@@ -172,14 +172,14 @@ def test_feed_holds_batches_in_order_and_replays_add_nothing(sink_factory) -> No
         for count in (1, 2, 100):
             cursor: tuple[int, int] = (b, i)
             got = []
-            while page := read_feed(sink.client, "a", sink.namespace, cursor, count, None):
+            while page := read_feed(sink.client, "a", sink.namespace, cursor, count, None).to_pylist():
                 assert len(page) <= count
                 got += [(r["batch_id"], r["row"]) for r in page]
                 cursor = (page[-1]["batch_id"], page[-1]["row"])
             assert got == [(bb, ii) for bb, ii, _ in written[k + 1 :]]
-    assert read_feed(sink.client, "a", sink.namespace, (1, FEED_END), 100, None)[0]["batch_id"] == 3
-    assert read_feed(sink.client, "a", sink.namespace, (3, -1), 100, None)[0]["batch_id"] == 3
-    assert read_feed(sink.client, "a", sink.namespace, (9, FEED_END), 100, None) == []
+    assert read_feed(sink.client, "a", sink.namespace, (1, FEED_END), 100, None).to_pylist()[0]["batch_id"] == 3
+    assert read_feed(sink.client, "a", sink.namespace, (3, -1), 100, None).to_pylist()[0]["batch_id"] == 3
+    assert read_feed(sink.client, "a", sink.namespace, (9, FEED_END), 100, None).to_pylist() == []
 
 
 def test_feed_waits_for_a_new_batch(sink_factory, redis_url: str) -> None:
@@ -192,13 +192,13 @@ def test_feed_waits_for_a_new_batch(sink_factory, redis_url: str) -> None:
     timer = threading.Timer(0.3, lambda: writer.write(1, {"a": make_table("a", 1, [simple(2), simple(3)])}))
     started = time.monotonic()
     timer.start()
-    rows = read_feed(sink.client, "a", sink.namespace, (0, 0), 10, 5000)
+    rows = read_feed(sink.client, "a", sink.namespace, (0, 0), 10, 5000).to_pylist()
     timer.join()
     writer.close()
     assert [(r["batch_id"], r["row"]) for r in rows] == [(1, 0), (1, 1)]
     assert time.monotonic() - started < 4
     started = time.monotonic()
-    assert read_feed(sink.client, "a", sink.namespace, (1, 1), 10, 200) == []
+    assert read_feed(sink.client, "a", sink.namespace, (1, 1), 10, 200).to_pylist() == []
     assert time.monotonic() - started >= 0.15
 
 
@@ -225,7 +225,7 @@ def test_feed_trimming_is_detected(sink_factory) -> None:
     for target in range(10 * first + 1, 10 * 299 + 1, 3):
         cursor, gap = feed_start_at(sink.client, "a", sink.namespace, target)
         assert not gap
-        rows = read_feed(sink.client, "a", sink.namespace, cursor, 1, None)
+        rows = read_feed(sink.client, "a", sink.namespace, cursor, 1, None).to_pylist()
         assert rows[0]["emitted_at"] >= target and rows[0]["emitted_at"] - 10 < target
 
 
@@ -233,7 +233,7 @@ def test_feed_of_an_unknown_task_is_empty(sink_factory) -> None:
     sink = sink_factory()
     assert feed_info(sink.client, "b", sink.namespace).first_batch is None
     assert feed_first_batch(sink.client, "b", sink.namespace) is None
-    assert read_feed(sink.client, "b", sink.namespace, None, 10, None) == []
+    assert read_feed(sink.client, "b", sink.namespace, None, 10, None).to_pylist() == []
     assert feed_coverage(sink.client, "b", sink.namespace) == FeedCoverage(None, None)
     assert feed_start_at(sink.client, "b", sink.namespace, 5) == (None, False)
 
@@ -259,8 +259,10 @@ def test_a_piece_retention_dropped_is_not_served_by_the_feed(sink_factory) -> No
     sink.write(2, {"a": make_table("a", 2, [simple(200)])})  # bound 100: batches 0 and 1 leave
     assert feed_coverage(sink.client, "a", sink.namespace) == FeedCoverage(2, 2)
     with pytest.raises(PieceGone):  # their entries are still in the feed, their pieces are not
-        read_feed(sink.client, "a", sink.namespace, None, 10, None)
-    assert [r["batch_id"] for r in read_feed(sink.client, "a", sink.namespace, (1, FEED_END), 10, None)] == [2]
+        read_feed(sink.client, "a", sink.namespace, None, 10, None).to_pylist()
+    assert [
+        r["batch_id"] for r in read_feed(sink.client, "a", sink.namespace, (1, FEED_END), 10, None).to_pylist()
+    ] == [2]
 
 
 @SETTINGS

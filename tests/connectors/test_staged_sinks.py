@@ -109,7 +109,7 @@ def test_redis_pieces_are_invisible_until_the_commit(redis_sink: RedisSink) -> N
     assert redis_sink.client.exists(*staged) == 2  # staged pieces are stored, but no reader returns them
     assert redis_sink.count("a") == 0 and redis_sink.query("a", 0, 10**6) == []
     assert read_all(redis_sink.client, "a", redis_sink.namespace, 0, 10**6) == []
-    assert read_feed(redis_sink.client, "a", redis_sink.namespace, None, 100, None) == []
+    assert read_feed(redis_sink.client, "a", redis_sink.namespace, None, 100, None).to_pylist() == []
     assert commit(redis_sink, 4, pieces) == ["a"]
     rows = redis_sink.query("a", 0, 10**6)
     assert [r["R"]["ts"] for r in rows] == [1, 2, 10, 11, 12]
@@ -205,11 +205,11 @@ def test_feed_and_parquet_replay_agree_on_positions_across_pieces(
         return seen
 
     def from_feed(cursor: Any, count: int, max_bytes: int | None = None) -> list[dict]:
-        return read_feed(redis_sink.client, "a", redis_sink.namespace, cursor, count, None, max_bytes)
+        return read_feed(redis_sink.client, "a", redis_sink.namespace, cursor, count, None, max_bytes).to_pylist()
 
     def from_parquet(cursor: Any, count: int, max_bytes: int | None = None) -> list[dict]:
         rows, _ = replay.rows_after("a", cursor or (0, -1), 2, count, max_bytes)
-        return rows
+        return rows.to_pylist()
 
     expected = [(0, 0), (0, 1), (0, 2), (0, 2 << 32), (0, (2 << 32) + 1), (1, 1 << 32)]
     for count in (1, 2, 4, 100):

@@ -128,9 +128,9 @@ def test_a_query_that_matches_nothing_stops_at_its_budget(private_redis: str, tm
     folder = tmp_path / "parquet"
     spec = make_spec(private_redis, folder)
     parquet, redis_sink = ParquetSink(folder), RedisSink(private_redis, 10**12, "windjoin", trim=False)
-    keys = write_batches(spec, [parquet, redis_sink], batches=120, rows=5000, z="text of a result", seed=2)
+    keys = write_batches(spec, [parquet, redis_sink], batches=240, rows=2500, z="text of a result", seed=2)
     assert SnapshotStore(folder).commit("a", 59, "periodic", 1) is not None  # batches 0..59 in a snapshot
-    budget_ms = 100  # the whole scan takes several times this
+    budget_ms = 100  # the whole scan takes several times this (240 batches: ~0.4 s on a fast night)
     with ProxyProcess(spec, tmp_path, ["--query-budget-ms", str(budget_ms)]) as proxy:
         url = f"{proxy.url}/v1/tasks/a/results"
         with httpx.Client(headers=AUTH, timeout=120) as client:

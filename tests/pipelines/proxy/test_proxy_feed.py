@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pyarrow as pa
 from sse_starlette import ServerSentEvent
 
 from windjoin.operators.query.cursors import CursorCodec
@@ -13,17 +14,18 @@ CURSORS = CursorCodec(b"k" * 32)
 
 def test_pages_cut_a_read_into_chunks_whose_cursors_stand_after_their_last_rows() -> None:
     rows = [{"batch_id": b, "row": r} for b in (4, 5) for r in range(7)]
+    table = pa.Table.from_pylist(rows)
     after = CURSORS.feed_cursor("a", (5, 6))
-    chunks = pages(CURSORS, "a", rows, after, 5)
-    assert [len(c.rows) for c in chunks] == [5, 5, 4]
-    assert [r for c in chunks for r in c.rows] == rows
+    chunks = pages(CURSORS, "a", table, after, 5)
+    assert [c.rows.num_rows for c in chunks] == [5, 5, 4]
+    assert [r for c in chunks for r in c.rows.to_pylist()] == rows
     for chunk in chunks:
-        last = chunk.rows[-1]
+        last = chunk.rows.to_pylist()[-1]
         assert CURSORS.follow_position(chunk.cursor, "a") == ((last["batch_id"], last["row"]), None)
     assert chunks[-1].cursor == after
-    assert pages(CURSORS, "a", [], after, 5) == []
+    assert pages(CURSORS, "a", table.slice(0, 0), after, 5) == []
     resume = CURSORS.resume_cursor("a", (5, 6), 9)  # a resume cursor's chunks keep its Parquet bound
-    assert [CURSORS.follow_position(c.cursor, "a")[1] for c in pages(CURSORS, "a", rows, resume, 5)] == [9, 9, 9]
+    assert [CURSORS.follow_position(c.cursor, "a")[1] for c in pages(CURSORS, "a", table, resume, 5)] == [9, 9, 9]
 
 
 def test_reads_take_at_least_a_page() -> None:
