@@ -9,10 +9,10 @@ and `advance_snapshot`), so the newest results are in Redis and the older ones o
 One-time queries: random spans of 1 s, 10 s and 60 s of result time, `--limit` rows per page, `--clients`
 concurrent clients; latency p50/p99 per span length, and how many of the spans crossed the tier boundary.
 
-Fan-out: a writer thread commits one batch per second at the pipeline's output rate (pairs/s of windjoin's
+Fan-out: a writer process commits one batch per second at the pipeline's output rate (pairs/s of windjoin's
 paced run in results/pipeline.json, else `--rate`) while K subscribers follow the task's stream (SSE), all
 connected (each has had its "ready" event) before the first batch. The client counts rows from the raw event bytes
-(see `follow`) so that its own CPU, in this process with the writer, weighs little on the measure. K doubles
+(see `follow`) so that its own CPU, in this process, weighs little on the measure. K doubles
 while every subscriber keeps up: each batch's rows reach every subscriber, p99 lag (receipt minus the batch's
 emitted_at) under 2 s, no slow-consumer disconnect. Two subscriber kinds: the whole stream, and a selective
 one (`R.k < 1000`, about 1% of the rows). Beside them, the same rounds against the machine's floor
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,7 @@ class ResultWriter:
         self.spec = spec
         self.parquet = ParquetSink(spec.sinks.parquet.path)
         self.redis = RedisSink(redis_url, retain_ms, trim=False)
+        self.redis_url = redis_url
         self.snapshots = SnapshotStore(spec.sinks.parquet.path)
         self.retain_ms = retain_ms
         self.snapshot_every = snapshot_every
@@ -196,7 +199,7 @@ _INT = re.compile(rb"-?[0-9]+")
 async def follow(base: str, where: str | None, stats: dict[str, Any]) -> None:
     """One SSE subscriber until cancelled: counts rows and the lag of every event's last row behind emitted_at.
 
-    The clients cost CPU in this process, shared with the writer and the other subscribers, so they must cost far
+    The clients cost CPU on the cores the proxy and the writer use, and share this process, so they must cost far
     less than the proxy's work for the measure to be the proxy's. Hence aiohttp (its HTTP parser is C; httpx's,
     pure Python, made 32 subscribers fall behind at 50k rows/s where 64 curl processes all kept up), and events
     read as bytes with their JSON not decoded: a whole result row holds the key "emitted_at" exactly once (the
@@ -231,25 +234,40 @@ async def follow(base: str, where: str | None, stats: dict[str, Any]) -> None:
                     stats["lags"].append(now - int(emitted_at.group()))
 
 
-async def fanout_round(base: str, writer: ResultWriter, rate: float, k: int, where: str | None, p: Params) -> dict:
+def produce(
+    spec_path: str, redis_url: str, retain_ms: int, snapshot_every: int, first: int, rows: int, seconds: int
+) -> dict[str, int]:
+    """The fan-out's writer, in a process of its own (its Parquet and Redis writes would otherwise hold the GIL the
+    clients need): `seconds` batches of `rows` rows from batch `first`, one a second; the rows written and those
+    the selective subscribers select."""
+    from windjoin.operators.spec import load_spec
+
+    writer = ResultWriter(load_spec(spec_path), redis_url, retain_ms, snapshot_every, seed=first)
+    writer.batch_id = first
+    written = {"rows": 0, "selected": 0}
+    for _ in range(seconds):
+        started = time.time()
+        keys = writer.write(rows, int(started * 1000))
+        written["rows"] += rows
+        written["selected"] += int((keys < SELECTIVE_BELOW).sum())
+        time.sleep(max(0.0, 1.0 - (time.time() - started)))
+    return written
+
+
+async def fanout_round(
+    base: str, spec_path: Path, writer: ResultWriter, rate: float, k: int, where: str | None, p: Params
+) -> dict:
     stats = [{"rows": 0, "errors": 0, "lags": [], "ready": False} for _ in range(k)]
     tasks = [asyncio.create_task(follow(base, where, s)) for s in stats]
     deadline = time.monotonic() + 60
     while not all(s["ready"] for s in stats) and time.monotonic() < deadline:  # each starts at its own "now"
         await asyncio.sleep(0.1)
     await asyncio.sleep(0.5)
-    rows_per_batch = max(1, int(rate))
-    written = {"rows": 0, "selected": 0}
-
-    def produce() -> None:
-        for _ in range(int(p.fanout_seconds)):
-            started = time.time()
-            keys = writer.write(rows_per_batch, int(started * 1000))
-            written["rows"] += rows_per_batch
-            written["selected"] += int((keys < SELECTIVE_BELOW).sum())
-            time.sleep(max(0.0, 1.0 - (time.time() - started)))
-
-    await asyncio.to_thread(produce)
+    seconds = int(p.fanout_seconds)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        args = (str(spec_path), writer.redis_url, writer.retain_ms, writer.snapshot_every, writer.batch_id)
+        written = await asyncio.get_running_loop().run_in_executor(pool, produce, *args, max(1, int(rate)), seconds)
+    writer.batch_id += seconds
     await asyncio.sleep(LAG_LIMIT_MS / 1000)
     for task in tasks:
         task.cancel()
@@ -377,7 +395,9 @@ def main() -> None:
         result["fanout"] = {}
         for label, where in (("whole_stream", None), ("selective", SELECTIVE)):
             result["fanout"][label] = doubling(
-                label, p.max_subscribers, lambda k, where=where: fanout_round(base, writer, rate, k, where, p)
+                label,
+                p.max_subscribers,
+                lambda k, where=where: fanout_round(base, spec_path, writer, rate, k, where, p),
             )
         result["fanout_floor"] = doubling(
             "floor", p.max_subscribers, lambda k: floor_round(free_port(), rate, k, p.fanout_seconds, LAG_LIMIT_MS)

@@ -58,8 +58,15 @@ from windjoin.connectors.span_scan import Found
 from windjoin.operators.query.conditions import Condition, check_conditions
 from windjoin.operators.query.cursors import FEED_END, MAX_TIME, CursorCodec, needed_batch
 from windjoin.operators.query.errors import BadQuery, Gone, NotFound, TryAgain
-from windjoin.operators.query.fields import as_rows, check_projection, project, result_fields, row_position
-from windjoin.operators.query.selection import narrow_span, select
+from windjoin.operators.query.fields import (
+    as_rows,
+    check_projection,
+    project,
+    project_table,
+    result_fields,
+    row_position,
+)
+from windjoin.operators.query.selection import narrow_span, select_table
 from windjoin.operators.result_table import result_schema, stream_timestamps
 from windjoin.operators.spec import JoinSpec
 
@@ -345,7 +352,7 @@ class ResultStore:
         conditions = self._conditions(task, where)
         projection = self._projection(task, fields)
         rows, cursor = self.follow_table(task, after, from_ms, count, block_ms, max_bytes)
-        return [project(row, projection) for row in select(as_rows(rows), conditions)], cursor
+        return as_rows(project_table(select_table(rows, conditions), projection)), cursor
 
     def follow_table(
         self,

@@ -7,9 +7,8 @@ field's kind. `selection` evaluates them.
 from __future__ import annotations
 
 import math
-import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,15 +20,7 @@ from windjoin.operators.query.fields import unknown_field
 
 MAX_CONDITION_CHARS = 4096
 MAX_IN_VALUES = 1000
-COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
-    "=": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
-OPS = (*COMPARISONS, "in")
+OPS = ("=", "!=", "<", "<=", ">", ">=", "in")
 _CONDITION = re.compile(
     r"\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)"
     r"(?:\s*(?P<op><=|>=|!=|=|<|>)|\s+(?P<in>in)(?=\s|\Z))\s*(?P<value>.*?)\s*",

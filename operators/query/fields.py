@@ -50,12 +50,6 @@ def check_projection(names: Sequence[str] | None, fields: Mapping[str, str]) -> 
     return list(dict.fromkeys(names))
 
 
-def field_value(row: Mapping[str, Any], field: str) -> Any:
-    """A row's value of a selectable name."""
-    stream, dot, name = field.partition(".")
-    return row[stream][name] if dot else row[field]
-
-
 def field_column(table: pa.Table, field: str) -> pa.ChunkedArray:
     """A rows table's column of a selectable name (a stream's field: null where the stream's struct is null)."""
     stream, dot, name = field.partition(".")

@@ -1,7 +1,7 @@
 """Fan-out of a task's continuous-query feed: one store reader per task, bounded queues per subscriber.
 
 A subscriber (one SSE stream) starts at a cursor. It first catches up on its own with non-blocking reads of the
-store (`ResultStore.follow`), registers with its task's `TaskFeed`, catches up once more (so nothing committed
+store (`ResultStore.follow_table`), registers with its task's `TaskFeed`, catches up once more (so nothing committed
 while it registered is lost), then takes the rows the task's single reader publishes, skipping those at or
 before its own position (so nothing is delivered twice). The reader never waits for a subscriber: a subscriber
 whose queue is full is marked slow and dropped from the feed; its stream then ends with a final event naming its
