@@ -72,6 +72,7 @@ class Params:
     rate: float = 40_000.0  # fan-out rows/s when results/pipeline.json has no paced run
     fanout_seconds: float = 10.0
     max_subscribers: int = 256
+    floor_max_subscribers: int = 256
 
 
 QUICK = {
@@ -82,6 +83,7 @@ QUICK = {
     "queries": 40,
     "fanout_seconds": 4.0,
     "max_subscribers": 8,
+    "floor_max_subscribers": 1,
     "rate": 5_000.0,
 }
 
@@ -400,7 +402,9 @@ def main() -> None:
                 lambda k, where=where: fanout_round(base, spec_path, writer, rate, k, where, p),
             )
         result["fanout_floor"] = doubling(
-            "floor", p.max_subscribers, lambda k: floor_round(free_port(), rate, k, p.fanout_seconds, LAG_LIMIT_MS)
+            "floor",
+            p.floor_max_subscribers,
+            lambda k: floor_round(free_port(), rate, k, p.fanout_seconds, LAG_LIMIT_MS),
         )
     finally:
         if proxy is not None:
