@@ -11,6 +11,8 @@ from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.cli.options import SPEC_ARGUMENT, load_spec_or_fail
 from windjoin.pipelines.proxy.config import (
+    FEED_QUEUE_CHUNKS,
+    FEED_QUEUE_MB,
     MAX_PAGE,
     MAX_PAGE_BYTES,
     METRICS_MODES,
@@ -62,9 +64,17 @@ def store_from_spec(
 @click.option(
     "--queue-size",
     type=click.IntRange(min=1),
-    default=64,
+    default=FEED_QUEUE_CHUNKS,
     show_default=True,
     help="Pending result chunks per stream subscriber before it counts as slow and is disconnected.",
+)
+@click.option(
+    "--queue-mb",
+    type=click.IntRange(min=1, max=4096),
+    default=FEED_QUEUE_MB,
+    show_default=True,
+    help="MiB of pending result rows per stream subscriber before it counts as slow and is disconnected (the "
+    "subscribers of a task share them: about this much per task).",
 )
 @NAMESPACE_OPTION
 @click.option(
@@ -176,6 +186,7 @@ def proxy(
     host: str,
     port: int,
     queue_size: int,
+    queue_mb: int,
     namespace: str,
     tokens_file: Path | None,
     tokens_check_s: float,
@@ -232,7 +243,7 @@ def proxy(
         )
     app = create_app(
         store_from_spec(spec, namespace, redis_share, bounds, cursors),
-        FeedConfig(queue_size=queue_size),
+        FeedConfig(queue_size=queue_size, queue_bytes=queue_mb << 20),
         access=access,
         bounds=bounds,
     )

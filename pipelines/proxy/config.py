@@ -15,6 +15,8 @@ METRICS_MODES = ("token", "open", "off")
 MAX_PAGE = 10_000  # rows of one page, the most a one-time query returns at once (result_query.MAX_LIMIT)
 MAX_PAGE_BYTES = 8 << 20  # bytes of row values of one page (result_query.MAX_PAGE_BYTES)
 DAY_MS = 86_400_000
+FEED_QUEUE_CHUNKS = 1000  # result chunks a stream subscriber may have pending (feed.FeedConfig.queue_size)
+FEED_QUEUE_MB = 64  # MiB of result rows a stream subscriber may have pending (feed.FeedConfig.queue_bytes)
 _MAX_TIME = 2**53 - 1
 
 

@@ -32,6 +32,7 @@ from windjoin.operators.query.fields import ROW, project_table, row_position
 from windjoin.operators.query.json_rows import rows_json
 from windjoin.operators.query.selection import select_table
 from windjoin.operators.result_table import BATCH_ID
+from windjoin.pipelines.proxy.config import FEED_QUEUE_CHUNKS, FEED_QUEUE_MB
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,11 @@ class Chunk:
     cursor: str
     kept: dict[str, Kept] = field(default_factory=dict, compare=False)
 
+    @functools.cached_property
+    def nbytes(self) -> int:
+        """The bytes of its rows (Arrow's buffers): what it weighs in a subscriber's queue."""
+        return self.rows.nbytes
+
 
 def pages(cursors: CursorCodec, task: str, rows: pa.Table, cursor: str, page_rows: int) -> list[Chunk]:
     """The rows of one store read (`cursor` after them) as chunks of at most `page_rows` rows, each with the cursor
@@ -103,22 +109,47 @@ def _reason(err: Exception) -> str:
 
 @dataclass(eq=False)  # hashed by identity: kept in sets
 class Subscriber:
-    """One stream's inbox from its task's reader; `slow` once the reader found it full (and dropped it)."""
+    """One stream's inbox from its task's reader: at most the queue's size in chunks and about `max_bytes` of rows
+    pending (its first chunk always fits); `slow` once the reader found it full (and dropped it)."""
 
     queue: asyncio.Queue[Chunk | End]
+    max_bytes: int
+    pending_bytes: int = 0
     slow: bool = False
+
+    def offer(self, message: Chunk | End) -> bool:
+        """Queue the message unless the inbox is full."""
+        size = message.nbytes if isinstance(message, Chunk) else 0
+        if self.pending_bytes and self.pending_bytes + size > self.max_bytes:
+            return False
+        try:
+            self.queue.put_nowait(message)
+        except asyncio.QueueFull:
+            return False
+        self.pending_bytes += size
+        return True
+
+    async def take(self) -> Chunk | End:
+        """The next message, waiting for one."""
+        message = await self.queue.get()
+        if isinstance(message, Chunk):
+            self.pending_bytes -= message.nbytes
+        return message
 
 
 @dataclass
 class FeedConfig:
-    """Fan-out settings. A subscriber holds at most queue_size chunks pending, each at most page_rows rows and
-    about read_bytes of row values: a task's feed holds at most about queue_size x read_bytes however large its
-    rows.
+    """Fan-out settings. A subscriber holds at most queue_size chunks and about queue_bytes of rows pending (each
+    chunk at most page_rows rows and about read_bytes of row values). Its subscribers share the chunks the task's
+    reader publishes, so a task's feed holds about queue_bytes of rows at most, however many subscribe, plus each
+    selection's encoding of them. A batch arrives at once: queue_bytes is how far behind a subscriber may fall,
+    a batch and more, before it counts as slow.
 
     The reader and catch-ups read `read_rows` rows (and at most about `read_bytes`) at a time and cut them into
     chunks (events) of `page_rows`."""
 
-    queue_size: int = 64  # chunks a subscriber may have pending before it counts as slow
+    queue_size: int = FEED_QUEUE_CHUNKS  # chunks a subscriber may have pending before it counts as slow
+    queue_bytes: int = FEED_QUEUE_MB << 20  # bytes of rows a subscriber may have pending before it counts as slow
     page_rows: int = 1000  # rows per chunk, i.e. at most per event
     block_ms: int = 1000  # how long the task reader waits in Redis for new rows per read
     read_rows: int = MAX_LIMIT  # rows per store read (at least page_rows, at most MAX_LIMIT)
@@ -174,9 +205,7 @@ class TaskFeed:
 
     def _publish(self, message: Chunk | End) -> None:
         for subscriber in list(self.subscribers):
-            try:
-                subscriber.queue.put_nowait(message)
-            except asyncio.QueueFull:
+            if not subscriber.offer(message):
                 subscriber.slow = True
                 self.subscribers.discard(subscriber)
 
@@ -227,7 +256,8 @@ class Subscription:
         them, `Kept.cursor`); a last ("end", {"error", "cursor"}) when the subscriber was too slow or the feed
         failed. Runs until the client goes away otherwise."""
         feed = self.hub.feed(self.task)
-        subscriber = Subscriber(asyncio.Queue(maxsize=self.hub.config.queue_size))
+        config = self.hub.config
+        subscriber = Subscriber(asyncio.Queue(maxsize=config.queue_size), config.queue_bytes)
         try:
             async for event in self._events(feed, subscriber, first):
                 yield event
@@ -255,7 +285,7 @@ class Subscription:
             if subscriber.slow:
                 yield "end", {"error": SLOW_CONSUMER, "cursor": self.cursor}
                 return
-            message = await subscriber.queue.get()
+            message = await subscriber.take()
             if isinstance(message, End):
                 yield "end", {"error": message.error, "cursor": self.cursor}
                 return

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 import pyarrow as pa
 from sse_starlette import ServerSentEvent
 
 from windjoin.operators.query.cursors import CursorCodec
-from windjoin.pipelines.proxy.feed import FeedConfig, Kept, pages
+from windjoin.pipelines.proxy.feed import Chunk, End, FeedConfig, Kept, Subscriber, pages
 
 CURSORS = CursorCodec(b"k" * 32)
 
@@ -39,3 +41,22 @@ def test_a_results_frame_is_the_event_sse_starlette_would_encode() -> None:
     kept = Kept(orjson.dumps(rows), 2, CURSORS.feed_cursor("a", (3, 1)))
     assert kept.frame == ServerSentEvent(kept.json.decode(), event="results", id=kept.cursor).encode()
     assert kept.frame is kept.frame  # built once for all its subscribers
+
+
+def test_a_subscriber_holds_about_its_bytes_of_rows_pending() -> None:
+    chunk = Chunk(pa.table({"batch_id": list(range(100)), "row": list(range(100))}), "c")  # 1600 bytes
+    big = Chunk(pa.table({"batch_id": list(range(1000)), "row": list(range(1000))}), "c")
+
+    async def run() -> None:
+        subscriber = Subscriber(asyncio.Queue(maxsize=100), max_bytes=4000)
+        assert subscriber.offer(big)  # larger than the bound: the first chunk always fits
+        assert not subscriber.offer(chunk)
+        assert await subscriber.take() is big and subscriber.pending_bytes == 0
+        assert subscriber.offer(chunk) and subscriber.offer(chunk)
+        assert not subscriber.offer(chunk)  # 3 x 1600 > 4000
+        assert subscriber.offer(End("gone"))  # the end weighs nothing
+        assert await subscriber.take() is chunk and subscriber.pending_bytes == chunk.nbytes
+        counted = Subscriber(asyncio.Queue(maxsize=1), max_bytes=1 << 30)
+        assert counted.offer(chunk) and not counted.offer(chunk)  # the queue's size bounds it too
+
+    asyncio.run(run())
