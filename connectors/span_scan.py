@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windjoin.operators.query.conditions import Condition
-from windjoin.operators.query.fields import RESULT_TIME, Key, as_rows, rows_table
+from windjoin.operators.query.fields import RESULT_TIME, Key, result_rows
 from windjoin.operators.query.order import FirstKeys, after_mask, before_mask
 from windjoin.operators.query.selection import arrow_mask
 from windjoin.operators.result_table import BATCH_ID, EMITTED_AT
@@ -159,9 +159,7 @@ def _rows(best: FirstKeys, units: list[Leaf], leaves: list[str]) -> list[tuple[K
             for s, names in streams.items()
         }
         emitted_at = table.column(EMITTED_AT).combine_chunks()
-        rows = as_rows(
-            rows_table(structs, pa.array(keys[:, 1]), pa.array(keys[:, 2]), emitted_at, pa.array(keys[:, 0]))
-        )
+        rows = result_rows(structs, pa.array(keys[:, 1]), pa.array(keys[:, 2]), emitted_at, pa.array(keys[:, 0]))
         for i, key, row in zip(held.tolist(), keys.tolist(), rows, strict=True):
             out[i] = (tuple(key), row)
     return [item for item in out if item is not None]

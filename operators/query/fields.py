@@ -122,6 +122,14 @@ def rows_table(
     return pa.Table.from_arrays([*streams.values(), batch_ids, rows, emitted_at, times], names=names)
 
 
+def result_rows(
+    streams: Mapping[str, pa.Array], batch_ids: pa.Array, rows: pa.Array, emitted_at: pa.Array, times: pa.Array
+) -> list[dict[str, Any]]:
+    """`as_rows(rows_table(...))` without the table: one-time queries make a few rows from each of many pieces."""
+    names = [*streams, BATCH_ID, ROW, EMITTED_AT, RESULT_TIME]
+    return pa.StructArray.from_arrays([*streams.values(), batch_ids, rows, emitted_at, times], names=names).to_pylist()
+
+
 def as_rows(table: pa.Table) -> list[dict[str, Any]]:
     """A rows table's result rows as dicts, made by Arrow's C++ as one struct array (about 3x a dict built per row
     in Python; `Table.to_pylist` builds them in Python)."""
