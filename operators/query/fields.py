@@ -145,5 +145,7 @@ def row_position(table: pa.Table, i: int) -> tuple[int, int]:
 
 
 def concat_rows(parts: Sequence[pa.Table]) -> pa.Table:
-    """Rows tables read one after another as one (no columns when there are none)."""
-    return pa.concat_tables(parts) if parts else pa.table({})
+    """Rows tables read one after another as one (no columns when there are none). Batches written under a
+    changed spec may differ in a stream's fields: a field one of them lacks is null there, and a field whose type
+    changed takes the wider one (an int read beside floats is a float)."""
+    return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from windjoin.operators.query.conditions import Condition, check_conditions
-from windjoin.operators.query.fields import as_rows, project, project_table, rows_table
+from windjoin.operators.query.fields import as_rows, concat_rows, project, project_table, rows_table
 from windjoin.operators.query.json_rows import rows_json
 from windjoin.operators.query.selection import select_table
 from windjoin.operators.result_table import ARROW_TYPES
@@ -100,3 +100,17 @@ def test_the_column_path_equals_the_row_path(data: Any) -> None:
         else:  # `project` cannot read a null stream's fields; the table keeps the stream null
             assert all(got[s] is None for s in got if s in ("R", "S") and row[s] is None)
     assert rows_json(projected) == orjson.dumps(as_rows(projected))
+
+
+def test_reads_across_a_changed_spec_are_one_table() -> None:
+    def read(r: list[dict[str, Any]]) -> pa.Table:
+        return rows_table({"R": pa.array(r)}, *[pa.array([7] * len(r), pa.int64()) for _ in range(4)])
+
+    before, added, widened = read([{"ts": 1, "k": 2}]), read([{"ts": 3, "k": 4, "z": "x"}]), read([{"ts": 5, "k": 6.5}])
+    rows = as_rows(concat_rows([before, added, widened]))
+    assert [row["R"] for row in rows] == [
+        {"ts": 1, "k": 2.0, "z": None},
+        {"ts": 3, "k": 4.0, "z": "x"},
+        {"ts": 5, "k": 6.5, "z": None},
+    ]
+    assert as_rows(concat_rows([])) == []
