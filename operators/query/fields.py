@@ -85,7 +85,7 @@ def project_table(table: pa.Table, names: list[str] | None) -> pa.Table:
         column = table.column(top)
         inner = [field for stream, dot, field in (n.partition(".") for n in names) if dot and stream == top]
         if inner:
-            children = [pc.struct_field(column, field).combine_chunks() for field in inner]
+            children = [field_column(table, f"{top}.{field}").combine_chunks() for field in inner]
             arrays.append(pa.StructArray.from_arrays(children, names=inner, mask=_nulls(column)))
         else:
             arrays.append(column.combine_chunks())
@@ -118,16 +118,21 @@ def rows_table(
     """Result rows as columns, one per key of a result row: a struct column per joined stream (`streams`, in join
     order), then batch_id, row, emitted_at and result_time. Readers keep rows so until they must be dicts
     (`as_rows`): the feed selects, projects and encodes them a column at a time."""
-    names = [*streams, BATCH_ID, ROW, EMITTED_AT, RESULT_TIME]
-    return pa.Table.from_arrays([*streams.values(), batch_ids, rows, emitted_at, times], names=names)
+    return pa.Table.from_arrays(*_row_columns(streams, batch_ids, rows, emitted_at, times))
 
 
 def result_rows(
     streams: Mapping[str, pa.Array], batch_ids: pa.Array, rows: pa.Array, emitted_at: pa.Array, times: pa.Array
 ) -> list[dict[str, Any]]:
     """`as_rows(rows_table(...))` without the table: one-time queries make a few rows from each of many pieces."""
-    names = [*streams, BATCH_ID, ROW, EMITTED_AT, RESULT_TIME]
-    return pa.StructArray.from_arrays([*streams.values(), batch_ids, rows, emitted_at, times], names=names).to_pylist()
+    return pa.StructArray.from_arrays(*_row_columns(streams, batch_ids, rows, emitted_at, times)).to_pylist()
+
+
+def _row_columns(
+    streams: Mapping[str, pa.Array], batch_ids: pa.Array, rows: pa.Array, emitted_at: pa.Array, times: pa.Array
+) -> tuple[list[pa.Array], list[str]]:
+    """The columns of result rows and their names, in a result row's key order."""
+    return [*streams.values(), batch_ids, rows, emitted_at, times], [*streams, BATCH_ID, ROW, EMITTED_AT, RESULT_TIME]
 
 
 def as_rows(table: pa.Table) -> list[dict[str, Any]]:

@@ -3,7 +3,7 @@ dict per row.
 
 A continuous query's feed sends every row it reads: making a dict of each (Arrow's `to_pylist`) and encoding it
 with orjson was half a core at 236k rows/s and held the GIL the proxy's event loop needs. polars writes the same
-bytes as `orjson.dumps(rows)` (tests/operators/test_json_rows.py draws them) 2-4x faster.
+bytes as `orjson.dumps(rows)` (tests/operators/test_rows_table.py draws them) 2-4x faster.
 """
 
 from __future__ import annotations
