@@ -82,7 +82,6 @@ def serve(worker: int, inbox: Any, outbox: Any, spec: JoinSpec) -> None:
             message = inbox.get(timeout=PARENT_POLL_S)
         except queue.Empty:
             if parent is not None and not parent.is_alive():
-                outbox.cancel_join_thread()  # nobody reads what is left to flush
                 return
             continue
         if message is None:
@@ -97,5 +96,5 @@ def serve(worker: int, inbox: Any, outbox: Any, spec: JoinSpec) -> None:
                 answer = partition.counters()
         except BaseException:
             outbox.put((ERROR, tag, worker, traceback.format_exc()))
-            return  # the queue sends the traceback before the process ends
+            return  # the outbox sends the traceback before the process ends
         outbox.put((kind, tag, worker, answer))

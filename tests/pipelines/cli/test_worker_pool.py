@@ -16,12 +16,14 @@ from windjoin.pipelines.cli.worker_pool import WorkerError, WorkerPool
 
 
 def echo(worker: int, inbox, outbox, scale: int) -> None:
-    """Answer (kind, tag, payload) with payload * scale; 'fail' raises, 'die' kills the worker."""
+    """Answer (kind, tag, payload) with payload * scale; 'fail' raises, 'die' kills the worker (also mid-answer)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while (message := inbox.get()) is not None:
         kind, tag, payload = message
         if kind == "die":
             os.kill(os.getpid(), signal.SIGKILL)
+        if kind == "die-mid-answer":  # dies while its answer, larger than a pipe holds, is half sent
+            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
         try:
             if kind == "fail":
                 raise ValueError(f"bad payload {payload}")
@@ -81,3 +83,24 @@ def test_a_killed_worker_is_an_error_not_a_hang(start):
         pool.send(0, ("die", 0, 0))
         pool.receive()
     assert _gone(pids)
+
+
+def test_a_worker_killed_while_sending_is_an_error_not_a_hang(start):
+    """The main process must not wait forever for the rest of a message its dead writer will never send."""
+    errors: list[BaseException] = []
+
+    def receive() -> None:
+        try:
+            with start(2) as pool:
+                pool.send(0, ("die-mid-answer", 0, b"x" * 1_000_000))  # 10 MB answer
+                time.sleep(1)  # the worker is dead before its answer is read
+                pool.receive()
+        except BaseException as err:  # noqa: BLE001 - handed to the test's thread
+            errors.append(err)
+
+    reader = threading.Thread(target=receive, daemon=True)
+    reader.start()
+    reader.join(30)
+    assert not reader.is_alive(), "the pool waits forever for a dead worker's half-sent answer"
+    assert len(errors) == 1 and isinstance(errors[0], WorkerError), errors
+    assert "was killed by signal SIGKILL" in str(errors[0])
