@@ -10,7 +10,8 @@ One-time queries: random spans of 1 s, 10 s and 60 s of result time, `--limit` r
 concurrent clients; latency p50/p99 per span length, and how many of the spans crossed the tier boundary.
 
 Fan-out: a writer process commits one batch per second at the pipeline's output rate (pairs/s of windjoin's
-paced run in results/pipeline.json, else `--rate`) while K subscribers follow the task's stream (SSE), all
+paced run in results/pipeline.json, else `--rate`), and for the whole stream also at the rate issue 30 set its
+target at (42,407 rows/s), while K subscribers follow the task's stream (SSE), all
 connected (each has had its "ready" event) before the first batch. The client counts rows from the raw event bytes
 (see `follow`) so that its own CPU, in this process, weighs little on the measure. K doubles
 while every subscriber keeps up: each batch's rows reach every subscriber, p99 lag (receipt minus the batch's
@@ -55,6 +56,12 @@ KEYS = 100_000
 SELECTIVE_BELOW = 1000
 SELECTIVE = f"R.k<{SELECTIVE_BELOW}"  # keys are uniform over KEYS values: about 1% of the rows
 LAG_LIMIT_MS = 2000
+# The rate issue 30 measured its fan-out at (windjoin's paced output on 11-27: 32 whole-stream subscribers kept up,
+# its "keep up" target); the paced output has grown since, so the fan-out runs at both rates.
+ISSUE_30_RATE = 42_407.0
+# Issue 30's targets: a 1 s span's one-time query p50/p99 no worse than its day's, 32 subscribers keep up at its rate.
+TARGET_SPAN_1S_MS = (72.0, 190.0)
+TARGET_SUBSCRIBERS = 32
 TOKEN = "windjoin-bench-queries"  # the benchmark's bearer token; the proxy's limits are lifted for its load
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 UNLIMITED = ["--rate-limit", "1000000", "--rate-burst", "1000000", "--max-streams", "100000"]
@@ -327,6 +334,18 @@ def wait_ready(base: str, timeout_s: float = 60) -> None:
     raise RuntimeError(f"the proxy at {base} did not become ready in {timeout_s} s")
 
 
+def targets(result: dict[str, Any]) -> dict[str, bool]:
+    """Issue 30's query targets, judged on this run."""
+    span = result["one_time"]["span_1s"]
+    p50, p99 = TARGET_SPAN_1S_MS
+    return {
+        "span_1s_p50_p99_at_most_72_190_ms": span["p50_ms"] <= p50 and span["p99_ms"] <= p99,
+        "32_whole_stream_subscribers_at_issue_30_rate": (
+            result["fanout_at_issue_30_rate"]["max_subscribers_kept_up"] >= TARGET_SUBSCRIBERS
+        ),
+    }
+
+
 def pipeline_output_rate() -> float | None:
     try:
         paced = json.loads(PIPELINE_RESULTS.read_text())["windjoin"]["paced"]
@@ -401,11 +420,18 @@ def main() -> None:
                 p.max_subscribers,
                 lambda k, where=where: fanout_round(base, spec_path, writer, rate, k, where, p),
             )
+        issue_rate = p.rate if args.quick else ISSUE_30_RATE
+        result["fanout_at_issue_30_rate"] = {"rate_rows_per_s": issue_rate} | doubling(
+            "whole stream at issue 30's rate",
+            p.max_subscribers,
+            lambda k: fanout_round(base, spec_path, writer, issue_rate, k, None, p),
+        )
         result["fanout_floor"] = doubling(
             "floor",
             p.floor_max_subscribers,
             lambda k: floor_round(free_port(), rate, k, p.fanout_seconds, LAG_LIMIT_MS),
         )
+        result["targets"] = targets(result)
     finally:
         if proxy is not None:
             proxy.terminate()

@@ -18,5 +18,10 @@ def test_queries_benchmark_quick_run(tmp_path):
         first = result["fanout"][kind]["rounds"][0]
         assert first["subscribers"] == 1 and first["rows_expected"] > 0
         assert 0 < first["rows_received_max"] <= first["rows_expected"]
+    assert result["fanout_at_issue_30_rate"]["rounds"][0]["rows_expected"] > 0  # (in --quick: at the quick rate)
+    assert set(result["targets"]) == {
+        "span_1s_p50_p99_at_most_72_190_ms",
+        "32_whole_stream_subscribers_at_issue_30_rate",
+    }
     floor = result["fanout_floor"]["rounds"][0]  # a server with no work per row, the same clients
     assert floor["subscribers"] == 1 and floor["kept_up"], floor
