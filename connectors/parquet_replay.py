@@ -60,7 +60,7 @@ class ParquetReplay:
                 return concat_rows(parts), (upto, _END)
             if current not in retained:
                 return None
-            for piece, file, metadata in self.footers.pieces(task, current):
+            for piece, file, metadata, _ in self.footers.pieces(task, current):
                 first = piece << PIECE_ROW_BITS  # the piece's rows are numbered from here (result_table.piece_rows)
                 with self.parquet.files.open_input(file) as source:
                     taken, whole = _piece_rows(
@@ -81,7 +81,7 @@ class ParquetReplay:
         emitted earlier: it reads as many footers as there are batches to replay (empty batches are skipped)."""
         found = None
         for batch in reversed([b for b in self.retained(task) if b < below]):
-            emitted = [_first_emitted_at(metadata) for _, _, metadata in self.footers.pieces(task, batch)]
+            emitted = [_first_emitted_at(footer.metadata) for footer in self.footers.pieces(task, batch)]
             emitted = [e for e in emitted if e != _EMPTY]
             if not emitted:
                 continue

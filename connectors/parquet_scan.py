@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -78,18 +78,40 @@ class Batches:
     span: tuple[int, int]
 
     def expand(self) -> Iterator[RowGroup]:
-        stamps = [f"{s}.{ts}" for s, ts in stream_timestamps(self.schema).items()]
+        stamps = tuple(f"{s}.{ts}" for s, ts in stream_timestamps(self.schema).items())
         for batch in self.batches:
-            for piece, path, metadata in self.footers.pieces(self.task, batch):
+            for piece, path, metadata, groups in self.footers.pieces(self.task, batch):
                 first = piece << PIECE_ROW_BITS
-                for g in range(metadata.num_row_groups):
-                    group = metadata.row_group(g)
-                    earliest, latest = _bounds(group, stamps)
-                    if earliest <= self.span[1] and latest >= self.span[0] and group.num_rows:
+                for g, (rows, earliest, latest) in enumerate(groups.of(stamps)):
+                    if earliest <= self.span[1] and latest >= self.span[0] and rows:
                         yield RowGroup(
                             max(self.lower, earliest), self.task, batch, self.footers.files, path, metadata, g, first
                         )
-                    first += group.num_rows
+                    first += rows
+
+
+class GroupTimes:
+    """A footer's row groups as (rows, earliest, latest result time), worked out once per set of timestamp leaves:
+    every query over a snapshot prunes all its batches' row groups by them (a tenth of the proxy's CPU for 1 s
+    spans when read from the statistics each time)."""
+
+    def __init__(self, metadata: pq.FileMetaData) -> None:
+        self.metadata = metadata
+        self._known: dict[tuple[str, ...], list[tuple[int, float, float]]] = {}
+
+    def of(self, stamps: tuple[str, ...]) -> list[tuple[int, float, float]]:
+        known = self._known.get(stamps)
+        if known is None:
+            groups = (self.metadata.row_group(g) for g in range(self.metadata.num_row_groups))
+            known = self._known[stamps] = [(group.num_rows, *_bounds(group, stamps)) for group in groups]
+        return known
+
+
+class PieceFooter(NamedTuple):
+    piece: int
+    path: str
+    metadata: pq.FileMetaData
+    groups: GroupTimes
 
 
 class Footers:
@@ -106,12 +128,12 @@ class Footers:
         self.parquet = parquet
         self.files = parquet.files
         self.max_batches = max_batches
-        self._kept: OrderedDict[str, tuple[Hashable, list[tuple[int, str, pq.FileMetaData]]]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[Hashable, list[PieceFooter]]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def pieces(self, task: str, batch: int) -> list[tuple[int, str, pq.FileMetaData]]:
-        """(piece, file, footer) of a committed batch in piece order; FileNotFoundError when the batch left (its
-        snapshot expired: the query reads again), `Damaged` when a footer cannot be read."""
+    def pieces(self, task: str, batch: int) -> list[PieceFooter]:
+        """(piece, file, footer, its row groups' times) of a committed batch in piece order; FileNotFoundError
+        when the batch left (its snapshot expired: the query reads again), `Damaged` when a footer cannot be read."""
         folder = self.parquet.batch_dir(task, batch)
         version = self.files.version(folder)
         with self._lock:
@@ -119,10 +141,10 @@ class Footers:
             if kept is not None and kept[0] == version:
                 self._kept.move_to_end(folder)
                 return kept[1]
-        found = [
-            (piece, path, readable(task, batch, lambda path=path: self.files.read_metadata(path)))
-            for piece, path in self.parquet.batch_pieces(task, batch)
-        ]
+        found = []
+        for piece, path in self.parquet.batch_pieces(task, batch):
+            metadata = readable(task, batch, lambda path=path: self.files.read_metadata(path))
+            found.append(PieceFooter(piece, path, metadata, GroupTimes(metadata)))
         with self._lock:
             self._kept[folder] = (version, found)
             self._kept.move_to_end(folder)
@@ -150,7 +172,7 @@ def damaged(task: str, batch: int) -> Damaged:
     )
 
 
-def _bounds(group: Any, stamps: list[str]) -> tuple[float, float]:
+def _bounds(group: Any, stamps: Sequence[str]) -> tuple[float, float]:
     """Bounds of the result times in a row group from its statistics ((-inf, inf) when they are missing): the
     result time is the latest stamp, so it is at least each stream's smallest and at most the largest stamp."""
     paths = {group.column(i).path_in_schema: i for i in range(group.num_columns)}

@@ -102,17 +102,17 @@ def test_snapshots_retention_and_footers_on_the_object_store(s3_bucket: str) -> 
     assert [(s.id, s.min_time, s.max_time) for s in store.list("a")] == [(1, 1, 1002), (2, 2001, 3002)]
 
     footers = Footers(sink)
-    [(piece, _, footer)] = footers.pieces("a", 0)
+    [(piece, _, footer, _)] = footers.pieces("a", 0)
     assert (piece, footer.num_rows) == (0, 2)
     assert store.expire("a", retain_ms=1500) == [1]
     assert sink.committed_batches("a") == [2, 3]
     with pytest.raises(FileNotFoundError):
         footers.pieces("a", 0)  # left with its snapshot: a query reads again
 
-    assert footers.pieces("a", 2)[0][2].num_rows == 2
+    assert footers.pieces("a", 2)[0].metadata.num_rows == 2
     sink.clear("a")  # a new job writes batch 2 again, with other rows: read anew, never the kept footer
     stage_and_commit(sink, 2, {0: [1, 2, 3]})
-    assert footers.pieces("a", 2)[0][2].num_rows == 3
+    assert footers.pieces("a", 2)[0].metadata.num_rows == 3
 
 
 def test_the_proxy_answers_from_the_object_store(s3_bucket: str) -> None:

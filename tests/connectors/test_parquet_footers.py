@@ -26,18 +26,20 @@ def test_footers_are_read_once_per_folder_version(tmp_path, monkeypatch) -> None
     monkeypatch.setattr(sink.files, "read_metadata", lambda path: reads.append(path) or read_metadata(path))
     footers = Footers(sink, max_batches=1)
 
-    [(piece, path, footer)] = footers.pieces("a", 0)
-    assert (piece, footer.num_rows, len(reads)) == (0, 2, 1)
-    assert footers.pieces("a", 0) == [(piece, path, footer)] and len(reads) == 1  # kept
+    [kept] = footers.pieces("a", 0)
+    assert (kept.piece, kept.metadata.num_rows, len(reads)) == (0, 2, 1)
+    assert footers.pieces("a", 0) == [kept] and len(reads) == 1  # kept
+    stamps = ("R.ts", "S.t")  # the result time is the later stamp: 1 and 2 here
+    assert kept.groups.of(stamps) == [(2, 1, 2)] and kept.groups.of(stamps) is kept.groups.of(stamps)
 
     sink.clear("a")  # a new job starts the task afresh and writes batch 0 again, with other rows, a while later
     time.sleep(0.05)  # (past a tick of the kernel's file clock: see Footers)
     sink.write(0, {"a": make_table("a", 0, [pair(4), pair(5), pair(6)])})
     sink.write(1, {"a": make_table("a", 1, [pair(3)])})
-    [(_, _, footer)] = footers.pieces("a", 0)
-    assert footer.num_rows == 3 and len(reads) == 2
+    [again] = footers.pieces("a", 0)
+    assert again.metadata.num_rows == 3 and len(reads) == 2 and again.groups.of(stamps)[0][0] == 3
 
-    assert footers.pieces("a", 1)[0][2].num_rows == 1 and len(reads) == 3
+    assert footers.pieces("a", 1)[0].metadata.num_rows == 1 and len(reads) == 3
     footers.pieces("a", 0)  # batch 1 pushed batch 0 out (one folder kept)
     assert len(reads) == 4
 

@@ -36,7 +36,7 @@ def test_a_resume_reads_only_the_row_groups_after_its_position(tmp_path: Path, m
     monkeypatch.setattr(parquet_sink, "GROUP_BYTES", 300)  # a few rows a row group
     sink = ParquetSink(tmp_path)
     sink.write(0, {"a": make_table("a", 0, [pair(i) for i in range(ROWS)])})
-    [(_, path, footer)] = ParquetReplay(sink, SnapshotStore(tmp_path)).footers.pieces("a", 0)
+    [(_, path, footer, _)] = ParquetReplay(sink, SnapshotStore(tmp_path)).footers.pieces("a", 0)
     assert footer.num_row_groups >= 4, footer.num_row_groups
     sizes = [footer.row_group(g).num_rows for g in range(footer.num_row_groups)]
     before = sizes[0] + sizes[1]  # rows of the first two groups
