@@ -434,10 +434,10 @@ def main() -> None:
                 p.max_subscribers,
                 lambda k, where=where: fanout_round(base, spec_path, writer, rate, k, where, p),
             )
-        issue_rate = p.rate if args.quick else ISSUE_30_RATE
+        issue_rate, issue_max = (p.rate, 1) if args.quick else (ISSUE_30_RATE, p.max_subscribers)  # quick: a smoke
         result["fanout_at_issue_30_rate"] = {"rate_rows_per_s": issue_rate} | doubling(
             "whole stream at issue 30's rate",
-            p.max_subscribers,
+            issue_max,
             lambda k: fanout_round(base, spec_path, writer, issue_rate, k, None, p),
         )
         result["fanout_floor"] = doubling(
