@@ -90,7 +90,7 @@ QUICK = {
     "retain_s": 30,
     "queries": 40,
     "fanout_seconds": 4.0,
-    "max_subscribers": 8,
+    "max_subscribers": 2,
     "floor_max_subscribers": 1,
     "rate": 5_000.0,
 }

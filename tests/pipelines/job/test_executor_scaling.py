@@ -197,65 +197,46 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
     assert as_multiset(parquet_pairs(sink, spec)) == as_multiset(expected)
 
 
-# The controller's scaling rules under test, with the load that drives each:
-# - S2J's utilisation: tau = tuples per batch per slot / 100, so a 300-row batch is 1.5, a trickle ~0.02 (one
-#   epoch sustains);
-# - paper 000's declustering: a slot is a supplier when its input buffer is over th_sup full, a consumer under
-#   th_con; N_sup > beta * N_con grows, no supplier for 3 epochs in a row shrinks. The buffer is the topics: each
-#   batch reports the records left waiting when it was planned, each slot's share by its tuples, over a capacity
-#   of 300 (occupancy "backlog", the paper's own measure). A wave of 2000 rows read 700 a batch leaves 1300, then
-#   600 waiting (4.3 and 2 capacities in two batches of an epoch of ~6: a supplier however the epochs fall); a
-#   trickle leaves none. (Busy occupancy, a slot's seconds over the batch interval, sees little of a lag: most of
-#   a batch's time is Spark's, outside the slots, and its thresholds had to be set to this machine's readings.)
-#   The job follows the slots too: a shrink drains slot 1 onto slot 0; a growth moves partitions to slot 1 from the
-#   next epoch on, while the load lasts (a wave is over by then).
-#   (Relative occupancies, share/cpu/tuples, cannot drive the rule: one slot holds all of the share, 1 > th_sup,
-#   so it never shrinks to one slot.)
-SCALING = {
-    "utilisation": {
-        "control": {"scaling": "utilisation", "utilisation": {"capacity": 100, "sustain_epochs": 1, "max_workers": 2}},
-        "window_ms": 50,
-        "max_offsets": 300,
-        "routing": False,
-    },
-    "declustering": {
-        "control": {
-            "scaling": "declustering",
-            "declustering": {"beta": 0.5, "min_slots": 1, "max_slots": 2},
-            "reorganisation": {"occupancy": "backlog", "backlog_capacity": 300, "th_sup": 0.3, "th_con": 0.1},
-        },
-        "window_ms": 2000,
-        "max_offsets": 700,
-        "routing": True,
-    },
+# The controller's rule under test, paper 000's declustering, with the load that drives it: a slot is a supplier
+# when its input buffer is over th_sup full, a consumer under th_con; N_sup > beta * N_con grows, no supplier for 3
+# epochs in a row shrinks. The buffer is the topics: each batch reports the records left waiting when it was
+# planned, each slot's share by its tuples, over a capacity of 300 (occupancy "backlog", the paper's own measure).
+# A wave of 2000 rows read 700 a batch leaves 1300, then 600 waiting (4.3 and 2 capacities in two batches of an
+# epoch of ~6: a supplier however the epochs fall); a trickle leaves none. (Busy occupancy, a slot's seconds over
+# the batch interval, sees little of a lag: most of a batch's time is Spark's, outside the slots, and its
+# thresholds had to be set to this machine's readings.) The job follows the slots too: a shrink drains slot 1 onto
+# slot 0; a growth moves partitions to slot 1 from the next epoch on, while the load lasts (a wave is over by then).
+# (Relative occupancies, share/cpu/tuples, cannot drive the rule: one slot holds all of the share, 1 > th_sup, so
+# it never shrinks to one slot.) S2J's utilisation rule runs the same loop in test_worker_cut_off (growing under
+# load, with a worker cut off) and decides from real load reports in tests/pipelines/controller.
+DECLUSTERING = {
+    "scaling": "declustering",
+    "declustering": {"beta": 0.5, "min_slots": 1, "max_slots": 2},
+    "reorganisation": {"occupancy": "backlog", "backlog_capacity": 300, "th_sup": 0.3, "th_con": 0.1},
 }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rule", sorted(SCALING))
-def test_executors_follow_the_controller_on_load(rule, cluster, kafka_bootstrap, redis_url, unique_topic, tmp_path):
+def test_executors_follow_the_controller_on_load(cluster, kafka_bootstrap, redis_url, unique_topic, tmp_path):
     """The whole loop: `windjoin run` publishes its batches' load, `windjoin controller` turns it into a slot count
-    (S2J's utilisation thresholds, or paper 000's supplier/consumer declustering rule), the driver follows it: busy
-    waves keep two executors, a trickle releases one, the next wave takes it back. Redis database 12 is this test's
-    own (the load reports and the decisions use the default namespace)."""
+    (paper 000's supplier/consumer declustering rule), the driver follows it: busy waves keep two executors, a
+    trickle releases one, the next wave takes it back. Redis database 12 is this test's own (the load reports and
+    the decisions use the default namespace)."""
     url = redis_url.rsplit("/", 1)[0] + "/12"
     redis_client(url).flushdb()
-    case = SCALING[rule]
     spec = keyed_eq_spec(unique_topic, tmp_path)
     parquet = {"path": str(tmp_path / "parquet")}
-    spec.update(
-        trigger_ms=500, max_offsets_per_trigger=case["max_offsets"], sinks={"parquet": parquet, "redis": {"url": url}}
-    )
-    spec["window"]["size_ms"] = case["window_ms"]
+    spec.update(trigger_ms=500, max_offsets_per_trigger=700, sinks={"parquet": parquet, "redis": {"url": url}})
+    spec["window"]["size_ms"] = 2000
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(json.dumps(spec))
     control = tmp_path / "control.yaml"
-    control.write_text(json.dumps(case["control"]))
+    control.write_text(json.dumps(DECLUSTERING))
     rng, events, lock = random.Random(6), [], threading.Lock()
     produce_events(kafka_bootstrap, spec, [])
     log, control_log = tmp_path / "driver.log", tmp_path / "controller.log"
     watch = ExecutorWatch(cluster)
-    driver = _start_run(spec_path, kafka_bootstrap, cluster, url, decision_key(), log, case["routing"])
+    driver = _start_run(spec_path, kafka_bootstrap, cluster, url, decision_key(), log, routing=True)
     controller_argv = [sys.executable, "-m", "windjoin.pipelines", "controller", str(spec_path), "--config"]
     controller = processes.spawn([*controller_argv, str(control), "--epoch-s", "3"], control_log, cwd=tmp_path)
     sink = ParquetSink(tmp_path / "parquet")
@@ -302,12 +283,12 @@ def test_executors_follow_the_controller_on_load(rule, cluster, kafka_bootstrap,
     print(processes.log_tail(control_log, 30))
 
     assert watch.changes[-4:] == [2, 1, 2, 1], watch.changes
-    if rule == "declustering":  # the rule decided both ways: grown with a supplier, shrunk with none
-        epochs = [line for line in control_log.read_text().splitlines() if line.startswith("epoch ")]
-        assert any(re.search(r"suppliers \[\d.*, slots 2,", line) for line in epochs), epochs
-        assert any("suppliers []" in line and ", slots 1," in line for line in epochs), epochs
-        # ... and the job followed the slots: the shrink from the spec's two drained slot 1 (its window state moved)
-        assert any(re.search(r"moves p\d+ 1->0.*, slots 1,", line) for line in epochs), epochs
+    # the rule decided both ways: grown with a supplier, shrunk with none
+    epochs = [line for line in control_log.read_text().splitlines() if line.startswith("epoch ")]
+    assert any(re.search(r"suppliers \[\d.*, slots 2,", line) for line in epochs), epochs
+    assert any("suppliers []" in line and ", slots 1," in line for line in epochs), epochs
+    # ... and the job followed the slots: the shrink from the spec's two drained slot 1 (its window state moved)
+    assert any(re.search(r"moves p\d+ 1->0.*, slots 1,", line) for line in epochs), epochs
     expected, late = oracle_join(spec, events)
     assert not late and len(expected) > 5000
     assert as_multiset(parquet_pairs(sink, spec)) == as_multiset(expected)
