@@ -53,3 +53,25 @@ def shifted(hist: DelayHistogram, ms: int) -> DelayHistogram:
     out.counts[: MAX_DELAY_MS + 1 - ms] = hist.counts[ms:]
     out.counts[0] += hist.counts[:ms].sum()
     return out
+
+
+def uniform_arrival_delays(progress: list[dict[str, Any]]) -> DelayHistogram:
+    """The delays to commit that events arriving at an even pace would see behind a query's batches (1 event a ms).
+
+    A batch fixes what it reads when its `latestOffset` returns and makes it visible when its trigger ends, so an
+    event arriving between two batches' cuts waits for the end of the later one. Applied to a trivial query's
+    progress reports, this is the floor of delay to commit that no work inside the batches can go under; applied
+    to the job's own reports, it checks the model against the delays measured pair by pair.
+    """
+    from datetime import datetime
+
+    cuts, ends = [], []
+    for p in sorted(progress, key=lambda p: int(p["batchId"])):
+        start = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000
+        durations = p.get("durationMs", {})
+        cuts.append(int(start + durations.get("latestOffset", 0)))
+        ends.append(int(start + durations.get("triggerExecution", 0)))
+    out = DelayHistogram()
+    for previous_cut, cut, end in zip(cuts, cuts[1:], ends[1:], strict=False):
+        out.add(end - np.arange(previous_cut, cut))
+    return out

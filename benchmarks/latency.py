@@ -22,7 +22,10 @@ its schedule is marked void (`benchmarks.paced_load.verdict`).
 The floor, measured in the same run on the same SparkSession (`../shared/probes/spark_batch_floor.py`'s shape):
 Spark's rate source into a noop sink, and the rate source through `groupBy(slot).transformWithStateInPandas`
 holding one value per slot (RocksDB, changelog checkpointing, 2 slots) into a noop sink, batches back to back
-at 2,000 rows/s: the median batch time of a trivial query of the job's shape.
+at 2,000 rows/s: the median batch time of a trivial query of the job's shape. And the floor of delay to commit:
+events arriving evenly behind the batches of the job's own shape with nothing in it (`benchmarks.pieces_floor`,
+back to back) wait from their batch's cut to its end (`benchmarks.delays.uniform_arrival_delays`); the same model
+on each windjoin run's own batches (`delay_to_commit_uniform`) checks it against the delays measured pair by pair.
 
 Whatever happens (an error, Ctrl-C, SIGTERM), the broker, Redis, the generator and Spark are stopped (`teardown`).
 
@@ -47,7 +50,7 @@ import numpy as np
 import yaml
 
 from benchmarks.builtin_peer import CONFIGS, BuiltinSink, best, evidence, start_builtin
-from benchmarks.delays import DelayHistogram
+from benchmarks.delays import DelayHistogram, uniform_arrival_delays
 from benchmarks.machine import machine_facts
 from benchmarks.paced_load import (
     generate_cmd,
@@ -113,6 +116,8 @@ def run_variant(
         # result time plus the end less emitted_at (the earliest slot's: never understated)
         if len(delays) and o.emitted_at_ms is not None:
             visible.add(delays + int(o.finished_at * 1000) - o.emitted_at_ms, counts)
+    ends = batch_ends_ms(progress_rows(query))
+    timeline = [p for p in progress_rows(query) if ends[int(p["batchId"])] >= since_ms]
     budget_parts = list(kept[-1].budget) if kept else []
     budget = {p: statistics.median(o.budget.get(p, 0.0) for o in kept) for p in budget_parts}
     plan = [o.previous_spark.get("plan", 0.0) for o in kept if o.previous_spark]
@@ -128,6 +133,8 @@ def run_variant(
         "batch_limits": sorted({o.batch_limit for o in kept if o.batch_limit}),
         "delay_to_emit": emitted.summary(),
         "delay_to_commit": visible.summary(),
+        # the floor's model on this run's own batches: what the batch timeline alone makes of the delay
+        "delay_to_commit_uniform": uniform_arrival_delays(timeline).summary(),
         "generator_start_lag_s": lag_s,
         "generator_lag": steady_lag,
         **verdict(steady_lag),
@@ -313,8 +320,12 @@ def summarise(result: dict[str, Any]) -> None:
     p99 = lambda run: run["delay_to_commit"]["p99_ms"]  # noqa: E731
     best_run = min(result["runs"].values(), key=lambda r: p99(r) or float("inf"))
     stateful_floor = result["floor"]["stateful"]["batch_ms_median"]
+    floor_p99 = result["floor"]["pieces"]["delay_to_commit_uniform"]["p99_ms"]
     result["targets"] = {
         "p99_delay_at_most_1s_at_paper_rate": (p99(best_run) or float("inf")) <= 1000,
+        # the job's shape with nothing in it, batches back to back, events arriving evenly: no job goes under it
+        "floor_p99_delay_ms": floor_p99,
+        "p99_delay_over_floor_p99": _ratio(p99(best_run), floor_p99),
         "fixed_cost_at_most_0_6s": (best_run["fitted_fixed_ms"] or float("inf")) <= 600,
         "batch_time_over_floor": _ratio(best_run["batch_ms_median"], stateful_floor),
         "batch_time_over_pieces_floor": _ratio(

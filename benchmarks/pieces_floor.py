@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.delays import uniform_arrival_delays
 from benchmarks.spark_floor import measured_progress
 
 
@@ -40,6 +41,7 @@ def pieces_floor(spark: Any, seconds: float, workdir: Path, rows: int) -> dict[s
         "batches": len(batch_ms),
         "batch_ms_median": statistics.median(batch_ms) if batch_ms else None,
         "rows_per_batch": rows,
+        "delay_to_commit_uniform": uniform_arrival_delays(progress).summary(),
     }
     print(f"floor pieces: {out}", flush=True)
     return out

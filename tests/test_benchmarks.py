@@ -51,5 +51,26 @@ def test_latency_benchmark_quick_run(tmp_path):
         "fixed_cost_at_most_0_6s",
         "batch_time_over_floor",
         "batch_time_over_pieces_floor",
+        "floor_p99_delay_ms",
+        "p99_delay_over_floor_p99",
     }
     assert latency["floor"]["pieces"]["batch_ms_median"] > 0  # the job's own shape with nothing in it, same run
+    # the floor of delay to commit: events arriving evenly behind the trivial query's batches
+    pieces = latency["floor"]["pieces"]
+    assert pieces["delay_to_commit_uniform"]["p99_ms"] > pieces["batch_ms_median"]
+    for run in latency["runs"].values():  # the same model on the job's own batches
+        assert run["delay_to_commit_uniform"]["pairs"] > 0
+
+
+def test_evenly_arriving_events_wait_for_the_end_of_the_batch_after_their_cut():
+    """Batches back to back, each 500 ms with its offsets fixed 100 ms in: an event arriving between two cuts waits
+    for the later batch's end, from 401 ms (1 ms before its cut) to 900 ms (just after the previous cut)."""
+    from benchmarks.delays import uniform_arrival_delays
+
+    def report(batch_id: int) -> dict:
+        start = f"2026-11-29T10:00:{batch_id // 2:02d}.{(batch_id % 2) * 500:03d}Z"
+        return {"batchId": batch_id, "timestamp": start, "durationMs": {"latestOffset": 100, "triggerExecution": 500}}
+
+    delays = uniform_arrival_delays([report(b) for b in (3, 0, 2, 1)]).summary()  # in any order
+    assert delays["pairs"] == 3 * 500  # one event a ms between the first cut and the last
+    assert delays["p50_ms"] == 650 and delays["p99_ms"] == 895 and delays["max_ms"] == 900

@@ -48,9 +48,12 @@ def test_pipeline_benchmark_quick_run(tmp_path):
     assert catch_up["drained"] and catch_up["rows"] == catch_up["backlog_rows"] > 0 and catch_up["late"] == 0
     assert catch_up["rows_per_s"] > 0 and catch_up["driver_rss_mb_first_half_max"] > 0
     assert set(result["targets"]) == {
-        "windjoin_at_least_2x_builtin_throughput",
+        "windjoin_at_least_3x_builtin_throughput",
+        "batch_over_floor",
+        "batch_at_most_1_5x_floor",
         "windjoin_p99_delay_under_2s_at_80pct",
     }
+    assert result["targets"]["batch_over_floor"] > 0  # the steady batch and the floor's, same rows, same run
 
 
 def test_records_read_come_from_the_sources_offsets():
