@@ -16,8 +16,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.delays import uniform_arrival_delays
-
 
 def floor(
     spark: Any, seconds: float, workdir: Path, rows_per_s: float = 2000, trigger_s: float = 0, wide: bool = False
@@ -50,7 +48,6 @@ def floor(
             "batch_ms_median": statistics.median(batch_ms) if batch_ms else None,
             "rows_per_batch_median": statistics.median(rows) if rows else None,
             "rows_per_s": sum(rows) / (sum(batch_ms) / 1000) if sum(batch_ms) else None,
-            "delay_to_commit_uniform": uniform_arrival_delays(progress).summary(),
         }
         print(f"floor {kind}: {out[kind]}", flush=True)
     return out
