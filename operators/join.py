@@ -14,7 +14,7 @@ however far other partitions have run ahead.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,8 +26,8 @@ from windjoin.operators.metrics import TaskCounters
 from windjoin.operators.predicates import ProbePredicate
 from windjoin.operators.schema import StreamSchema
 from windjoin.operators.spec import CountWindow, JoinSpec, TaskSpec
-from windjoin.operators.unpaired import Lone, below, close, first_pairs, mark_paired
-from windjoin.operators.window import SEQ, SSEQ, TS, WindowStore
+from windjoin.operators.unpaired import Lone, below, close, first_pairs, mark_paired, recall_paired
+from windjoin.operators.window import SEQ, SSEQ, TS, Block, WindowStore
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,9 @@ class WindowJoin:
 
     n_way = False  # tasks of more than two streams need MJoin (operators/mjoin.py)
 
-    def __init__(self, spec: JoinSpec, use_indexes: bool = True) -> None:
+    def __init__(self, spec: JoinSpec, use_indexes: bool = True, keep_partners: bool = False) -> None:
+        """`keep_partners`: keep the partners of outer, semi and anti tasks' tuples until those close
+        (`JoinSpec.recall_history_ms`), so a window rebuilt from its stored tuples can `recall_flags`."""
         wide = [t.name for t in spec.tasks if len(t.join) != 2]
         if wide and not self.n_way:
             raise ValueError(f"task(s) {wide} join more than two streams; WindowJoin joins pairs (use MJoin)")
@@ -98,7 +100,9 @@ class WindowJoin:
             name: WindowStore(
                 spec.window,
                 lateness_ms=spec.allowed_lateness_ms,
-                history_ms=None if isinstance(spec.window, CountWindow) else spec.history_ms(name),
+                history_ms=None
+                if isinstance(spec.window, CountWindow)
+                else (spec.recall_history_ms(name) if keep_partners else spec.history_ms(name)),
             )
             for name in spec.streams
             if name in joined
@@ -108,6 +112,7 @@ class WindowJoin:
         self._given_watermark = False  # set_watermark was called: lateness follows the caller's watermark
         self._watermark: int | None = None
         self._lone: list[Lone] = []  # closed unpaired rows not yet handed out (see `_close`)
+        self.keep_partners = keep_partners
 
     @property
     def counters(self) -> dict[str, TaskCounters]:
@@ -221,12 +226,49 @@ class WindowJoin:
                 elif watermark_ms is None:
                     continue
                 else:
-                    lower, upper = task.bounds
-                    closing = below(TS, watermark_ms - upper if stream == task.streams[0] else watermark_ms + lower)
+                    closing = self._closed_by(task, stream, watermark_ms)
                 found = close(task.name, task.streams, stream, store, closing, after)
                 if found is not None:
                     task.counters.outputs += len(found)
                     self._lone.append(found)
+
+    @staticmethod
+    def _closed_by(task: _TaskRuntime, stream: str, watermark_ms: int) -> Callable[[Block], np.ndarray | None]:
+        """The closing test of a time window's tracked `stream` at `watermark_ms` (see `unpaired`)."""
+        lower, upper = task.bounds
+        return below(TS, watermark_ms - upper if stream == task.streams[0] else watermark_ms + lower)
+
+    def recall_flags(self, watermark_ms: int | None) -> None:
+        """Set the flags of outer, semi and anti tasks on a window rebuilt from its stored tuples (`preload`) as
+        they stood when it last closed at `watermark_ms`: a tuple has paired exactly when a stored partner lies in
+        its window and meets the task's predicates (both were stored, so the later one found the earlier; the
+        join keeps partners long enough, `keep_partners`), and it was closed (its row emitted) exactly when
+        `watermark_ms` had passed its window. Time windows; tuples that came with their flags keep them."""
+        if not self._tracking:
+            return
+        if isinstance(self.spec.window, CountWindow) or not self.keep_partners:
+            raise ValueError("recall_flags needs a time window and a join built with keep_partners=True")
+        for task in self.tasks:
+            for stream in task.tracked:
+                partner = task.opposite(stream)
+                first = stream == task.streams[0]
+                recall_paired(
+                    task.name,
+                    self.stores[stream],
+                    self.stores[partner],
+                    task.preds[stream],
+                    task.bounds if first else (-task.bounds[1], -task.bounds[0]),
+                    self.use_indexes,
+                )
+                if watermark_ms is not None and task.type != "semi":
+                    close(
+                        task.name,
+                        task.streams,
+                        stream,
+                        self.stores[stream],
+                        self._closed_by(task, stream, watermark_ms),
+                        -1,
+                    )  # emitted before the rebuild
 
     def _stamp(
         self, stream: str, columns: Mapping[str, np.ndarray], order: np.ndarray, arrival_ns: np.ndarray

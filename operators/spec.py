@@ -469,6 +469,20 @@ class JoinSpec(_Strict):
                 reach.append(-lower if len(task.join) == 2 and stream == task.join[1] else upper)
         return max(reach)
 
+    def recall_history_ms(self, stream: str) -> int:
+        """`history_ms`, and for a partner of an outer, semi or anti task at least the task's span (upper - lower):
+        a stored partner then stays while every tuple it paired with can still close, so whether a tuple paired can
+        be worked out again from the stored tuples alone (`WindowJoin.recall_flags`, a window rebuilt from state)."""
+        spans = [self.history_ms(stream)]
+        for task in self.tasks:
+            if len(task.join) != 2 or stream not in task.join:
+                continue
+            partner_of = task.join[1] if stream == task.join[0] else task.join[0]
+            if partner_of in task.tracked:
+                lower, upper = self.bounds(task)
+                spans.append(upper - lower)
+        return max(spans)
+
     @property
     def max_history_ms(self) -> int:
         """`history_ms` over every joined stream: how long state that mixes the streams is kept below the watermark."""

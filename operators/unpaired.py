@@ -22,7 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from windjoin.operators.batch import TupleBatch
-from windjoin.operators.window import CLOSED, PAIRED, Block, WindowStore
+from windjoin.operators.kernel import Probe, RangeFilter, probe_block
+from windjoin.operators.predicates import ProbePredicate
+from windjoin.operators.window import CLOSED, PAIRED, TS, Block, WindowStore
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,25 @@ def first_pairs(task: str, join: tuple[str, ...], store: WindowStore, side: Tupl
     mark_paired(store, task, numbers[fresh])
     chosen = side.take(fresh)
     return Lone(task, join, join[0], dict(chosen.columns), chosen.seq, later[fresh], at_close=False)
+
+
+def recall_paired(
+    task: str,
+    store: WindowStore,
+    partners: WindowStore,
+    preds: tuple[ProbePredicate, ...],
+    reach: tuple[int, int],
+    use_index: bool = True,
+) -> None:
+    """Mark paired the stored tuples of `store` that some tuple of `partners` pairs with: the predicates oriented
+    from `store`'s stream, and partner.ts - ts within `reach` (lower, upper)."""
+    lower, upper = reach
+    for block in store.blocks:
+        ts = block.tuples.ts.astype(np.int64)
+        probe = Probe(dict(block.tuples.columns), (RangeFilter(TS, ts + lower, ts + upper),), preds, use_index)
+        paired = block.flag(task, PAIRED)
+        for other in partners.blocks:
+            paired[probe_block(probe, other).probe_rows] = True
 
 
 def below(column: str, limit: float) -> Callable[[Block], np.ndarray | None]:
