@@ -27,7 +27,7 @@ POSITIONS = b"windjoin.positions"
 class MovedGroup:
     group: Group  # the piece handed over: a whole partition or one of its mini-groups
     rows: pa.Table  # the group's stored tuples (the state segments' columns)
-    positions: dict[str, Any]  # {"max_ts": int | None, "counts": {stream: arrivals}}
+    positions: dict[str, Any]  # {"max_ts": int | None, "counts": {stream: arrivals}, "watermark": int | None}
 
 
 class MoveStore:

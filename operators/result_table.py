@@ -3,10 +3,12 @@
 A result table has one struct column per joined stream, named after the stream and in the task's `join` order,
 holding that stream's timestamp field first and then its declared fields in spec order; then `batch_id` (int64)
 and `emitted_at` (int64, epoch ms). Types: int -> int64, float -> float64, string -> string, bool -> bool, the
-timestamp -> int64. No value is ever null (sinks refuse nulls), yet fields are declared nullable, Arrow's default,
-so that a table assembled from plain arrays has exactly this schema. The schema carries metadata naming the task
-and each stream's timestamp field, so that sinks, which do not see the spec, can compute the *result time* of a
-result: the latest (max) of its tuples' timestamps, one per joined stream (two for a pair, n for an n-way task).
+timestamp -> int64. No field value is ever null (sinks refuse nulls); a whole stream's column is null in the rows
+an outer, semi or anti task emits with one side alone (the schema's metadata names the task's type), never both.
+Fields are declared nullable, Arrow's default, so that a table assembled from plain arrays has exactly this
+schema. The schema carries metadata naming the task and each stream's timestamp field, so that sinks, which do not
+see the spec, can compute the *result time* of a result: the latest (max) of its tuples' timestamps, one per
+joined stream (two for a pair, n for an n-way task; a row of one side alone: that side's own).
 Build tables with `table_from_columns` (or give `pa.Table.from_arrays` the schema of `result_schema`) so the
 metadata comes along.
 """
@@ -36,6 +38,7 @@ EMITTED_AT = "emitted_at"
 RESERVED_COLUMNS = ("task", BATCH_ID, EMITTED_AT, "result_time")
 META_TASK = b"windjoin.task"
 META_TIMESTAMPS = b"windjoin.timestamps"  # JSON object {stream: timestamp field}, in join order
+META_TYPE = b"windjoin.type"  # the task's type (`TaskSpec.type`); tables written before it had none: inner
 MAX_BATCH_ID = 2**53 - 1  # batch ids must survive a round trip through a double (Redis scores, Lua numbers)
 # A result's `row` within its batch: its piece (the slot that wrote it) in the high bits, its position in the
 # piece below, so slots number their rows without knowing each other's counts and (batch, row) stays unique.
@@ -94,7 +97,7 @@ def result_schema(spec: JoinSpec, task_name: str) -> pa.Schema:
         timestamps[stream_name] = stream.timestamp
     columns.append(pa.field(BATCH_ID, pa.int64()))
     columns.append(pa.field(EMITTED_AT, pa.int64()))
-    metadata = {META_TASK: task.name.encode(), META_TIMESTAMPS: orjson.dumps(timestamps)}
+    metadata = {META_TASK: task.name.encode(), META_TIMESTAMPS: orjson.dumps(timestamps), META_TYPE: task.type.encode()}
     return pa.schema(columns, metadata=metadata)
 
 
@@ -171,6 +174,11 @@ def table_task(table: pa.Table) -> str:
     return metadata[META_TASK].decode()
 
 
+def table_type(table: pa.Table) -> str:
+    """The type of the task a result table belongs to (inner for tables written before types)."""
+    return (table.schema.metadata or {}).get(META_TYPE, b"inner").decode()
+
+
 def stream_timestamps(schema: pa.Schema) -> dict[str, str]:
     """`{stream: timestamp field}` in join order, from a result schema's metadata."""
     metadata = schema.metadata or {}
@@ -214,7 +222,10 @@ def order_results(table: pa.Table, order: str) -> pa.Table:
         return table
     if order not in ("outer", "strict"):
         raise ValueError(f"output_order must be 'none', 'outer' or 'strict', got {order!r}")
-    columns = [pc.struct_field(table.column(s), ts) for s, ts in stream_timestamps(table.schema).items()]
+    low = np.iinfo(np.int64).min  # a side alone: the missing side's time sorts as the earliest
+    columns = [
+        pc.fill_null(pc.struct_field(table.column(s), ts), low) for s, ts in stream_timestamps(table.schema).items()
+    ]
     times = np.sort(np.column_stack([c.to_numpy() for c in columns]), axis=1)[:, ::-1]  # latest first
     keys = times[:, :1] if order == "outer" else times
     return table.take(np.lexsort(keys.T[::-1]))
@@ -227,13 +238,21 @@ def check_result_table(table: pa.Table, batch_id: int, task: str | None = None) 
     found = table_task(table)
     if task is not None and found != task:
         raise ValueError(f"result table of task {found!r} handed over as task {task!r}")
+    alone = table_type(table) != "inner"
+    sides = np.zeros(table.num_rows, dtype=np.int64)  # per row, the streams present
     for name in stream_timestamps(table.schema):
         if name not in table.column_names or not pa.types.is_struct(table.schema.field(name).type):
             raise ValueError(f"task {found!r}: result table has no struct column {name!r}")
         column = table.column(name)
+        if column.null_count and not alone:
+            raise ValueError(f"task {found!r}: column {name} holds nulls; an inner task's results never do")
+        present = pc.is_valid(column)
+        sides += present.to_numpy(zero_copy_only=False)
         for child in column.type:
-            if column.null_count or pc.struct_field(column, child.name).null_count:
+            if pc.any(pc.and_(present, pc.is_null(pc.struct_field(column, child.name)))).as_py():
                 raise ValueError(f"task {found!r}: column {name}.{child.name} holds nulls; results never do")
+    if table.num_rows and sides.min() == 0:
+        raise ValueError(f"task {found!r}: a result row has no stream's tuple")
     for name in (BATCH_ID, EMITTED_AT):
         if name not in table.column_names or table.schema.field(name).type != pa.int64():
             raise ValueError(f"task {found!r}: result table has no int64 column {name!r}")

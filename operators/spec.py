@@ -485,8 +485,14 @@ class JoinSpec(_Strict):
 
     @property
     def max_history_ms(self) -> int:
-        """`history_ms` over every joined stream: how long state that mixes the streams is kept below the watermark."""
-        return max([self.history_ms(s) for t in self.tasks for s in t.join], default=0)
+        """`recall_history_ms` over every joined stream: how long the streaming job keeps state that mixes the
+        streams below the watermark (it rebuilds windows from that state, and recalls their flags from it)."""
+        return max([self.recall_history_ms(s) for t in self.tasks for s in t.join], default=0)
+
+    @property
+    def tracking(self) -> bool:
+        """Some task remembers which of its tuples paired (outer, semi, anti)."""
+        return any(task.tracked for task in self.tasks)
 
     @property
     def reach_ms(self) -> int:

@@ -72,7 +72,10 @@ class HandOver:
                 raise store.missing(routing.version, unit)
             windows.take_positions(meta, unit.partition, [m.positions for m in handed])
             if holders[0] == index:
-                self.segments.take_rows(meta, windows, unit.partition, [m.rows for m in handed])
+                # every holder handing over closed its tuples at the same batch watermark (all slots take it)
+                closed = [m.positions.get("watermark") for m in handed]
+                closed_at = min((w for w in closed if w is not None), default=None)
+                self.segments.take_rows(meta, windows, unit.partition, [m.rows for m in handed], closed_at)
             changed.append(unit)
         meta.held = dict(mine_json)
         return changed

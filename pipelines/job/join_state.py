@@ -110,7 +110,13 @@ class JoinProcessor(StatefulProcessor):
         output = write_slot(self.outputs, self.spec, current_batch_id(), index, pairs_by_task, dead_rows, emitted_at)
         joined_held = windows.held()
         moved_out = self.moves.hand_over(index, meta, windows, epoch) if epoch is not None else []
-        horizon = expiry_watermark(meta.watermark, batch.clock.get("marks"), batch.marks, self.spec)
+        # outer, semi and anti tuples close only at the batch's watermark, the same at every slot, so a rebuilt or
+        # handed-over window recalls exactly which closed (a later horizon would close some unemitted)
+        horizon = (
+            meta.watermark
+            if self.spec.tracking
+            else expiry_watermark(meta.watermark, batch.clock.get("marks"), batch.marks, self.spec)
+        )
         write_started = time.perf_counter()
         self.segments.expire(meta, windows, horizon)
         meta.nonce = windows.nonce = uuid.uuid4().hex

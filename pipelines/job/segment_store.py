@@ -39,6 +39,7 @@ class SegmentStore:
         for segment in meta.segments:
             windows.load(self._read(segment))
         windows.restore_positions(meta)
+        windows.recall_flags(meta.watermark)  # the flags as the last batch (its watermark) closed them
         return windows
 
     def append(self, meta: SlotMeta, kept: pa.Table) -> None:
@@ -65,14 +66,18 @@ class SegmentStore:
             )
         )
 
-    def take_rows(self, meta: SlotMeta, windows: SlotWindows, part: int, tables: list[pa.Table]) -> None:
+    def take_rows(
+        self, meta: SlotMeta, windows: SlotWindows, part: int, tables: list[pa.Table], closed_at: int | None
+    ) -> None:
         """Take stored-layout rows of `part` (handed over, or pushed and brought back) into its window and a
-        new segment; the window's store now counts them."""
+        new segment; the window's store now counts them, their flags recalled as their last holder closed them at
+        `closed_at` (its watermark then)."""
         tables = [t for t in tables if t.num_rows]
         if not tables:
             return
         rows = pa.concat_tables(tables)
         windows.add_rows(part, rows)
+        windows.recall_flags(closed_at)
         self.append(meta, rows)
 
     def partition_rows(self, meta: SlotMeta, part: int) -> pa.Table:

@@ -24,6 +24,7 @@ from windjoin.operators.control.slot_load import fine_bins
 from windjoin.operators.join import Pairs
 from windjoin.operators.result_table import ARROW_TYPES
 from windjoin.operators.spec import JoinSpec
+from windjoin.operators.unpaired import Lone
 from windjoin.pipelines.job.adapter import CONTROL, PUNCTUATION, SHED, TIMING
 from windjoin.pipelines.job.stored_rows import operator_columns
 
@@ -166,14 +167,32 @@ class StreamColumns:
         )
 
 
+def lone_table(spec: JoinSpec, lone: Lone) -> pa.Table:
+    """An outer, semi or anti task's rows of one side alone (`unpaired.Lone`) in `pairs_table`'s layout, the
+    task's other stream null."""
+    arrays = []
+    for stream in lone.join:
+        struct = _struct_type(spec, stream)
+        if stream == lone.stream:
+            children = [pa.array(lone.columns[child.name], type=child.type) for child in struct]
+            arrays.append(pa.StructArray.from_arrays(children, fields=list(struct)))
+        else:
+            arrays.append(pa.nulls(len(lone), type=struct))
+    return pa.Table.from_arrays(arrays, names=list(lone.join))
+
+
+def _struct_type(spec: JoinSpec, stream: str) -> pa.StructType:
+    s = spec.streams[stream]
+    types = {s.timestamp: pa.int64(), **{f: ARROW_TYPES[t] for f, t in s.fields.items()}}
+    return pa.struct([pa.field(name, kind) for name, kind in types.items()])
+
+
 def pairs_table(spec: JoinSpec, pairs: Pairs) -> pa.Table:
     """A task's pairs as the Arrow table a slot hands over: one struct column per joined stream (its timestamp
     first, then its fields), in the layout of `operators.result_table` without `batch_id` and `emitted_at`."""
-    arrays, names = [], []
+    arrays = []
     for stream, columns in pairs.sides.items():
-        s = spec.streams[stream]
-        types = {s.timestamp: pa.int64(), **{f: ARROW_TYPES[t] for f, t in s.fields.items()}}
-        children = [pa.array(columns[name], type=types[name]) for name in types]
-        arrays.append(pa.StructArray.from_arrays(children, names=list(types)))
-        names.append(stream)
-    return pa.Table.from_arrays(arrays, names=names)
+        struct = _struct_type(spec, stream)
+        children = [pa.array(columns[child.name], type=child.type) for child in struct]
+        arrays.append(pa.StructArray.from_arrays(children, fields=list(struct)))
+    return pa.Table.from_arrays(arrays, names=list(pairs.sides))

@@ -116,7 +116,8 @@ class SlotMeta:
     def positions(self, part: int) -> dict[str, Any]:
         """What a receiver of a piece of `part` needs to number arrivals like this slot (`MovedGroup.positions`)."""
         key = str(part)
-        return {"max_ts": self.max_ts.get(key), "counts": self.counts.get(key, {})}
+        # the watermark its outer, semi and anti tuples were last closed at (`SegmentStore.take_rows`)
+        return {"max_ts": self.max_ts.get(key), "counts": self.counts.get(key, {}), "watermark": self.watermark}
 
     def pushed(self, part: PartKey) -> list[int]:
         """The generations of `part` on disk (none when it never pushed)."""

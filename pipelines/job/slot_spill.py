@@ -124,7 +124,7 @@ class SlotSpill:
             horizon = -np.inf if meta.watermark is None else meta.watermark - self.spec.max_history_ms
             back = pa.concat_tables(pushed)
             back = back.filter(pc.greater_equal(back.column("ts"), horizon))
-            self.segments.take_rows(meta, windows, part, [back])
+            self.segments.take_rows(meta, windows, part, [back], meta.watermark)
             spill.retired = spill.retired + spill.gens
             spill.gens, spill.span, spill.reload_bytes = [], None, 0
             spill.cleanups += 1

@@ -31,7 +31,7 @@ from windjoin.operators.control.slot_load import GroupLoadMeter, PartState, part
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.mjoin import join_operator
 from windjoin.operators.spec import JoinSpec, TimeWindow
-from windjoin.pipelines.job.slot_batch import StreamColumns, pairs_table, rows_by_partition
+from windjoin.pipelines.job.slot_batch import StreamColumns, lone_table, pairs_table, rows_by_partition
 from windjoin.pipelines.job.slot_meta import SlotMeta
 from windjoin.pipelines.job.stored_rows import by_stream, operator_columns, preload
 from windjoin.pipelines.job.window_cache import WindowFiles
@@ -93,6 +93,11 @@ class SlotWindows(ABC):
         """Merge handed-over positions into this slot's: the larger event-time high mark and arrival counts."""
 
     @abstractmethod
+    def recall_flags(self, watermark: int | None) -> None:
+        """After loading stored rows: which tuples paired and which closed by `watermark` (outer, semi and anti
+        tasks; `WindowJoin.recall_flags`); tuples that kept their flags in memory are unchanged."""
+
+    @abstractmethod
     def held(self) -> dict[int, PartState]:
         """What the windows hold of each partition."""
 
@@ -122,13 +127,16 @@ class PooledWindows(SlotWindows):
 
     def __init__(self, spec: JoinSpec, nonce: str) -> None:
         super().__init__(spec, nonce)
-        self.join = WindowJoin(spec)
+        self.join = WindowJoin(spec, keep_partners=spec.tracking)
         self.streams = tuple(self.join.stores)
 
     def join_batch(self, meta: SlotMeta, columns: StreamColumns, parts: np.ndarray) -> BatchJoin:
         meter = GroupLoadMeter()
         tables: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
         if not len(parts):
+            if self.spec.tracking:  # rows closed by the batch's watermark come out even without new tuples
+                for lone in self.join.process({}).lone:
+                    tables[lone.task].append(lone_table(self.spec, lone))
             return BatchJoin(tables, np.zeros(0, np.int64), meter)
         rows = np.arange(len(parts))
         result = self.join.process(columns.chunk(rows, {PART: parts}))
@@ -140,6 +148,8 @@ class PooledWindows(SlotWindows):
                 found, counts = np.unique(next(iter(pairs.sides.values()))[PART], return_counts=True)
                 for part, n in zip(found.tolist(), counts.tolist(), strict=True):
                     outputs[part] = outputs.get(part, 0) + n
+        for lone in result.lone:
+            tables[lone.task].append(lone_table(self.spec, lone))
         fine_in = columns.fine_in_by_part(rows, parts)
         for part, part_rows in rows_by_partition(parts):
             meter.record(part, len(part_rows), outputs.get(part, 0), 0.0, 0.0, fine_in.get(part))
@@ -197,6 +207,9 @@ class PooledWindows(SlotWindows):
 
     def take_positions(self, meta: SlotMeta, part: int, positions: list[dict[str, Any]]) -> None:
         _merge_positions(meta, part, positions)
+
+    def recall_flags(self, watermark: int | None) -> None:
+        self.join.recall_flags(watermark)
 
     def held(self) -> dict[int, PartState]:
         return pooled_state(self.join, PART)
@@ -294,6 +307,10 @@ class PartitionWindows(SlotWindows):
         if str(part) in meta.max_ts:
             join.advance_event_time(meta.max_ts[str(part)])
         self._recount(meta, part)
+
+    def recall_flags(self, watermark: int | None) -> None:
+        for join in self.joins.values():
+            join.recall_flags(watermark)
 
     def held(self) -> dict[int, PartState]:
         return {part: partition_state(join) for part, join in self.joins.items()}

@@ -36,7 +36,7 @@ def test_stored_metadata_is_written_back_unchanged():
     meta = SlotMeta.from_stored(orjson.dumps(STORED))
     assert orjson.loads(meta.to_stored()) == STORED
     assert meta.held_groups() == {Group(3): (0,), Group(4, 1, 1): (0, 1)}
-    assert meta.positions(4) == {"max_ts": 1300, "counts": {"S": 9}}
+    assert meta.positions(4) == {"max_ts": 1300, "counts": {"S": 9}, "watermark": meta.watermark}
 
 
 def test_a_new_slot_stores_what_it_always_did():
