@@ -10,7 +10,10 @@ beside its store (`connectors.control_decisions`), strictly: it is refused, with
 - `routing`: the table does not place every partition of the job exactly once (its units tile each partition)
   on a slot the job has, splits a partition deeper than MAX_SPLIT_DEPTH (routing allocates 2^depth entries per
   split partition), or a spill request names a partition it does not have;
-- `version`: the routing version, the epoch or the spill request's version is below one already accepted.
+- `version`: the routing version, the epoch or the spill request's version is below one already accepted;
+- `unsupported`: it spreads a partition or pushes state to disk for a job whose outer, semi or anti tasks remember
+  which tuples paired (`exact_pairs_only`): a spread partition's probe-only copies and pushed generations are
+  tuples those tasks would not see pair.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.plain_numbers import plain_float, plain_int
 
-REASONS = ("schema", "shed_ratio", "routing", "version")
+REASONS = ("schema", "shed_ratio", "routing", "version", "unsupported")
 MAX_VERSION = 2**63 - 1  # epoch, routing and spill versions: signed 64-bit ints in executors and offsets
 # The controller splits at most FINE_DEPTH (4) bits deep (fine_tuning.max_depth <= FINE_DEPTH); twice that leaves
 # room for a finer histogram while a split partition's routing directory stays at most 2^8 entries.
@@ -55,7 +58,11 @@ class Accepted:
 
 
 def check_decision(
-    fields: Mapping[str, str], partitions: int, slots: int, accepted: Accepted = Accepted()
+    fields: Mapping[str, str],
+    partitions: int,
+    slots: int,
+    accepted: Accepted = Accepted(),
+    exact_pairs_only: bool = False,
 ) -> tuple[ControlTarget, Accepted]:
     """The control target of a recorded decision and its versions, or DecisionRefused naming what is wrong."""
     epoch = _int(fields, "epoch")
@@ -63,6 +70,12 @@ def check_decision(
     ratio = _shed_ratio(fields)
     routing = _routing(fields, version, partitions, slots)
     spill = _spill(fields, partitions)
+    if exact_pairs_only and (routing.spread or (spill is not None and spill.spill)):
+        raise DecisionRefused(
+            "unsupported",
+            "the job has outer, semi or anti tasks, which see every pair of the tuples they remember; accepted: "
+            "decisions without routing.spread and spill.spill (moves and splits are fine)",
+        )
     spill_version = accepted.spill_version if spill is None else spill.version  # no request: nothing to compare
     for name, new, old in (
         ("epoch", epoch, accepted.epoch),

@@ -114,7 +114,7 @@ def first_rows(units: Iterable[Leaf | Group], span: Span, deadline: float | None
             continue
         read.append(unit)
         _offer(best, unit.read(wanted, span.leaves), len(read) - 1, span, worst)
-    keyed = _rows(best, read, span.leaves)
+    keyed = _rows(best, read, span.leaves, span.stamps)
     if frontier is not None:
         keyed = [item for item in keyed if item[0][0] < frontier]
     return Found(keyed, best.cut, frontier)
@@ -141,10 +141,12 @@ def _offer(best: FirstKeys, part: Part, unit: int, span: Span, worst: Key | None
         best.offer(times[chosen], batches[chosen], part.rows[chosen], part.sizes[chosen], unit, chosen)
 
 
-def _rows(best: FirstKeys, units: list[Leaf], leaves: list[str]) -> list[tuple[Key, dict[str, Any]]]:
+def _rows(best: FirstKeys, units: list[Leaf], leaves: list[str], stamps: list[str]) -> list[tuple[Key, dict[str, Any]]]:
     """The rows `best` holds, in key order: each unit's output leaves read once, only its winning rows kept, and
     made into row dicts by Arrow (one struct array per unit: a dict built per row in Python was a quarter of the
-    proxy's CPU for 1 s spans)."""
+    proxy's CPU for 1 s spans). A stream whose timestamp is null is absent from the row (an outer, semi or anti
+    task's row of the other side alone): None, not an object of nulls."""
+    stamp_of = {stamp.partition(".")[0]: stamp for stamp in stamps}
     streams: dict[str, list[str]] = {}
     for leaf in leaves:
         stream, _, name = leaf.partition(".")
@@ -152,10 +154,15 @@ def _rows(best: FirstKeys, units: list[Leaf], leaves: list[str]) -> list[tuple[K
     out: list[tuple[Key, dict[str, Any]] | None] = [None] * len(best.keys)
     for unit in np.unique(best.where[:, 0]).tolist():
         held = np.flatnonzero(best.where[:, 0] == unit)
-        table = units[unit].read([*leaves, EMITTED_AT], None).table.take(pa.array(best.where[held, 1]))
+        wanted = list(dict.fromkeys([*leaves, *(stamp_of[s] for s in streams), EMITTED_AT]))
+        table = units[unit].read(wanted, None).table.take(pa.array(best.where[held, 1]))
         keys = best.keys[held]
         structs = {
-            s: pa.StructArray.from_arrays([table.column(f"{s}.{n}").combine_chunks() for n in names], names=names)
+            s: pa.StructArray.from_arrays(
+                [table.column(f"{s}.{n}").combine_chunks() for n in names],
+                names=names,
+                mask=_absent(table.column(stamp_of[s])),
+            )
             for s, names in streams.items()
         }
         emitted_at = table.column(EMITTED_AT).combine_chunks()
@@ -163,3 +170,8 @@ def _rows(best: FirstKeys, units: list[Leaf], leaves: list[str]) -> list[tuple[K
         for i, key, row in zip(held.tolist(), keys.tolist(), rows, strict=True):
             out[i] = (tuple(key), row)
     return [item for item in out if item is not None]
+
+
+def _absent(stamp: pa.ChunkedArray) -> pa.Array | None:
+    """Where a stream's timestamp leaf is null, the stream is absent (None when it is present everywhere)."""
+    return pc.is_null(stamp).combine_chunks() if stamp.null_count else None

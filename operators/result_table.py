@@ -32,6 +32,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
     "bool": pa.bool_(),
 }
+_PLACEHOLDERS = {"int": 0, "float": 0.0, "string": "", "bool": False}  # values under a stream a row lacks
 BATCH_ID = "batch_id"
 EMITTED_AT = "emitted_at"
 # Names a stream may not take in a result: the table's own columns, and the keys sinks add when reading back.
@@ -107,9 +108,13 @@ def table_from_columns(
     sides: Mapping[str, Mapping[str, Sequence[Any] | np.ndarray]],
     batch_id: int,
     emitted_at: int,
+    absent: Mapping[str, np.ndarray] | None = None,
 ) -> pa.Table:
-    """A result table from columns per stream (`{stream: {field: values}}`, e.g. `operators.join.Pairs.sides`)."""
+    """A result table from columns per stream (`{stream: {field: values}}`, e.g. `operators.join.Pairs.sides`);
+    `absent[stream]` marks the rows an outer, semi or anti task emits without that stream (its values there are
+    placeholders)."""
     schema = result_schema(spec, task_name)
+    absent = absent or {}
     check_batch_id(batch_id)
     n_rows = None
     arrays = []
@@ -128,7 +133,12 @@ def table_from_columns(
                 n_rows = len(children[-1])
             if len(children[-1]) != n_rows or children[-1].null_count:
                 raise ValueError(f"task {task_name!r}: column {field.name}.{child.name} has nulls or a wrong length")
-        arrays.append(pa.StructArray.from_arrays(children, fields=list(field.type)))
+        mask = absent.get(field.name)
+        arrays.append(
+            pa.StructArray.from_arrays(
+                children, fields=list(field.type), mask=None if mask is None else pa.array(mask, pa.bool_())
+            )
+        )
     n_rows = n_rows or 0
     arrays.append(pa.array(np.full(n_rows, batch_id, dtype=np.int64)))
     arrays.append(pa.array(np.full(n_rows, emitted_at, dtype=np.int64)))
@@ -147,15 +157,21 @@ def table_from_records(
     for i, record in enumerate(records):
         if record.get("task", task_name) != task_name:
             raise ValueError(f"record {i} belongs to task {record['task']!r}, not {task_name!r}")
-    sides = {}
+    sides, absent = {}, {}
     for stream_name in task.join:
         stream = spec.streams[stream_name]
         names = [stream.timestamp, *stream.fields]
+        missing = np.array([r.get(stream_name) is None for r in records], dtype=bool)
+        if missing.any():
+            if task.type == "inner":
+                raise ValueError(f"task {task_name!r}: a record of an inner task lacks stream {stream_name!r}")
+            absent[stream_name] = missing
+        placeholder = {stream.timestamp: 0, **{f: _PLACEHOLDERS[t] for f, t in stream.fields.items()}}
         try:
-            sides[stream_name] = {name: [r[stream_name][name] for r in records] for name in names}
+            sides[stream_name] = {name: [(r[stream_name] or placeholder)[name] for r in records] for name in names}
         except (KeyError, TypeError) as err:
             raise ValueError(f"task {task_name!r}: a record lacks {stream_name}.{err}") from None
-    return table_from_columns(spec, task_name, sides, batch_id, emitted_at)
+    return table_from_columns(spec, task_name, sides, batch_id, emitted_at, absent)
 
 
 def table_records(table: pa.Table) -> list[dict[str, Any]]:
@@ -208,7 +224,7 @@ def row_bytes(table: pa.Table, leaves: list[str] | None = None) -> np.ndarray:
             if leaves is not None and f"{stream}.{child.name}" not in leaves:
                 continue
             if pa.types.is_string(child.type) or pa.types.is_large_string(child.type):
-                lengths = pc.binary_length(pc.struct_field(column, child.name))
+                lengths = pc.fill_null(pc.binary_length(pc.struct_field(column, child.name)), 0)  # a stream absent
                 sizes += lengths.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
             else:
                 sizes += FIXED_BYTES

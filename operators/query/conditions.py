@@ -1,7 +1,9 @@
 """Query conditions (`field op value`): parsing their text and checking them against a task's fields.
 
 A condition reads "R.k=5", "R.k>=5", "R.name!=abc", 'R.name="a b"' or "R.k in 1,2,3"; its value is typed by the
-field's kind. `selection` evaluates them.
+field's kind. "S is null" (and "S is not null") picks the rows an outer, semi or anti task emitted without stream
+S: it tests S's first field, as a row either lacks the stream or holds every one of its fields. `selection`
+evaluates them.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from windjoin.operators.query.fields import unknown_field
 
 MAX_CONDITION_CHARS = 4096
 MAX_IN_VALUES = 1000
-OPS = ("=", "!=", "<", "<=", ">", ">=", "in")
+OPS = ("=", "!=", "<", "<=", ">", ">=", "in", "is null", "is not null")
 _CONDITION = re.compile(
     r"\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)"
     r"(?:\s*(?P<op><=|>=|!=|=|<|>)|\s+(?P<in>in)(?=\s|\Z))\s*(?P<value>.*?)\s*",
     re.DOTALL,
 )
+_NULL_SIDE = re.compile(r"\s*(?P<stream>[A-Za-z_][A-Za-z0-9_]*)\s+is\s+(?P<not>not\s+)?null\s*", re.IGNORECASE)
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)")
 # one value of an `in` list and what follows it: a comma (more values) or the end of the text
 _IN_ITEM = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|([^,"\s](?:[^,"]*[^,"\s])?))\s*(?:(,)|\Z)', re.DOTALL)
@@ -35,7 +38,8 @@ _BOOLS = {"true": True, "false": False, "1": True, "0": False}
 
 @dataclass(frozen=True)
 class Condition:
-    """`field op value`; op one of "=", "!=", "<", "<=", ">", ">=", "in" (then value is a list)."""
+    """`field op value`; op one of "=", "!=", "<", "<=", ">", ">=", "in" (then value is a list), "is null" or
+    "is not null" (no value)."""
 
     field: str
     op: str
@@ -50,14 +54,22 @@ def parse_condition(text: str, fields: Mapping[str, str]) -> Condition:
     """
     if not isinstance(text, str) or len(text) > MAX_CONDITION_CHARS:
         raise BadQuery(f"where: a condition is a text of at most {MAX_CONDITION_CHARS} characters")
+    side = _NULL_SIDE.fullmatch(text)
+    if side is not None:
+        stream = side.group("stream")
+        first = next((name for name in fields if name.startswith(f"{stream}.")), None)
+        if first is None:
+            streams = list(dict.fromkeys(name.partition(".")[0] for name in fields if "." in name))
+            raise BadQuery(f"where: {text.strip()[:100]!r}: unknown stream {stream!r} (one of {streams})")
+        return Condition(first, "is not null" if side.group("not") else "is null", None)
     match = _CONDITION.fullmatch(text)
     if match is None:
         name = _NAME.match(text) if isinstance(text, str) else None
         if name is not None and name.group(1) not in fields:
             raise unknown_field("where", name.group(1), fields)
         raise BadQuery(
-            f"where: {text[:100]!r} is not a condition 'field op value' (op one of {list(OPS)}; "
-            "e.g. 'R.k=5', 'R.k in 1,2,3', 'R.name=\"a b\"')",
+            f"where: {text[:100]!r} is not a condition 'field op value' (op one of {list(OPS[:7])}; "
+            "e.g. 'R.k=5', 'R.k in 1,2,3', 'R.name=\"a b\"') or 'stream is null' / 'stream is not null'",
         )
     field = match.group("field")
     if field not in fields:
@@ -144,6 +156,11 @@ def check_conditions(where: Sequence[Condition] | None, fields: Mapping[str, str
             raise unknown_field("where", condition.field, fields)
         if condition.op not in OPS:
             raise BadQuery(f"where: operator {str(condition.op)[:20]!r} is not one of {list(OPS)}")
+        if condition.op in ("is null", "is not null"):
+            if condition.value is not None:
+                raise BadQuery(f"where: {condition.field} {condition.op}: takes no value")
+            checked.append(condition)
+            continue
         kind = fields[condition.field]
         values = condition.value if condition.op == "in" else [condition.value]
         if not isinstance(values, list) or (condition.op == "in" and not 0 < len(values) <= MAX_IN_VALUES):

@@ -68,7 +68,9 @@ def project(row: dict[str, Any], names: list[str] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in names:
         stream, dot, field = name.partition(".")
-        if dot:
+        if dot and row[stream] is None:  # a row of an outer, semi or anti task without this stream
+            out[stream] = None
+        elif dot:
             out.setdefault(stream, {})[field] = row[stream][field]
         else:
             out[name] = row[name]

@@ -26,7 +26,10 @@ _ARROW_OPS = {
 def arrow_mask(column: pa.Array | pa.ChunkedArray, condition: Condition) -> np.ndarray:
     """The values of an Arrow column meeting a condition, with Arrow compute (nulls never meet one)."""
     kind = column.type
-    if condition.op == "in":
+    if condition.op in ("is null", "is not null"):  # a stream's first field: null exactly where the stream is
+        present = pc.is_valid(column)
+        result = pc.invert(present) if condition.op == "is null" else present
+    elif condition.op == "in":
         result = pc.is_in(column, value_set=pa.array(condition.value, type=kind))
     else:
         result = _ARROW_OPS[condition.op](column, pa.scalar(condition.value, type=kind))
@@ -39,7 +42,7 @@ def arrow_mask(column: pa.Array | pa.ChunkedArray, condition: Condition) -> np.n
 def select_table(table: pa.Table, conditions: Sequence[Condition]) -> pa.Table:
     """The rows of a rows table meeting every condition, with Arrow compute over its columns (nulls never meet
     one, as in `arrow_mask`)."""
-    if not conditions:
+    if not conditions or not table.num_rows:  # a feed that read nothing has no columns to select on
         return table
     keep = np.ones(table.num_rows, dtype=bool)
     for condition in conditions:

@@ -183,6 +183,13 @@ def controller(
                     f"{config_path}: {key}: true needs two-stream tasks over a time window ({spec_path} has a "
                     "count window or an n-way task); accepted here: false"
                 )
+    if spec.tracking:  # outer, semi and anti tasks must see every pair of the tuples they remember
+        for key, on in (("hot.spread", config.hot.spread), ("memory.enabled", config.memory.enabled)):
+            if on:
+                raise click.UsageError(
+                    f"{config_path}: {key}: true cuts a partition's tuples over slots or onto disk, which the outer, "
+                    f"semi or anti tasks of {spec_path} cannot follow; accepted here: false (moves and splits are fine)"
+                )
     if redis_url is None:
         if spec.sinks.redis is None:
             raise click.UsageError("the spec has no Redis sink: pass --redis-url")

@@ -244,6 +244,7 @@ class AdaptedKafkaSource(KafkaDataSource):
                 slots=len(adapter.slot_labels),
                 auth=auth_from_options(self.options),
                 refusals=RefusalCounts(refusals) if refusals else None,
+                exact_pairs_only=adapter.spec.tracking,
             )
             if feed_url
             else None

@@ -83,8 +83,10 @@ class DecisionFeed:
         slots: int,
         auth: RedisAuth | None = None,
         refusals: RefusalCounts | None = None,
+        exact_pairs_only: bool = False,
     ) -> None:
         self.store = DecisionStore(url, namespace, socket_timeout=2.0, auth=auth)
+        self.exact_pairs_only = exact_pairs_only  # outer, semi or anti tasks: no spreads, no spill
         self.partitions, self.slots, self.refusals = partitions, slots, refusals
         self.good: ControlTarget | None = None
         self.accepted = Accepted()
@@ -101,7 +103,9 @@ class DecisionFeed:
         if fields is None or fields == self._refused or self._checked == (fields, self.accepted):
             return self.good
         try:
-            target, accepted = check_decision(fields, self.partitions, self.slots, self.accepted)
+            target, accepted = check_decision(
+                fields, self.partitions, self.slots, self.accepted, exact_pairs_only=self.exact_pairs_only
+            )
         except DecisionRefused as refused:
             self._refused = fields
             log.warning(

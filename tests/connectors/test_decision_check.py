@@ -215,9 +215,9 @@ def test_a_decision_is_checked_once_however_many_batches_are_planned(feed, monke
     store, decision_feed, refusals = feed
     checked = []
 
-    def counting(fields, *args):
+    def counting(fields, *args, **kwargs):
         checked.append(fields["epoch"])
-        return check_decision(fields, *args)
+        return check_decision(fields, *args, **kwargs)
 
     monkeypatch.setattr(control_feed, "check_decision", counting)
     moved = START.with_moves({Group(0): 1})
@@ -243,3 +243,20 @@ def test_the_decision_reader_logs_in_from_the_environment_when_the_options_name_
     assert control_feed.auth_from_options({}).password() == "s3cret"
     named = control_feed.auth_options(RedisAuth(username="job", password_env="JOB_PW"))
     assert control_feed.auth_from_options(named) == RedisAuth(username="job", password_env="JOB_PW")
+
+
+def test_a_job_with_outer_semi_or_anti_tasks_refuses_spreads_and_disk_pushes_only():
+    """Their tasks must see every pair of the tuples they remember: a spread partition's probe-only copies and
+    pushed generations would hide some. Moves, splits and clean-ups pass."""
+    spread = START.with_spread(2, (0, 1))
+    for fields in (recorded(spread), recorded(spill=SpillRequest(1, spill=(1,)))):
+        check_decision(fields, PARTITIONS, SLOTS)  # an inner job takes them
+        with pytest.raises(DecisionRefused, match="outer, semi or anti") as refused:
+            check_decision(fields, PARTITIONS, SLOTS, exact_pairs_only=True)
+        assert refused.value.reason == "unsupported"
+    moved = START.with_moves({Group(0): 1})
+    split = moved.with_units(
+        {**{g: s for g, s in moved.groups().items() if g != Group(3)}, Group(3, 1, 0): 1, Group(3, 1, 1): 2}
+    )
+    for fields in (recorded(split), recorded(spill=SpillRequest(1, cleanup=(1,)))):
+        check_decision(fields, PARTITIONS, SLOTS, exact_pairs_only=True)

@@ -533,3 +533,16 @@ def test_cli_refuses_fine_tuning_for_count_windows_and_n_way_tasks(redis_url, tm
         assert done.returncode != 0
         assert "fine_tuning.enabled: true needs two-stream tasks over a time window" in done.stderr
         assert "accepted here: false" in done.stderr
+
+
+def test_cli_refuses_spreads_and_disk_pushes_for_outer_semi_and_anti_tasks(redis_url, tmp_path):
+    spec = json.loads(_spec_file(tmp_path, redis_url).read_text())
+    path = tmp_path / "left.yaml"
+    path.write_text(json.dumps({**spec, "tasks": [{**spec["tasks"][0], "type": "left"}]}))
+    for key, config in (("hot.spread", {"hot": {"spread": True}}), ("memory.enabled", {"memory": {"enabled": True}})):
+        file = tmp_path / "control.yaml"
+        file.write_text(json.dumps(config))
+        done = _cli("controller", str(path), "--once", "--config", str(file))
+        assert done.returncode != 0
+        assert f"{key}: true cuts a partition's tuples over slots or onto disk" in done.stderr, done.stderr
+        assert "accepted here: false" in done.stderr
