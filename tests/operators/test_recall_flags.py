@@ -80,7 +80,7 @@ def _row(spec: dict, record: dict) -> tuple:
     return (record["task"], *(record[s] for s in task["join"]))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     spec=tracked_specs(),
     evs=st.booleans().flatmap(lambda hot: events(hot_key=hot)),

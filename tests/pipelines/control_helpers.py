@@ -120,22 +120,33 @@ def run_holder_changes(
     folder: Path,
     decisions: Mapping[int, RoutingTable],
     moved: str,
+    waves: tuple[Callable[[], None], Callable[[], None]] | None = None,
 ) -> tuple[list[BatchOutcome], ParquetSink, RedisSink]:
     """Produce `events` and run the job into Parquet and Redis following `decisions`, failing once after the first
-    announce batch (one whose slot stats list `moved` groups) and replaying it; the outcomes and both sinks."""
+    announce batch (one whose slot stats list `moved` groups) and replaying it; the outcomes and both sinks.
+    `waves`: more input produced after the events, and after those runs (then the job runs once more, from its
+    checkpoint): closers whose event time moves the watermark past every window (`produce_closers`)."""
     produce_events(bootstrap, spec_dict, events)
+    if waves is not None:
+        waves[0]()
     namespace = f"t{uuid.uuid4().hex[:8]}"
     parquet = ParquetSink(folder / "parquet")
     redis = RedisSink(redis_url, retain_ms=10**12, namespace=namespace)
+    spec, control = parse_spec(spec_dict), ControlSource(redis_url, namespace)
     seen, _ = run_with_one_replay(
         spark,
-        parse_spec(spec_dict),
+        spec,
         bootstrap,
         [parquet, redis],
-        ControlSource(redis_url, namespace),
+        control,
         recording(DecisionStore(redis_url, namespace), decisions),
         fails=lambda outcome: any(s[moved] for s in outcome.stats),
     )
+    if waves is not None:
+        waves[1]()
+        query = start_job(spark, spec, bootstrap, [parquet, redis], True, seen.append, control)
+        query.awaitTermination(timeout=600)
+        assert query.exception() is None
     return seen, parquet, redis
 
 

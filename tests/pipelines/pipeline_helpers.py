@@ -149,3 +149,19 @@ def redis_pairs(sink, spec: dict) -> list[tuple]:
         for row in sink.query(task["name"], 0, 2**53):
             out.append((task["name"], row[left], row[right]))
     return out
+
+
+def produce_closers(bootstrap: str, spec: dict, ts: int, topic_partitions: int, wave: int, key: str = "k") -> None:
+    """One event at `ts` in every partition of every input topic, each with a `key` of its own (negative, by
+    `wave` and partition: the tests' keys are not) so that it pairs with nothing under an equality on `key`.
+    Once the job has planned a batch after reading them, its watermark has passed the windows of every earlier
+    tuple: outer and anti tasks have emitted each earlier unpaired row (the closers' own stay open, and are not
+    the oracle's)."""
+    defaults = {"int": 0, "float": 0.0, "string": "", "bool": False}
+    number = 0
+    for stream in spec["streams"].values():
+        for partition in range(topic_partitions):
+            number += 1
+            event = {f: defaults[t] for f, t in stream["fields"].items()}
+            event |= {key: -(wave * 1000 + number), stream.get("timestamp", "ts"): ts}
+            produce(bootstrap, stream["topic"], [(None, orjson.dumps(event), ts)], partition=partition)

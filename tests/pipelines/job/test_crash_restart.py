@@ -19,8 +19,10 @@ entry of KILLS, in a shuffled order, each time after its run committed 1-3 new b
   log does not have it yet: both sinks hold a batch that Spark will replay.
 - `random`: a random delay of up to a second: inside a batch, while Spark plans or commits, anywhere.
 
-Each run restarts from the same checkpoint; a last `--available-now` run drains the topics. Parquet and Redis
-must then hold exactly the brute-force oracle's pairs as multisets (none lost, none twice), both sinks' last
+Each run restarts from the same checkpoint; a last `--available-now` run drains the topics, and one more reads
+closers that move the watermark past every window (`produce_closers`), so the left outer task beside the inner one
+has emitted each unpaired row. Parquet and Redis must then hold exactly the brute-force oracle's results as
+multisets (none lost, none twice), both sinks' last
 commit must be Spark's, no temporary folder is left, and nothing is dead-lettered (in particular nothing as
 `late`). Batches are small (`max_offsets_per_trigger` 100), so every restart catches up a backlog over many
 batches, and allowed lateness is 2 s: partitions are read at their own pace in event time, and lateness is
@@ -57,7 +59,7 @@ from tests.pipelines.job_processes import (
     wait_for_commit,
     wait_until,
 )
-from tests.pipelines.pipeline_helpers import parquet_pairs, read_dead_letters, redis_pairs
+from tests.pipelines.pipeline_helpers import parquet_pairs, produce_closers, read_dead_letters, redis_pairs
 from windjoin.connectors.kafka_admin import create_topics
 from windjoin.connectors.kafka_producer import BatchProducer
 from windjoin.connectors.parquet_sink import ParquetSink
@@ -256,7 +258,16 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
             "R": {"fields": {"k": "int", "x": "int"}, "topic": unique_topic("r"), "key": "k"},
             "S": {"fields": {"k": "int", "a": "int"}, "topic": unique_topic("s"), "key": "k"},
         },
-        "tasks": [{"name": task, "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+        "tasks": [
+            {"name": task, "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},
+            # a left outer task beside it: which tuples paired survives the kills (the slots rebuild from state)
+            {
+                "name": f"{task}_left",
+                "join": ["R", "S"],
+                "type": "left",
+                "on": [{"op": "eq", "left": "R.k", "right": "S.k"}],
+            },
+        ],
         "partitions": 8,
         "slots": 2,
         "trigger_ms": 200,
@@ -319,11 +330,14 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
                     )
                 )
             produced = producer.stop()
-            log.write(b"\n=== final run (--available-now)\n")
-            log.flush()
-            proc = start_run(spec_path, kafka_bootstrap, log, "--available-now")
-            procs.append(proc)
-            assert proc.wait(timeout=240) == 0, f"the final run failed; {info}"
+            end = max(e["ts"] for e in produced)
+            for wave in (1, 2):  # the second run's watermark passes every window: each unpaired row is out
+                produce_closers(kafka_bootstrap, spec, end + wave * 100_000, TOPIC_PARTITIONS, wave)
+                log.write(f"\n=== final run {wave} (--available-now)\n".encode())
+                log.flush()
+                proc = start_run(spec_path, kafka_bootstrap, log, "--available-now")
+                procs.append(proc)
+                assert proc.wait(timeout=240) == 0, f"the final run {wave} failed; {info}"
         elapsed = time.monotonic() - started
         info = f"{info}, kills {history}, {elapsed:.0f} s"
 
@@ -358,6 +372,7 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
         for proc in procs:
             if proc.poll() is None or session_members(proc.pid):
                 kill_job(proc)
-        clear_task(admin, task, "windjoin")
+        for name in (task, f"{task}_left"):
+            clear_task(admin, name, "windjoin")
         admin.close()
         shutil.rmtree(checkpoint, ignore_errors=True)

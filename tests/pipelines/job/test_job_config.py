@@ -62,9 +62,9 @@ def test_a_two_way_spec_with_topics_and_checkpoint_is_runnable(tmp_path):
     check_runnable(parse_spec(data))
 
 
-def test_outer_semi_and_anti_tasks_are_refused_before_spark_asymmetric_bounds_are_not(tmp_path):
-    """The streaming job's state does not keep which tuples paired yet: other types than inner are refused by
-    key; asymmetric bounds run (state expires by them, `JoinSpec.history_ms`)."""
+def test_outer_semi_and_anti_tasks_run_over_time_windows_and_are_refused_over_count_windows(tmp_path):
+    """The slots recall which tuples paired over time windows (asymmetric bounds too); a count window's closing
+    follows per-partition arrival numbers the job does not recall yet: refused by key, before Spark."""
     on = [{"op": "eq", "left": "R.k", "right": "S.k"}]
     data = {
         "window": {"kind": "time", "lower_ms": -300_000, "upper_ms": 60_000},
@@ -75,7 +75,10 @@ def test_outer_semi_and_anti_tasks_are_refused_before_spark_asymmetric_bounds_ar
         "tasks": [{"name": "pairs", "join": ["R", "S"], "on": on}],
         "checkpoint": str(tmp_path / "ckpt"),
     }
-    check_runnable(parse_spec(data))
     data["tasks"].append({"name": "unpaid", "join": ["R", "S"], "on": on, "type": "anti"})
-    with pytest.raises(JobConfigError, match=r"tasks\[1\]\.type: 'anti' runs in `windjoin join-file`"):
+    check_runnable(parse_spec(data))
+    data["window"] = {"kind": "count", "size": 100}
+    with pytest.raises(
+        JobConfigError, match=r"tasks\[1\]\.type: 'anti' over a count window runs in `windjoin join-file`"
+    ):
         check_runnable(parse_spec(data))

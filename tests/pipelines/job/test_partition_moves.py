@@ -16,6 +16,7 @@ import pytest
 
 from tests.pipelines.control_helpers import assert_sinks_equal_the_oracle, run_holder_changes
 from tests.pipelines.job.test_pipeline_e2e import _events, _spec
+from tests.pipelines.pipeline_helpers import produce_closers
 from windjoin.operators.partitioning import RoutingTable
 
 TASKS = [
@@ -67,3 +68,39 @@ def test_holder_changes_during_the_run_lose_and_duplicate_nothing(
                 assert keys == sorted(keys), f"{task['name']}: {file} is not in strict order"
                 pieces += bool(rows)
     assert pieces > len(TASKS)
+
+
+TRACKED = [
+    {"name": "left", "join": ["R", "S"], "type": "left", "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},
+    {
+        "name": "anti",
+        "join": ["S", "R"],
+        "type": "anti",
+        "on": [{"op": "eq", "left": "S.k", "right": "R.k"}, {"op": "band", "left": "S.a", "right": "R.x", "width": 5}],
+    },
+]
+
+
+@pytest.mark.slow
+def test_left_outer_and_anti_tasks_lose_and_duplicate_nothing_through_moves_and_a_replay(
+    spark, kafka_bootstrap, redis_url, unique_topic, tmp_path
+):
+    """Which tuples paired travels with the moved partitions and survives the replayed announce batch: each
+    unpaired row comes exactly once, from whichever slot holds its tuple when its window closes (asymmetric
+    bounds). Closers in every input partition, in two waves, move the watermark past every window (the second
+    wave read by a restarted run from the checkpoint, which rebuilds its windows from the state segments)."""
+    window = {"kind": "time", "lower_ms": -40, "upper_ms": 15}
+    spec_dict = _spec(
+        unique_topic, tmp_path, window, keyed=True, tasks=TRACKED, max_offsets_per_trigger=250, allowed_lateness_ms=5000
+    )
+    events = _events(2400, seed=11, keys=24)
+    end = max(e["ts"] for e in events)
+    waves = (
+        lambda: produce_closers(kafka_bootstrap, spec_dict, end + 100_000, 2, wave=1),
+        lambda: produce_closers(kafka_bootstrap, spec_dict, end + 200_000, 2, wave=2),
+    )
+    seen, parquet, redis = run_holder_changes(
+        spark, spec_dict, events, kafka_bootstrap, redis_url, tmp_path, MOVES, "moved_out", waves
+    )
+    assert {p for o in seen for s in o.stats for p in s["moved_in"]} == {0, 1, 2, 5, 6, 7}
+    assert_sinks_equal_the_oracle(spec_dict, events, parquet, redis)
