@@ -74,10 +74,12 @@ def start_builtin(
     mopt: int,
     window_ms: int,
     lateness_ms: int,
+    how: str = "inner",
 ) -> Any:
     """The built-in join of R(ts, k, x) and S(ts, k, a) on k within `window_ms`, watermarks `lateness_ms` behind,
     in configuration `config` (a key of CONFIGS), batches back to back into `sink`; the session's confs are as
-    they were when this returns."""
+    they were when this returns. `how`: Spark's join type ("inner", "left_outer": an R row alone once the
+    watermark passes its window, S null; its result time R's)."""
     from pyspark.sql import functions as F
 
     from windjoin.connectors.kafka_source import SOURCE_NAME, register_kafka_source
@@ -110,7 +112,7 @@ def start_builtin(
 
     r, s = side(topics[0], "r", "x"), side(topics[1], "s", "a")
     window = f"interval {window_ms} milliseconds"
-    joined = r.join(s, F.expr(f"r_k = s_k AND r_et BETWEEN s_et - {window} AND s_et + {window}"), "inner").select(
+    joined = r.join(s, F.expr(f"r_k = s_k AND r_et BETWEEN s_et - {window} AND s_et + {window}"), how).select(
         F.greatest("r_ts", "s_ts").alias("t")
     )
     writer = (

@@ -28,6 +28,10 @@ than a paced rate ramp because it measures the processing capacity directly, ind
 speed on the same 2 cores, and every system sees exactly the same records; the paced runs below check the rates
 live (a system that keeps up paced above its "sustained" rate shows that the sweep missed its best batch size).
 
+Left outer: the same prefill joined left outer, windjoin's task with `type: left` and the built-in join with
+`left_outer` in both configurations (the faster the baseline), at windjoin's best batch size: sustained rows/s
+(an R tuple alone comes out once the watermark passes its window, S null, in both systems).
+
 Production delay: fresh topics, the query started first, then `windjoin generate --pace --preencode` produces at 80%
 of windjoin's sustained rate for T seconds (event time = scheduled wall time, so delay = emission - max(R.ts,
 S.ts)). The load is encoded before its schedule starts, so that beside a saturated Spark it only sends
@@ -328,10 +332,13 @@ class Bench:
         self.bootstrap = bootstrap
         self.spark = spark
         self.log = workdir / "generator.log"
+        self.join_type = "inner"  # or "left": the task's type, and the built-in's left outer join
 
     def spec_dict(self, topics: tuple[str, str], checkpoint: Path, max_offsets: int | None) -> dict[str, Any]:
         """The join spec of this run's windjoin queries (a subclass benchmarks another workload)."""
-        return spec_dict(self.params, topics, checkpoint, max_offsets)
+        spec = spec_dict(self.params, topics, checkpoint, max_offsets)
+        spec["tasks"][0]["type"] = self.join_type
+        return spec
 
     def extra_sinks(self, label: str) -> tuple:
         """Sinks a windjoin query writes to besides the counting one (none: the pipeline's cheapest end)."""
@@ -518,7 +525,29 @@ class Bench:
         """The built-in join over `topics` in configuration `config` (`builtin_peer.CONFIGS`)."""
         p = self.params
         window_ms, lateness = int(p.window_s * 1000), p.lateness_ms
-        return start_builtin(self.spark, config, topics, self.bootstrap, sink, checkpoint, mopt, window_ms, lateness)
+        how = {"inner": "inner", "left": "left_outer"}[self.join_type]
+        return start_builtin(
+            self.spark, config, topics, self.bootstrap, sink, checkpoint, mopt, window_ms, lateness, how
+        )
+
+    def left_outer(self, total: int, mopt: int) -> dict[str, Any]:
+        """The same topics joined left outer (an R tuple alone once its window closes) by windjoin's task and by
+        the built-in join in each configuration, all at `mopt` rows a batch: sustained rows/s, the built-in's
+        faster configuration the baseline."""
+        self.join_type = "left"
+        try:
+            windjoin = self.windjoin_throughput(total, mopt)
+            configs = {c: self.builtin_throughput(total, mopt, c) for c in CONFIGS}
+        finally:
+            self.join_type = "inner"
+        baseline = best(configs, lambda run: run["rows_per_s"])
+        w, b = windjoin["rows_per_s"], configs[baseline]["rows_per_s"]
+        return {
+            "windjoin": windjoin,
+            "builtin_configs": configs,
+            "builtin_config": baseline,
+            "ratio_throughput": w / b if w and b else None,
+        }
 
     def paced(self, system: str, rate: float, config: str = "") -> dict[str, Any]:
         """Produce at `rate` events/s (both streams) for `paced_seconds`, paced; delays of the pairs (the built-in
@@ -1013,6 +1042,15 @@ def main(argv: list[str] | None = None) -> None:
         bi = builtin_baseline(configs)
         result["builtin_configs"] = configs  # each sweep row has the evidence of what ran
         print(f"built-in baseline: the faster configuration, {bi['config']}", flush=True)
+        outer = bench.left_outer(prefill["events"], wj["throughput"]["max_offsets_per_trigger"])
+        result["left_outer"] = outer
+        peer = outer["builtin_configs"][outer["builtin_config"]]
+        print(
+            f"left outer: windjoin {_fmt(outer['windjoin']['rows_per_s'])} rows/s, built-in at its best "
+            f"({outer['builtin_config']}) {_fmt(peer['rows_per_s'])} rows/s ({_fmt(outer['ratio_throughput'], '.2f')}x)"
+            f"; load {load_avg()}",
+            flush=True,
+        )
         # Spark's own floor at the join job's batch size and row shape (rate source, no Kafka, no join)
         batch_rows = (wj["throughput"].get("profile") or {}).get("rows") or params.max_offsets
         # a 4 s trigger the floor keeps up with, so that every batch holds batch_rows (a slower one grows them)

@@ -42,6 +42,10 @@ def test_pipeline_benchmark_quick_run(tmp_path):
     assert result["windjoin"]["paced_at_builtin_rate"]["rate"] == result["builtin"]["paced_at_builtin_rate"]["rate"]
     assert result["windjoin"]["paced"]["delay_emitted"]["p50_ms"] is not None
     assert result["ratio_throughput"] > 0
+    outer = result["left_outer"]  # a left outer task beside the built-in's left outer join, same topics
+    assert outer["windjoin"]["rows_per_s"] > 0 and outer["windjoin"]["pairs"] > 0
+    assert set(outer["builtin_configs"]) == {"hdfs_v2", "rocksdb_v4"} and outer["ratio_throughput"] > 0
+    assert all(run["evidence"]["in_effect"] for run in outer["builtin_configs"].values())
     for kind in ("noop", "stateful"):  # Spark's own floor at the job's batch size, same run
         assert result["floor"][kind]["batches"] > 0 and result["floor"][kind]["rows_per_s"] > 0
     catch_up = result["catch_up"]  # a backlog drained at the spec's defaults, nothing late
