@@ -174,12 +174,20 @@ def damaged(task: str, batch: int) -> Damaged:
 
 def _bounds(group: Any, stamps: Sequence[str]) -> tuple[float, float]:
     """Bounds of the result times in a row group from its statistics ((-inf, inf) when they are missing): the
-    result time is the latest stamp, so it is at least each stream's smallest and at most the largest stamp."""
+    result time is the latest stamp of the streams a row holds, so it is at most the largest stamp and at least
+    the smallest stamp of a stream every row holds (no nulls), or of any stream (a row of an outer, semi or anti
+    task may hold one stream alone; a stream null in every row adds nothing)."""
     paths = {group.column(i).path_in_schema: i for i in range(group.num_columns)}
-    low, high = -np.inf, -np.inf
+    lowest, low, high = np.inf, -np.inf, -np.inf
     for leaf in stamps:
         stats = group.column(paths[leaf]).statistics if leaf in paths else None
-        if stats is None or not stats.has_min_max:
+        if stats is None or not stats.has_null_count:
             return -np.inf, np.inf
-        low, high = max(low, stats.min), max(high, stats.max)
-    return low, high
+        if stats.null_count == group.num_rows:
+            continue
+        if not stats.has_min_max:
+            return -np.inf, np.inf
+        lowest, high = min(lowest, stats.min), max(high, stats.max)
+        if stats.null_count == 0:
+            low = max(low, stats.min)
+    return max(lowest, low), high
