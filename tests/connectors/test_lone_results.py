@@ -87,12 +87,9 @@ def test_a_row_alone_holds_a_null_stream_and_its_own_time():
 )
 def test_rows_alone_across_the_tiers_equal_the_brute_force_filter(tiers_factory, batches, span) -> None:
     tiers = tiers_factory(retain_ms=100)
-    for rows, snapshot in batches:
-        tiers.write({"lj": rows})
-        if snapshot:
-            tiers.snapshot()
+    tiers.write_batches("lj", batches)
     t_from, t_to = span
-    want = sorted(w for w in tiers.written if t_from <= w[0] <= t_to)
+    want = tiers.written_in(t_from, t_to)
     with tiers.store() as store:
         assert got(store.one_time("lj", t_from, t_to, [], None, MAX_LIMIT, None).rows) == want
         fields = store.fields("lj")

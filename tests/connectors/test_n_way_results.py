@@ -106,12 +106,9 @@ def test_schema_member_and_result_time_of_a_three_way_result(tiers_factory) -> N
 )
 def test_one_time_query_across_the_tiers_equals_the_brute_force_filter(tiers_factory, batches, span, limit) -> None:
     tiers = tiers_factory(retain_ms=100)
-    for combos, snapshot in batches:
-        tiers.write({"tri": combos})
-        if snapshot:
-            tiers.snapshot()
+    tiers.write_batches("tri", batches)
     t_from, t_to = span
-    want = sorted(w for w in tiers.written if t_from <= w[0] <= t_to)
+    want = tiers.written_in(t_from, t_to)
     with tiers.store() as store:
         page = store.one_time("tri", t_from, t_to, [], None, MAX_LIMIT, None)
         assert got(page.rows) == want and page.next_cursor is None

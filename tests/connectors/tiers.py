@@ -61,6 +61,17 @@ class Tiers:
             self.written += [layout.record(task, batch, row, r, emitted_at) for row, r in enumerate(results)]
         return batch
 
+    def write_batches(self, task: str, batches: list[tuple[list[dict[str, Any]], bool]]) -> None:
+        """Write each (results, snapshot) of `task` in turn, committing a snapshot after those flagged."""
+        for results, snapshot in batches:
+            self.write({task: results})
+            if snapshot:
+                self.snapshot()
+
+    def written_in(self, t_from: int, t_to: int) -> list[tuple]:
+        """What was written with a result time in [t_from, t_to] (records start with it), sorted."""
+        return sorted(w for w in self.written if t_from <= w[0] <= t_to)
+
     def snapshot(self, task: str | None = None, advance: bool = True) -> None:
         """Commit a snapshot of `task` (default: the first task) up to the last batch; with `advance`, record it in
         Redis so that Redis gives up the rows older than its max time less retain_ms."""
