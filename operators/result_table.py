@@ -91,15 +91,20 @@ def result_schema(spec: JoinSpec, task_name: str) -> pa.Schema:
     for stream_name in task.join:
         if stream_name in RESERVED_COLUMNS:
             raise ValueError(f"stream {stream_name!r}: the name is reserved in results (not one of {RESERVED_COLUMNS})")
-        stream = spec.streams[stream_name]
-        children = [pa.field(stream.timestamp, pa.int64())]
-        children += [pa.field(name, ARROW_TYPES[ftype]) for name, ftype in stream.fields.items()]
-        columns.append(pa.field(stream_name, pa.struct(children)))
-        timestamps[stream_name] = stream.timestamp
+        columns.append(pa.field(stream_name, stream_struct(spec, stream_name)))
+        timestamps[stream_name] = spec.streams[stream_name].timestamp
     columns.append(pa.field(BATCH_ID, pa.int64()))
     columns.append(pa.field(EMITTED_AT, pa.int64()))
     metadata = {META_TASK: task.name.encode(), META_TIMESTAMPS: orjson.dumps(timestamps), META_TYPE: task.type.encode()}
     return pa.schema(columns, metadata=metadata)
+
+
+def stream_struct(spec: JoinSpec, stream_name: str) -> pa.StructType:
+    """A stream's column type in results: its timestamp (int64) first, then its declared fields in spec order."""
+    stream = spec.streams[stream_name]
+    children = [pa.field(stream.timestamp, pa.int64())]
+    children += [pa.field(name, ARROW_TYPES[ftype]) for name, ftype in stream.fields.items()]
+    return pa.struct(children)
 
 
 def table_from_columns(
@@ -255,19 +260,29 @@ def check_result_table(table: pa.Table, batch_id: int, task: str | None = None) 
     if task is not None and found != task:
         raise ValueError(f"result table of task {found!r} handed over as task {task!r}")
     alone = table_type(table) != "inner"
-    sides = np.zeros(table.num_rows, dtype=np.int64)  # per row, the streams present
+    full = False  # some stream's tuple is in every row
+    lacking: np.ndarray | None = None  # the rows without a tuple of any nullable stream seen so far
     for name in stream_timestamps(table.schema):
         if name not in table.column_names or not pa.types.is_struct(table.schema.field(name).type):
             raise ValueError(f"task {found!r}: result table has no struct column {name!r}")
         column = table.column(name)
-        if column.null_count and not alone:
+        if not column.null_count:  # the common case, from the arrays' null counts alone
+            nulls = [child.name for child in column.type if pc.struct_field(column, child.name).null_count]
+            full = True
+        elif not alone:
             raise ValueError(f"task {found!r}: column {name} holds nulls; an inner task's results never do")
-        present = pc.is_valid(column)
-        sides += present.to_numpy(zero_copy_only=False)
-        for child in column.type:
-            if pc.any(pc.and_(present, pc.is_null(pc.struct_field(column, child.name)))).as_py():
-                raise ValueError(f"task {found!r}: column {name}.{child.name} holds nulls; results never do")
-    if table.num_rows and sides.min() == 0:
+        else:
+            present = pc.is_valid(column)
+            nulls = [
+                child.name
+                for child in column.type
+                if pc.any(pc.and_(present, pc.is_null(pc.struct_field(column, child.name)))).as_py()
+            ]
+            missing = ~present.to_numpy(zero_copy_only=False)
+            lacking = missing if lacking is None else lacking & missing
+        if nulls:
+            raise ValueError(f"task {found!r}: column {name}.{nulls[0]} holds nulls; results never do")
+    if not full and lacking is not None and lacking.any():
         raise ValueError(f"task {found!r}: a result row has no stream's tuple")
     for name in (BATCH_ID, EMITTED_AT):
         if name not in table.column_names or table.schema.field(name).type != pa.int64():

@@ -22,7 +22,7 @@ from windjoin.operators.control.finetune import FINE_DEPTH
 from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.control.slot_load import fine_bins
 from windjoin.operators.join import Pairs
-from windjoin.operators.result_table import ARROW_TYPES
+from windjoin.operators.result_table import stream_struct
 from windjoin.operators.spec import JoinSpec
 from windjoin.operators.unpaired import Lone
 from windjoin.pipelines.job.adapter import CONTROL, PUNCTUATION, SHED, TIMING
@@ -172,7 +172,7 @@ def lone_table(spec: JoinSpec, lone: Lone) -> pa.Table:
     task's other stream null."""
     arrays = []
     for stream in lone.join:
-        struct = _struct_type(spec, stream)
+        struct = stream_struct(spec, stream)
         if stream == lone.stream:
             children = [pa.array(lone.columns[child.name], type=child.type) for child in struct]
             arrays.append(pa.StructArray.from_arrays(children, fields=list(struct)))
@@ -181,18 +181,12 @@ def lone_table(spec: JoinSpec, lone: Lone) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=list(lone.join))
 
 
-def _struct_type(spec: JoinSpec, stream: str) -> pa.StructType:
-    s = spec.streams[stream]
-    types = {s.timestamp: pa.int64(), **{f: ARROW_TYPES[t] for f, t in s.fields.items()}}
-    return pa.struct([pa.field(name, kind) for name, kind in types.items()])
-
-
 def pairs_table(spec: JoinSpec, pairs: Pairs) -> pa.Table:
     """A task's pairs as the Arrow table a slot hands over: one struct column per joined stream (its timestamp
     first, then its fields), in the layout of `operators.result_table` without `batch_id` and `emitted_at`."""
     arrays = []
     for stream, columns in pairs.sides.items():
-        struct = _struct_type(spec, stream)
+        struct = stream_struct(spec, stream)
         children = [pa.array(columns[child.name], type=child.type) for child in struct]
         arrays.append(pa.StructArray.from_arrays(children, fields=list(struct)))
     return pa.Table.from_arrays(arrays, names=list(pairs.sides))
