@@ -63,11 +63,9 @@ def uniform_arrival_delays(progress: list[dict[str, Any]]) -> DelayHistogram:
     progress reports, this is the floor of delay to commit that no work inside the batches can go under; applied
     to the job's own reports, it checks the model against the delays measured pair by pair.
     """
-    from datetime import datetime
-
     cuts, ends = [], []
     for p in sorted(progress, key=lambda p: int(p["batchId"])):
-        start = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000
+        start = batch_start_ms(p)
         durations = p.get("durationMs", {})
         cuts.append(int(start + durations.get("latestOffset", 0)))
         ends.append(int(start + durations.get("triggerExecution", 0)))
@@ -75,3 +73,10 @@ def uniform_arrival_delays(progress: list[dict[str, Any]]) -> DelayHistogram:
     for previous_cut, cut, end in zip(cuts, cuts[1:], ends[1:], strict=False):
         out.add(end - np.arange(previous_cut, cut))
     return out
+
+
+def batch_start_ms(progress: dict[str, Any]) -> float:
+    """When a batch started (epoch ms), from its progress report's ISO timestamp."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp() * 1000

@@ -50,7 +50,7 @@ import numpy as np
 import yaml
 
 from benchmarks.builtin_peer import CONFIGS, BuiltinSink, best, evidence, start_builtin
-from benchmarks.delays import DelayHistogram, uniform_arrival_delays
+from benchmarks.delays import DelayHistogram, batch_start_ms, uniform_arrival_delays
 from benchmarks.machine import machine_facts
 from benchmarks.paced_load import (
     generate_cmd,
@@ -116,8 +116,9 @@ def run_variant(
         # result time plus the end less emitted_at (the earliest slot's: never understated)
         if len(delays) and o.emitted_at_ms is not None:
             visible.add(delays + int(o.finished_at * 1000) - o.emitted_at_ms, counts)
-    ends = batch_ends_ms(progress_rows(query))
-    timeline = [p for p in progress_rows(query) if ends[int(p["batchId"])] >= since_ms]
+    progress = progress_rows(query)
+    ends = batch_ends_ms(progress)
+    timeline = [p for p in progress if ends[int(p["batchId"])] >= since_ms]
     budget_parts = list(kept[-1].budget) if kept else []
     budget = {p: statistics.median(o.budget.get(p, 0.0) for o in kept) for p in budget_parts}
     plan = [o.previous_spark.get("plan", 0.0) for o in kept if o.previous_spark]
@@ -213,12 +214,13 @@ def run_builtin(spark: Any, bootstrap: str, workdir: Path, config: str, args: ar
 
     paced_load(query, path, bootstrap, params, args, log, on_start=started)
     lag_s, steady_lag = generator_lags(log)
-    ends = batch_ends_ms(progress_rows(query))
+    progress = progress_rows(query)
+    ends = batch_ends_ms(progress)
     committed = DelayHistogram()
     for batch_id, (t, n) in sink.groups.items():
         if batch_id in ends:
             committed.add(ends[batch_id] - t - int(lag_s * 1000), n)
-    kept = [p for p in progress_rows(query) if int(p["numInputRows"]) > 0 and ends[p["batchId"]] >= sink.since_ms]
+    kept = [p for p in progress if int(p["numInputRows"]) > 0 and ends[p["batchId"]] >= sink.since_ms]
     totals = [p["durationMs"]["triggerExecution"] for p in kept]
     result = {
         "config": config,
@@ -245,12 +247,8 @@ def run_builtin(spark: Any, bootstrap: str, workdir: Path, config: str, args: ar
 
 def batch_ends_ms(progress: list[dict[str, Any]]) -> dict[int, int]:
     """Each batch's end (epoch ms): its start in the progress report plus its trigger execution time."""
-    from datetime import datetime
-
     return {
-        int(p["batchId"]): int(datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000)
-        + int(p["durationMs"].get("triggerExecution", 0))
-        for p in progress
+        int(p["batchId"]): int(batch_start_ms(p)) + int(p["durationMs"].get("triggerExecution", 0)) for p in progress
     }
 
 
