@@ -202,7 +202,12 @@ def run(
 
         sc = spark.sparkContext
         refused = RefusalCounts(refusals_path(spec)).read if control_redis else None
-        metrics = JobMetrics(streams=list(spec.streams), executors=lambda: executor_count(sc), refused=refused)
+        metrics = JobMetrics(
+            streams=list(spec.streams),
+            tasks=[t.name for t in spec.tasks],
+            executors=lambda: executor_count(sc),
+            refused=refused,
+        )
         metrics.serve(metrics_port)
         click.echo(f"windjoin: metrics on :{metrics_port}/metrics", err=True)
 

@@ -92,8 +92,10 @@ class JobMetrics:
     controller reads (tuples in, outputs, seconds, window tuples, state bytes); the control epoch applied (routing
     version, shed ratio), records shed per stream, disk pushes and clean-ups per slot, and the executor count.
 
-    `streams`: the spec's stream names, whose shed counters are exported at 0 from the start (a labelled counter
-    never incremented exports no sample, and "nothing shed" must be visible as 0, not as no data). `executors`:
+    `streams` and `tasks`: the spec's stream and task names, whose shed and pair counters are exported at 0 from the
+    start (a labelled counter never incremented exports no sample, and "nothing shed" must be visible as 0, not as
+    no data; a pair counter born at its first batch's count shows a rate of 0 for a job that joins a backlog in one
+    batch). `executors`:
     called once per batch for the driver's executor count (`executor_scaling.executor_count`); None leaves the
     gauge at 0.
     """
@@ -101,6 +103,7 @@ class JobMetrics:
     def __init__(
         self,
         streams: Sequence[str] = (),
+        tasks: Sequence[str] = (),
         executors: Callable[[], int] | None = None,
         refused: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
@@ -112,6 +115,8 @@ class JobMetrics:
             "windjoin_job_joined_rows", "Input rows that entered the join (not refused), by slot.", ["slot"], registry=r
         )
         self.pairs = Counter("windjoin_job_pairs", "Result pairs written to the sinks, by task.", ["task"], registry=r)
+        for task in tasks:
+            self.pairs.labels(task)
         self.dead_letters = Counter(
             "windjoin_job_dead_letters", "Input rows refused (dead letters), by reason.", ["reason"], registry=r
         )

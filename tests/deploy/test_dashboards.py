@@ -175,7 +175,9 @@ def test_a_real_pipeline_run_updates_every_job_metric_a_dashboard_queries(
     produce_events(kafka_bootstrap, spec_dict, events)
     spec = parse_spec(spec_dict)
     sc = spark.sparkContext
-    metrics = JobMetrics(streams=list(spec.streams), executors=lambda: executor_count(sc))  # as windjoin run does
+    metrics = JobMetrics(  # as windjoin run does
+        streams=list(spec.streams), tasks=[t.name for t in spec.tasks], executors=lambda: executor_count(sc)
+    )
     outcomes = []
 
     def on_batch(outcome):

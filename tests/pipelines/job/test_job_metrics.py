@@ -55,8 +55,10 @@ def test_counters_add_up_over_batches_and_gauges_keep_the_last():
 
 def test_control_metrics_shed_per_stream_from_zero_and_the_applied_epoch():
     counts = iter([1, 3])
-    m = JobMetrics(streams=["R", "S"], executors=lambda: next(counts))
+    m = JobMetrics(streams=["R", "S"], tasks=["eq", "band"], executors=lambda: next(counts))
     value = m.registry.get_sample_value
+    # pairs per task at 0 too: a job that joins its whole backlog in its first batch still shows a rate above 0
+    assert value("windjoin_job_pairs_total", {"task": "band"}) == 0
     # before any batch: a series per stream at 0 (a labelled counter never incremented would export nothing)
     assert value("windjoin_job_shed_records_total", {"stream": "R"}) == 0
     assert value("windjoin_job_shed_records_total", {"stream": "S"}) == 0
