@@ -139,16 +139,23 @@ class WindowJoin:
         if watermark_ms is not None:
             self._watermark = watermark_ms if self._watermark is None else max(self._watermark, watermark_ms)
         self._close(self.watermark_ms)
-        for store in self.stores.values():
-            store.expire(self.watermark_ms)
+        self._expire(self.watermark_ms)
 
     def preload(self, stream: str, columns: Mapping[str, np.ndarray]) -> None:
-        """Store tuples in a window without probing them (warming a window, restoring stored state)."""
-        n = len(next(iter(columns.values())))
-        tuples = self._stamp(stream, columns, np.arange(n), np.full(n, time.time_ns(), dtype=np.int64))
-        self._next_seq += n
-        self._max_ts = max(self._max_ts or 0, int(tuples.ts.max())) if n else self._max_ts
-        self.stores[stream].append(tuples)
+        """Store one stream's tuples in its window without probing them (warming a window)."""
+        self.preload_arrivals({stream: Arrivals(columns, np.arange(len(next(iter(columns.values())))))})
+
+    def preload_arrivals(self, chunk: Mapping[str, Arrivals]) -> None:
+        """Store a chunk's tuples in their windows without probing them, numbered in the chunk's arrival order
+        across its streams (restoring stored state: a count window's `recall_flags` reads that order)."""
+        total = check_arrival_order(chunk)
+        now = np.full(total, time.time_ns(), dtype=np.int64)
+        for stream, arrivals in chunk.items():
+            tuples = self._stamp(stream, arrivals.columns, arrivals.order, now[: len(arrivals)])
+            if len(tuples):
+                self._max_ts = max(self._max_ts or 0, int(tuples.ts.max()))
+            self.stores[stream].append(tuples)
+        self._next_seq += total
 
     def advance_event_time(self, max_ts: int) -> None:
         """Raise the running max event time (restoring a window whose newest tuples have expired)."""
@@ -159,8 +166,31 @@ class WindowJoin:
         will be accepted below it (it is at most every later watermark), without judging lateness by it."""
         if horizon_watermark_ms is not None and not isinstance(self.spec.window, CountWindow):
             self._close(horizon_watermark_ms)
+            self._expire(horizon_watermark_ms)
+
+    def _expire(self, watermark_ms: int | None) -> None:
+        if isinstance(self.spec.window, CountWindow):
+            for stream, first in self.first_kept().items():
+                self.stores[stream].keep_from(first)
+        else:
             for store in self.stores.values():
-                store.expire(horizon_watermark_ms)
+                store.expire(watermark_ms)
+
+    def first_kept(self) -> dict[str, int]:
+        """Count windows: per stream, the arrival number (sseq) of the oldest tuple its window must keep. The
+        `size` newest; and with `keep_partners`, every partner an open tuple of an outer, semi or anti task may
+        have paired with: the `size` partner arrivals before its stream's oldest open tuple, and all after."""
+        size = self.spec.window.size
+        first = {s: store.count - size for s, store in self.stores.items()}
+        if not self.keep_partners:
+            return first
+        for task in self.tasks:
+            for stream in task.tracked:
+                own, partner = self.stores[stream], task.opposite(stream)
+                oldest_open = own.seq_of(np.array([max(own.count - size, 0)]))
+                partners_before = int(self.stores[partner].count_before(oldest_open)[0])
+                first[partner] = min(first[partner], partners_before - size)
+        return first
 
     def process(self, chunk: Mapping[str, Arrivals]) -> ChunkResult:
         """Join one chunk of arrivals; returns its pairs and the rows refused as late."""
@@ -194,8 +224,7 @@ class WindowJoin:
         pairs = [self._join_task(task, batches, counts_before) for task in self.tasks]
         self._next_seq += total
         self._close(self.watermark_ms)
-        for store in self.stores.values():
-            store.expire(self.watermark_ms)
+        self._expire(self.watermark_ms)
         lone, self._lone = self._lone, []
         return ChunkResult(pairs, late, lone)
 
@@ -239,36 +268,60 @@ class WindowJoin:
         return below(TS, watermark_ms - upper if stream == task.streams[0] else watermark_ms + lower)
 
     def recall_flags(self, watermark_ms: int | None) -> None:
-        """Set the flags of outer, semi and anti tasks on a window rebuilt from its stored tuples (`preload`) as
-        they stood when it last closed at `watermark_ms`: a tuple has paired exactly when a stored partner lies in
-        its window and meets the task's predicates (both were stored, so the later one found the earlier; the
-        join keeps partners long enough, `keep_partners`), and it was closed (its row emitted) exactly when
-        `watermark_ms` had passed its window. Time windows; tuples that came with their flags keep them."""
+        """Set the flags of outer, semi and anti tasks on a window rebuilt from its stored tuples
+        (`preload_arrivals`) as they stood when it last closed at `watermark_ms`: a tuple has paired exactly when
+        a stored partner lies in its window and meets the task's predicates (both were stored, so the later one
+        found the earlier; the join keeps partners long enough, `keep_partners`), and it was closed (its row
+        emitted) exactly when `watermark_ms` had passed its window, or (count windows) `size` newer tuples of its
+        stream had arrived. Tuples that came with their flags keep them."""
         if not self._tracking:
             return
-        if isinstance(self.spec.window, CountWindow) or not self.keep_partners:
-            raise ValueError("recall_flags needs a time window and a join built with keep_partners=True")
+        if not self.keep_partners:
+            raise ValueError("recall_flags needs a join built with keep_partners=True")
+        counted = isinstance(self.spec.window, CountWindow)
         for task in self.tasks:
             for stream in task.tracked:
                 partner = task.opposite(stream)
-                first = stream == task.streams[0]
+                reach = self._count_reach(stream, partner) if counted else self._time_reach(task, stream)
                 recall_paired(
-                    task.name,
-                    self.stores[stream],
-                    self.stores[partner],
-                    task.preds[stream],
-                    task.bounds if first else (-task.bounds[1], -task.bounds[0]),
-                    self.use_indexes,
+                    task.name, self.stores[stream], self.stores[partner], task.preds[stream], reach, self.use_indexes
                 )
-                if watermark_ms is not None and task.type != "semi":
-                    close(
-                        task.name,
-                        task.streams,
-                        stream,
-                        self.stores[stream],
-                        self._closed_by(task, stream, watermark_ms),
-                        -1,
-                    )  # emitted before the rebuild
+                if task.type == "semi":
+                    continue
+                if counted:
+                    closing = below(SSEQ, self.stores[stream].count - self.spec.window.size)
+                elif watermark_ms is not None:
+                    closing = self._closed_by(task, stream, watermark_ms)
+                else:
+                    continue
+                close(task.name, task.streams, stream, self.stores[stream], closing, -1)  # emitted before the rebuild
+
+    @staticmethod
+    def _time_reach(task: _TaskRuntime, stream: str) -> Callable[[Block], list[tuple[RangeFilter, ...]]]:
+        """A time window's partners of a tracked tuple: partner.ts - ts within the task's bounds, seen from
+        `stream`."""
+        lower, upper = task.bounds if stream == task.streams[0] else (-task.bounds[1], -task.bounds[0])
+
+        def reach(block: Block) -> list[tuple[RangeFilter, ...]]:
+            ts = block.tuples.ts.astype(np.int64)
+            return [(RangeFilter(TS, ts + lower, ts + upper),)]
+
+        return reach
+
+    def _count_reach(self, stream: str, partner: str) -> Callable[[Block], list[tuple[RangeFilter, ...]]]:
+        """A count window's partners of a tracked tuple: those that arrived after it while it was among its
+        stream's `size` newest (before its stream's tuple `size` later), and those among the partner stream's
+        `size` newest when it arrived."""
+        size = self.spec.window.size
+        own, partners = self.stores[stream], self.stores[partner]
+
+        def reach(block: Block) -> list[tuple[RangeFilter, ...]]:
+            seq, sseq = block.tuples.seq, block.tuples.sseq
+            until = own.seq_of(sseq + size)
+            before = partners.count_before(seq)
+            return [(RangeFilter(SEQ, seq + 1, until - 1),), (RangeFilter(SSEQ, before - size, before - 1),)]
+
+        return reach
 
     def _stamp(
         self, stream: str, columns: Mapping[str, np.ndarray], order: np.ndarray, arrival_ns: np.ndarray

@@ -188,6 +188,7 @@ class MJoin(WindowJoin):
         )
 
 
-def join_operator(spec: JoinSpec) -> WindowJoin:
-    """The operator a spec needs: MJoin when a task joins more than two streams, else the (leaner) WindowJoin."""
-    return MJoin(spec) if any(len(t.join) > 2 for t in spec.tasks) else WindowJoin(spec)
+def join_operator(spec: JoinSpec, keep_partners: bool = False) -> WindowJoin:
+    """The operator a spec needs: MJoin when a task joins more than two streams (inner only), else the (leaner)
+    WindowJoin (`keep_partners`: see there)."""
+    return MJoin(spec) if any(len(t.join) > 2 for t in spec.tasks) else WindowJoin(spec, keep_partners=keep_partners)

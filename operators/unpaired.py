@@ -24,7 +24,7 @@ import numpy as np
 from windjoin.operators.batch import TupleBatch
 from windjoin.operators.kernel import Probe, RangeFilter, probe_block
 from windjoin.operators.predicates import ProbePredicate
-from windjoin.operators.window import CLOSED, PAIRED, TS, Block, WindowStore
+from windjoin.operators.window import CLOSED, PAIRED, Block, WindowStore
 
 
 @dataclass(frozen=True)
@@ -74,18 +74,18 @@ def recall_paired(
     store: WindowStore,
     partners: WindowStore,
     preds: tuple[ProbePredicate, ...],
-    reach: tuple[int, int],
+    windows: Callable[[Block], list[tuple[RangeFilter, ...]]],
     use_index: bool = True,
 ) -> None:
     """Mark paired the stored tuples of `store` that some tuple of `partners` pairs with: the predicates oriented
-    from `store`'s stream, and partner.ts - ts within `reach` (lower, upper)."""
-    lower, upper = reach
+    from `store`'s stream, the partner inside one of the ranges `windows` gives for a block's tuples (any one
+    suffices: a time window's bounds, or a count window's earlier and later partners)."""
     for block in store.blocks:
-        ts = block.tuples.ts.astype(np.int64)
-        probe = Probe(dict(block.tuples.columns), (RangeFilter(TS, ts + lower, ts + upper),), preds, use_index)
         paired = block.flag(task, PAIRED)
-        for other in partners.blocks:
-            paired[probe_block(probe, other).probe_rows] = True
+        for filters in windows(block):
+            probe = Probe(dict(block.tuples.columns), filters, preds, use_index)
+            for other in partners.blocks:
+                paired[probe_block(probe, other).probe_rows] = True
 
 
 def below(column: str, limit: float) -> Callable[[Block], np.ndarray | None]:

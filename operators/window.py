@@ -157,11 +157,39 @@ class WindowStore:
             out.append((self.blocks[b], rows[found], positions[found]))
         return out
 
+    def seq_of(self, sseq: np.ndarray) -> np.ndarray:
+        """The global arrival number of the stored tuples numbered `sseq` (the int64 maximum for a number not
+        stored: one not arrived yet)."""
+        seq, numbers = self._numbers()
+        at = np.minimum(np.searchsorted(numbers, sseq), max(len(numbers) - 1, 0))
+        found = (numbers[at] == sseq) if len(numbers) else np.zeros(len(sseq), dtype=bool)
+        return np.where(found, seq[at] if len(seq) else 0, np.iinfo(np.int64).max)
+
+    def count_before(self, seq: np.ndarray) -> np.ndarray:
+        """How many of this stream's tuples arrived before each global arrival number `seq` (of another stream):
+        the number of the first stored tuple after it, or every tuple if none is stored after it."""
+        seqs, numbers = self._numbers()
+        at = np.searchsorted(seqs, seq)
+        inside = at < len(seqs)
+        return np.where(inside, numbers[np.minimum(at, max(len(seqs) - 1, 0))] if len(seqs) else 0, self.count)
+
+    def _numbers(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every stored tuple's global and per-stream arrival numbers, both ascending."""
+        if not self.blocks:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return (
+            np.concatenate([b.tuples.seq for b in self.blocks]),
+            np.concatenate([b.tuples.sseq for b in self.blocks]),
+        )
+
+    def keep_from(self, sseq: int) -> None:
+        """Drop the blocks wholly below arrival number `sseq` (a count window's oldest tuple still needed)."""
+        self.blocks = [b for b in self.blocks if b.zone[SSEQ][1] >= sseq]
+
     def expire(self, watermark_ms: int | None) -> None:
         """Drop blocks no future tuple can join: by count, or (time) wholly older than watermark - history."""
         if isinstance(self.window, CountWindow):
-            oldest_needed = self.count - self.window.size
-            self.blocks = [b for b in self.blocks if b.zone[SSEQ][1] >= oldest_needed]
+            self.keep_from(self.count - self.window.size)
         elif watermark_ms is not None:
             oldest_needed = watermark_ms - self.history_ms
             self.blocks = [b for b in self.blocks if b.zone[TS][1] >= oldest_needed]

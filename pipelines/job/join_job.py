@@ -29,7 +29,7 @@ from windjoin.operators.batch_delays import Delays
 from windjoin.operators.checkpoint_layout import check_layout
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.result_table import result_schema
-from windjoin.operators.spec import CountWindow, JoinSpec
+from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.job.adapted_source import (
     CONTROL_NAMESPACE_OPTION,
     CONTROL_REDIS_OPTION,
@@ -75,12 +75,6 @@ def check_runnable(spec: JoinSpec) -> None:
     problems = [f"streams.{n}.topic: required to run on Kafka" for n, s in spec.streams.items() if not s.topic]
     if not spec.checkpoint:
         problems.append("checkpoint: required to run (a folder for Spark's offsets and state)")
-    problems += [
-        f"tasks[{i}].type: {task.type!r} over a count window runs in `windjoin join-file` and windjoin.join_events; "
-        "the streaming job joins outer, semi and anti tasks over time windows (accepted here: 'inner')"
-        for i, task in enumerate(spec.tasks)
-        if task.type != "inner" and isinstance(spec.window, CountWindow)
-    ]
     if problems:
         raise JobConfigError("\n".join(problems))
 

@@ -123,9 +123,11 @@ class SegmentStore:
         return rows_by_piece, rests
 
     def rebuild(self, meta: SlotMeta, windows: SlotWindows, part: int, rests: list[pa.Table]) -> None:
-        """Partition `part`'s window rebuilt from the rows `cut` left of it."""
+        """Partition `part`'s window rebuilt from the rows `cut` left of it, their flags recalled as the last batch
+        closed them."""
         rows = [rest.filter(pc.equal(rest.column("part"), part)) for rest in rests]
         windows.rebuild(meta, part, rows)
+        windows.recall_flags(meta.watermark)
 
     def expire(self, meta: SlotMeta, windows: SlotWindows, watermark: int | None) -> None:
         """Drop segments (and window blocks) no future tuple of any of their partitions can join: by count, or
@@ -133,11 +135,14 @@ class SegmentStore:
         (`JoinSpec.max_history_ms`: a segment holds every stream)."""
         window = self.spec.window
         windows.expire(watermark)
+        first_kept = windows.first_kept(meta)
         live = []
         for segment in meta.segments:
             if isinstance(window, CountWindow):
                 needed = any(
-                    end > meta.counts[p][s] - window.size for p, ends in segment.ends.items() for s, end in ends.items()
+                    end > first_kept.get(p, {}).get(s, meta.counts[p][s] - window.size)
+                    for p, ends in segment.ends.items()
+                    for s, end in ends.items()
                 )
             else:
                 needed = watermark is None or any(

@@ -101,6 +101,11 @@ class SlotWindows(ABC):
     def held(self) -> dict[int, PartState]:
         """What the windows hold of each partition."""
 
+    def first_kept(self, meta: SlotMeta) -> dict[str, dict[str, int]]:
+        """Count windows: per partition and stream, the arrival number (as the meta counts) of the oldest tuple
+        still needed (`WindowJoin.first_kept`); segments holding none of those expire. Time windows: none."""
+        return {}
+
 
 def new_windows(spec: JoinSpec, nonce: str) -> SlotWindows:
     """Empty windows in the layout the spec allows (see the module docstring)."""
@@ -227,7 +232,7 @@ class PartitionWindows(SlotWindows):
 
     def _join(self, part: int) -> WindowJoin:
         if part not in self.joins:
-            self.joins[part] = join_operator(self.spec)
+            self.joins[part] = join_operator(self.spec, keep_partners=self.spec.tracking)
         return self.joins[part]
 
     def join_batch(self, meta: SlotMeta, columns: StreamColumns, parts: np.ndarray) -> BatchJoin:
@@ -246,6 +251,8 @@ class PartitionWindows(SlotWindows):
             meter.record(part, len(rows), sum(len(t) for _, t in found), wall, cpu, columns.fine_in(rows))
             for task, table in found:
                 tables[task].append(table)
+            for lone in result.lone:  # count windows close a tuple as its own stream's newer tuples arrive
+                tables[lone.task].append(lone_table(self.spec, lone))
         return BatchJoin(tables, np.sort(np.concatenate([np.zeros(0, np.int64), *late_rows])), meter)
 
     def _note_positions(self, meta: SlotMeta, part: int) -> None:
@@ -287,7 +294,7 @@ class PartitionWindows(SlotWindows):
         self.forgotten.pop(part, None)
 
     def rebuild(self, meta: SlotMeta, part: int, rows: Sequence[pa.Table]) -> None:
-        join = self.joins[part] = join_operator(self.spec)
+        join = self.joins[part] = join_operator(self.spec, keep_partners=self.spec.tracking)
         for rows_s in rows:  # segment by segment, in order: the window numbers its tuples as it takes them
             preload(self.spec, join, rows_s)
         if str(part) in meta.max_ts:
@@ -314,6 +321,13 @@ class PartitionWindows(SlotWindows):
 
     def held(self) -> dict[int, PartState]:
         return {part: partition_state(join) for part, join in self.joins.items()}
+
+    def first_kept(self, meta: SlotMeta) -> dict[str, dict[str, int]]:
+        out = {}
+        for part, join in self.joins.items():
+            forgotten = self.forgotten.get(part, {})
+            out[str(part)] = {s: first + forgotten.get(s, 0) for s, first in join.first_kept().items()}
+        return out
 
 
 # Lives in an importable module (not __main__) so Python workers keep it between batches.

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.partitioning import key_hash, mini_bits
 from windjoin.operators.result_table import ARROW_TYPES
@@ -64,9 +65,15 @@ def by_stream(rows: pa.Table) -> Iterator[tuple[str, pa.Table]]:
 
 
 def preload(spec: JoinSpec, join: WindowJoin, rows: pa.Table) -> None:
-    """Put stored rows (of one partition) into its window without joining them, stream by stream."""
-    for stream, rows_s in by_stream(rows):
-        join.preload(stream, operator_columns(spec, rows_s, stream))
+    """Put stored rows (of one partition, in arrival order) into its window without joining them, numbered in
+    that order across streams (a count window's recall of outer, semi and anti flags reads it)."""
+    streams = rows.column("stream")
+    join.preload_arrivals(
+        {
+            stream: Arrivals(operator_columns(spec, rows_s, stream), np.flatnonzero(pc.equal(streams, stream)))
+            for stream, rows_s in by_stream(rows)
+        }
+    )
 
 
 def generation(spec: JoinSpec, table: pa.Table) -> dict[str, dict[str, np.ndarray]]:

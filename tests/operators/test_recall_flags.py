@@ -4,11 +4,13 @@ exactly what the window kept in memory emits, and both equal the brute-force ora
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.operators.join_cases import STREAMS, events, time_windows
+from windjoin.operators.batch import Arrivals, TupleBatch
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.feed import EventFeed
@@ -19,18 +21,20 @@ TRACKED = ["left", "right", "full", "semi", "anti"]
 
 @st.composite
 def tracked_specs(draw):
-    """Time windows of every bound shape, one to three tasks of which at least one remembers its tuples."""
+    """Time windows of every bound shape and count windows, one to three tasks of which at least one remembers
+    its tuples."""
+    counted = draw(st.integers(0, 2)) == 0
     tasks = []
     for i in range(draw(st.integers(1, 3))):
         join = ["R", "S"] if draw(st.booleans()) else ["S", "R"]
         on = [{"op": "eq", "left": "R.k", "right": "S.k"}] if draw(st.booleans()) else []
         task = {"name": f"t{i}", "join": join, "on": on, "type": draw(st.sampled_from(["inner", *TRACKED]))}
-        if draw(st.integers(0, 3)) == 0:
+        if not counted and draw(st.integers(0, 3)) == 0:
             task["window"] = draw(time_windows())
         tasks.append(task)
     tasks[0]["type"] = draw(st.sampled_from(TRACKED))
     return {
-        "window": draw(time_windows()),
+        "window": {"kind": "count", "size": draw(st.integers(1, 6))} if counted else draw(time_windows()),
         "allowed_lateness_ms": draw(st.integers(0, 15)),
         "streams": STREAMS,
         "tasks": tasks,
@@ -38,12 +42,16 @@ def tracked_specs(draw):
 
 
 def rebuilt(spec, join: WindowJoin, watermark: int | None) -> WindowJoin:
-    """A new join holding `join`'s stored tuples (no flags), stream by stream in arrival order, its flags recalled
-    as they stood at the last close (`watermark`)."""
+    """A new join holding `join`'s stored tuples (no flags, no numbers: as the job stores them, in arrival order
+    across streams), its flags recalled as they stood at the last close (`watermark`)."""
     fresh = WindowJoin(spec, keep_partners=True)
-    for stream, store in join.stores.items():
-        for block in store.blocks:
-            fresh.preload(stream, dict(block.tuples.columns))
+    held = {s: TupleBatch.concat([b.tuples for b in store.blocks]) for s, store in join.stores.items() if store.blocks}
+    if held:
+        ranks = np.argsort(np.argsort(np.concatenate([t.seq for t in held.values()])))
+        ends = np.cumsum([len(t) for t in held.values()])
+        fresh.preload_arrivals(
+            {s: Arrivals(dict(t.columns), ranks[e - len(t) : e]) for (s, t), e in zip(held.items(), ends, strict=True)}
+        )
     if join.max_event_ts is not None:
         fresh.advance_event_time(join.max_event_ts)
     fresh.recall_flags(watermark)
@@ -118,6 +126,33 @@ def test_a_partner_stays_while_a_tuple_it_paired_with_can_still_close():
     feed.join = rebuilt(spec, join, 107)
     feed.join.set_watermark(111)  # R's window has passed: it closes, paired
     assert feed.join.finish() == [] and feed.finish().records() == []
+
+
+def test_a_count_window_keeps_the_partners_an_open_tuple_paired_with():
+    """Left outer over the 2 newest: R0 pairs with S1 and S2, which three later S tuples push out of S's window.
+    R0 stays open (no newer R); a rebuild must still find its partners, or R0 would close unpaired."""
+    spec = parse_spec(
+        {
+            "window": {"kind": "count", "size": 2},
+            "streams": STREAMS,
+            "tasks": [{"name": "t", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.x", "right": "S.a"}],
+                       "type": "left"}],
+        }
+    )  # fmt: skip
+    join = WindowJoin(spec, keep_partners=True)
+    feed = EventFeed(spec, 1, join)
+    s = {"stream": "S", "k": 0, "b": 0.0, "c": "", "d": False}
+    feed.add({**s, "t": 1, "a": 1}, 0)
+    feed.add({**s, "t": 2, "a": 1}, 1)
+    fed = feed.add({"stream": "R", "ts": 3, "k": 0, "x": 1, "y": 0.0, "z": "", "f": False}, 2)
+    assert len(fed.records()) == 2
+    for i in range(3):
+        feed.add({**s, "t": 4 + i, "a": 9}, 3 + i)
+    assert join.first_kept()["S"] == 0  # both partners kept while R0 is open
+    feed.join = rebuilt(spec, join, None)
+    for i in range(2):  # two newer R tuples close R0: paired, nothing alone
+        fed = feed.add({"stream": "R", "ts": 8 + i, "k": 0, "x": 5, "y": 0.0, "z": "", "f": False}, 6 + i)
+        assert fed.records() == []
 
 
 def test_recall_needs_a_join_that_keeps_partners():

@@ -4,9 +4,11 @@ The test plays the controller, recording routing decisions in Redis as `windjoin
 is split into 4 mini-groups (depth 2) of which two go to other slots, and partition 4 is split in two in place;
 then one mini-group of each moves on; then both are merged back whole on slot 0, gathering their tuples from
 three slots; last, partition 5 is split in place (no tuple changes slot, so the job adopts it without a
-hand-over). The first announce batch that hands state over fails after its sinks wrote, and the job restarts
-from its checkpoint, so the replayed batch hands the same pieces over again. Results must equal the
-brute-force oracle exactly: a pair lost or joined twice at a move shows up as a difference.
+hand-over). A left outer and an anti task ride along, their windows closing as the run goes (no lateness): the
+mini-groups a split leaves behind keep which of their tuples paired and closed. The first announce batch that
+hands state over fails after its sinks wrote, and the job restarts from its checkpoint, so the replayed batch
+hands the same pieces over again. Results must equal the brute-force oracle exactly: a pair lost or joined twice
+at a move shows up as a difference.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import pyarrow.compute as pc
 import pytest
 
 from tests.pipelines.control_helpers import assert_sinks_equal_the_oracle, run_holder_changes
-from tests.pipelines.job.test_partition_moves import TASKS
+from tests.pipelines.job.test_partition_moves import TASKS, TRACKED
 from tests.pipelines.job.test_pipeline_e2e import _events, _spec
+from tests.pipelines.pipeline_helpers import produce_closers
 from windjoin.connectors.kafka_source import ARROW_SCHEMA
 from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.partitioning import Group, RoutingTable
@@ -101,11 +104,22 @@ def test_mini_groups_move_split_and_merge_during_the_run_losing_and_duplicating_
 ):
     window = {"kind": "time", "size_ms": 40}
     spec_dict = _spec(
-        unique_topic, tmp_path, window, keyed=True, tasks=TASKS, max_offsets_per_trigger=250, allowed_lateness_ms=5000
+        unique_topic,
+        tmp_path,
+        window,
+        keyed=True,
+        tasks=[*TASKS, *TRACKED],
+        max_offsets_per_trigger=250,
+        allowed_lateness_ms=0,
     )
     events = _events(2400, seed=11, keys=64)  # ~8 keys per partition: every mini-group of p3 holds some
+    end = max(e["ts"] for e in events)
+    waves = (  # close every window (outer and anti rows): the mini-groups left behind keep their flags
+        lambda: produce_closers(kafka_bootstrap, spec_dict, end + 100_000, 2, wave=1),
+        lambda: produce_closers(kafka_bootstrap, spec_dict, end + 200_000, 2, wave=2),
+    )
     seen, parquet, redis = run_holder_changes(
-        spark, spec_dict, events, kafka_bootstrap, redis_url, tmp_path, DECISIONS, "moved_out_groups"
+        spark, spec_dict, events, kafka_bootstrap, redis_url, tmp_path, DECISIONS, "moved_out_groups", waves
     )  # fails once after its first announce batch
 
     def moved(kind: str) -> set[tuple[int, ...]]:
