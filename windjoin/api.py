@@ -1,57 +1,23 @@
 """The public Python API: the four things users do, each one call, over the modules the command line uses.
 
-Imports are deferred to the calls, so `import windjoin` stays cheap and needs neither Spark nor services.
+`join_events` (and its `Joined`) is the in-process join `windjoin join-file` runs on. The others defer their
+imports to the call, so `import windjoin` stays cheap and needs neither Spark nor services.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import chain
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec, parse_spec
+from windjoin.operators.testing.feed import Joined, join_events
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = ["JoinSpec", "Joined", "SpecError", "join_events", "load_spec", "parse_spec", "query_results", "start_job"]
-
-
-@dataclass(frozen=True)
-class Joined:
-    """What an in-process join gave: one record per result (`{"task": name, <stream>: {field: value}, ...}`, the
-    side an outer, semi or anti task's row lacks None) in emission order, and the positions of the events refused
-    as late (over `allowed_lateness_ms` behind)."""
-
-    results: list[dict[str, Any]]
-    late: list[int]
-
-
-def join_events(spec: JoinSpec, events: Iterable[Mapping[str, Any]], chunk_size: int = 4096) -> Joined:
-    """Join `events` (dicts naming their "stream", in arrival order) in this process, as `windjoin join-file` does.
-
-    No Spark and no services. An event the spec refuses (unknown stream, missing or mistyped field) raises
-    `ValueError` naming its position and the reason; nothing is skipped silently.
-    """
-    from windjoin.operators.schema import RecordError
-    from windjoin.operators.testing.feed import EventFeed
-
-    feed = EventFeed(spec, chunk_size)
-    results: list[dict[str, Any]] = []
-    late: list[int] = []
-    for position, event in enumerate(chain(events, [None])):  # None: the end, which flushes the last chunk
-        try:
-            fed = feed.flush() if event is None else feed.add(event, position)
-        except RecordError as err:
-            raise ValueError(f"event {position}: refused ({err.reason}): {err}") from None
-        if fed is not None:
-            results.extend(fed.records())
-            late.extend(fed.late)
-    results.extend(feed.finish().records())  # a complete input: every tuple that never paired is out
-    return Joined(results, sorted(late))
 
 
 def start_job(

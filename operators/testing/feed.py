@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from windjoin.operators.batch import Arrivals
 from windjoin.operators.join import ChunkResult, WindowJoin
 from windjoin.operators.mjoin import join_operator
 from windjoin.operators.results import lone_records, pair_records
+from windjoin.operators.schema import RecordError
 from windjoin.operators.spec import JoinSpec
 
 
@@ -88,24 +90,38 @@ class EventFeed:
         return Fed(result, [tags[s][row] for s, rows in result.late.items() for row in rows])
 
 
+@dataclass(frozen=True)
+class Joined:
+    """What an in-process join gave: one record per result (`{"task": name, <stream>: {field: value}, ...}`, the
+    side an outer, semi or anti task's row lacks None) in emission order, and the positions of the events refused
+    as late (over `allowed_lateness_ms` behind)."""
+
+    results: list[dict[str, Any]]
+    late: list[int]
+
+    def rows(self, spec: JoinSpec) -> list[tuple]:
+        """The results as the oracle gives them: (task, each joined stream's tuple in the task's `join` order,
+        None for the side a row alone lacks)."""
+        return [(r["task"], *(r[s] for s in spec.task(r["task"]).join)) for r in self.results]
+
+
 def join_events(
     spec: JoinSpec, events: Iterable[Mapping[str, Any]], chunk_size: int = 4096, join: WindowJoin | None = None
-) -> tuple[list[tuple], list[int]]:
-    """`events` (dicts naming their "stream") through the spec's join, a complete input: the results as (task, tuple
-    per joined stream, None for a side an unpaired row lacks...) in emission order, and the positions of the events
-    refused as late, ascending."""
+) -> Joined:
+    """Join `events` (dicts naming their "stream", in arrival order) in this process, a complete input, as `windjoin
+    join-file` does: no Spark and no services. An event the spec refuses (unknown stream, missing or mistyped
+    field) raises `ValueError` naming its position and the reason; nothing is skipped silently. `join`: the
+    operator to feed (by default the spec's `join_operator`)."""
     feed = EventFeed(spec, chunk_size, join)
-    results: list[tuple] = []
+    results: list[dict[str, Any]] = []
     late: list[int] = []
-
-    def take(fed: Fed | None) -> None:
+    for position, event in enumerate(chain(events, [None])):  # None: the end, which flushes the last chunk
+        try:
+            fed = feed.flush() if event is None else feed.add(event, position)
+        except RecordError as err:
+            raise ValueError(f"event {position}: refused ({err.reason}): {err}") from None
         if fed is not None:
+            results.extend(fed.records())
             late.extend(fed.late)
-            for record in fed.records():
-                results.append((record["task"], *(record[s] for s in spec.task(record["task"]).join)))
-
-    for position, event in enumerate(events):
-        take(feed.add(event, position))
-    take(feed.flush())
-    take(feed.finish())
-    return results, sorted(late)
+    results.extend(feed.finish().records())  # a complete input: every tuple that never paired is out
+    return Joined(results, sorted(late))

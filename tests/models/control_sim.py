@@ -63,7 +63,7 @@ class SimSlot:
     def run(self, events: list[dict]) -> list[tuple]:
         if not events:
             return []
-        return join_events(self.spec, events, len(events), self.join)[0]  # one chunk
+        return join_events(self.spec, events, len(events), self.join).rows(self.spec)  # one chunk
 
 
 @dataclass

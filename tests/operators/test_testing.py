@@ -22,9 +22,11 @@ EVENTS = [
 
 
 def test_the_module_example_holds():
-    got, late = join_events(parse_spec(SPEC), EVENTS, chunk_size=2)
+    spec = parse_spec(SPEC)
+    joined = join_events(spec, EVENTS, chunk_size=2)
+    got = joined.rows(spec)
     expected, expected_late = oracle_mjoin(SPEC, EVENTS)
-    assert as_multiset(got) == as_multiset(expected) and late == expected_late == [3]
+    assert as_multiset(got) == as_multiset(expected) and joined.late == expected_late == [3]
     assert [(r["ts"], s["ts"]) for _, r, s in got] == [(100, 105), (118, 120)]
 
 
