@@ -135,7 +135,7 @@ class SegmentStore:
         (`JoinSpec.max_history_ms`: a segment holds every stream)."""
         window = self.spec.window
         windows.expire(watermark)
-        first_kept = windows.first_kept(meta)
+        first_kept = windows.first_kept(meta) if isinstance(window, CountWindow) else {}
         live = []
         for segment in meta.segments:
             if isinstance(window, CountWindow):
