@@ -8,6 +8,8 @@ import pytest
 from tests.first_use import BUILD_IMAGE, SETUP_FLINK, join_background, podman_installable, start_in_background
 
 pytest_plugins = ["tests.services_fixtures", "tests.spark_fixtures", "tests.s3_server"]
+# The helpers test modules share (tests/support/) assert as the tests do: their failures explained alike.
+pytest.register_assert_rewrite("tests.support")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -4,75 +4,24 @@ value, or declines: it never accepts a record the per-message path refuses, nor 
 from __future__ import annotations
 
 import math
-import struct
 
 import orjson
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.json_messages import CODEC, MAX_BYTES, ODD_MESSAGES, extra_values, floats, ints, same, texts
 from windjoin.connectors.codec_errors import DecodeError
-from windjoin.connectors.json_codec import JsonCodec
 from windjoin.connectors.json_columns import decode_columns
 from windjoin.operators.schema import MAX_SAFE_INT, RecordError, StreamSchema
 from windjoin.operators.spec import StreamSpec
 
 SCHEMA = StreamSchema(StreamSpec(fields={"k": "int", "x": "float", "s": "string", "b": "bool"}))
-CODEC = JsonCodec()
-MAX_BYTES = CODEC.max_message_bytes
 
-ints = st.integers(-MAX_SAFE_INT, MAX_SAFE_INT)
-floats = st.floats(allow_nan=False, allow_infinity=False)
-texts = st.text(max_size=12)
-extra_values = st.recursive(
-    st.none() | st.booleans() | ints | floats | texts, lambda c: st.lists(c, max_size=3), max_leaves=6
-)
 valid_records = st.fixed_dictionaries(
     {"ts": st.integers(0, MAX_SAFE_INT), "k": ints, "x": floats | ints, "s": texts, "b": st.booleans()},
     optional={"extra": extra_values, "s2": texts},
 )
-# Raw messages each path may read differently: every one must send the batch to the per-message path or be read
-# alike by both.
-ODD_MESSAGES = [
-    b'{"ts":1,"k":2,"x":1.5,"s":"a","b":true,"z":NaN}',
-    b'{"ts":1,"k":2,"x":NaN,"s":"a","b":true}',
-    b'{"ts":1,"k":2,"x":1.5,"s":"a","b":true,"z":-Infinity}',
-    b'{"ts":1,"k":2.0,"x":1.5,"s":"a","b":true}',
-    b'{"ts":1,"k":1e3,"x":1.5,"s":"a","b":true}',
-    b'{"ts":1,"k":"2","x":1.5,"s":"a","b":true}',
-    b'{"ts":1,"k":true,"x":1.5,"s":"a","b":true}',
-    b'{"ts":1,"k":2,"x":true,"s":"a","b":true}',
-    b'{"ts":1,"k":2,"x":1.5,"s":5,"b":true}',
-    b'{"ts":1,"k":2,"x":1.5,"s":"a","b":1}',
-    b'{"ts":"2024-01-01T00:00:00","k":2,"x":1.5,"s":"a","b":true}',
-    b'{"ts":1.5,"k":2,"x":1.5,"s":"a","b":true}',
-    b'{"ts":-1,"k":2,"x":1.5,"s":"a","b":true}',
-    b'{"ts":1,"k":9007199254740992,"x":1.5,"s":"a","b":true}',
-    b'{"ts":1,"k":-9223372036854775808,"x":1.5,"s":"a","b":true}',
-    b'{"ts":1,"k":2,"x":100000000000000000000,"s":"a","b":true}',
-    b'{"ts":1,"k":2,"x":1.5,"s":"a","b":true,"k":3}',
-    b'{"ts":1,"k":2,"x":1.5,"s":"a","b":true,"z":1,"z":2}',
-    b'{"ts":1,"k":2,"x":1.5,"s":null,"b":true}',
-    b'{"ts":1,"x":1.5,"s":"a","b":true}',
-    b'{"k":2,"x":1.5,"s":"a","b":true}',
-    b'{"ts":1,"k":2,"x":1.5,"s":"a","b":true}{"ts":1}',
-    b' {"ts":1,"k":2,"x":1.5,"s":"a","b":true}',
-    b'{"ts":1,\n"k":2,"x":1.5,"s":"a","b":true}',
-    b'{"ts":1,\r"k":2,"x":1.5,"s":"a","b":true}',
-    b'\xef\xbb\xbf{"ts":1,"k":2,"x":1.5,"s":"a","b":true}',
-    b'{"ts":1,"k":2,"x":1.5,"s":"a","b":true,"z":"\xff"}',
-    b'{"ts":1,"k":2,"x":1.5,"s":"a","b":true,"z":' + b"[" * 1100 + b"]" * 1100 + b"}",
-    b'{"ts":1,"k":2,"x":1.5,"s":"a","b":true,}',
-    b'{"ts":1,"k":2,"x":1.5,"s":"\\ud800","b":true}',
-    b'{"ts":1,"k":2,"x":1.5,"s":"\\u0000\\u00e9","b":false}',
-    b'{"ts":1,"k":-0,"x":-0.0,"s":"a","b":false}',
-    b'{"ts":1,"k":2,"x":1e308,"s":"a","b":true}',
-    b'{"ts":1,"k":2,"x":1e309,"s":"a","b":true}',
-    b"[1,2]",
-    b"{}",
-    b"",
-    None,
-]
 
 
 def _per_message(message: bytes | None) -> tuple | None:
@@ -83,12 +32,6 @@ def _per_message(message: bytes | None) -> tuple | None:
         return None
 
 
-def _same(a: object, b: object) -> bool:
-    if isinstance(a, float) or isinstance(b, float):  # bit for bit: -0.0 is not 0.0 here
-        return type(a) is type(b) and struct.pack("<d", a) == struct.pack("<d", b)
-    return type(a) is type(b) and a == b
-
-
 def _check_agreement(messages: list[bytes | None]) -> dict | None:
     columns = decode_columns(pa.array(messages, pa.binary()), SCHEMA, MAX_BYTES)
     if columns is None:
@@ -97,7 +40,7 @@ def _check_agreement(messages: list[bytes | None]) -> dict | None:
     assert all(row is not None for row in rows), "the batch path accepted a record the per-message path refuses"
     for position, name in enumerate(SCHEMA.columns):
         for row, value in zip(rows, columns[name].to_pylist(), strict=True):
-            assert _same(row[position], value), (name, row[position], value)
+            assert same(row[position], value), (name, row[position], value)
     return columns
 
 

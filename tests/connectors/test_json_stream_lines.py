@@ -10,7 +10,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.connectors.test_json_columns import MAX_BYTES, ODD_MESSAGES, _same, extra_values
+from tests.support.json_messages import MAX_BYTES, ODD_MESSAGES, extra_values, same
 from windjoin.connectors.codec_errors import DecodeError
 from windjoin.connectors.json_codec import JsonCodec
 from windjoin.connectors.json_columns import decode_stream_columns, decode_stream_lines
@@ -79,7 +79,7 @@ def _check(messages: list[bytes], schemas: dict) -> bool:
         for i, name in enumerate(schemas[stream].columns):
             assert columns[name].equals(other_columns[name])
             for p, value in zip(positions.tolist(), columns[name].to_pylist(), strict=True):
-                assert _same(rows[p][1][i], value), (stream, name, rows[p][1][i], value)
+                assert same(rows[p][1][i], value), (stream, name, rows[p][1][i], value)
     return True
 
 

@@ -11,8 +11,8 @@ import pyarrow.fs as pafs
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.connectors.test_redis_sink import make_table
 from tests.pipelines.proxy_helpers import AUTH, access, fetch_all, make_spec
+from tests.support.result_tables import make_table
 from windjoin.connectors.parquet_scan import Footers
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.result_files import ObjectFiles, result_files

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.connectors.test_redis_sink import make_table
+from tests.support.result_tables import make_table
 from windjoin.connectors.parquet_scan import Footers
 from windjoin.connectors.parquet_sink import ParquetSink
 

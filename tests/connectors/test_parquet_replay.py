@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.connectors.test_redis_sink import make_table
+from tests.support.result_tables import make_table
 from windjoin.connectors import parquet_sink
 from windjoin.connectors.parquet_replay import ParquetReplay
 from windjoin.connectors.parquet_sink import ParquetSink

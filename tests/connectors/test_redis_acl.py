@@ -3,57 +3,25 @@
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 import redis
 
 from tests.connectors.sink_cases import SPEC
-from tests.connectors.test_redis_sink import make_table
-from windjoin.connectors import processes
+from tests.support.redis_acl import NS, PAIRS, acl_redis
+from tests.support.result_tables import make_table
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadReports
-from windjoin.connectors.redis_acl import COMPONENTS, ROLES, acl_file, acl_users, component_rules
+from windjoin.connectors.redis_acl import COMPONENTS, acl_file, acl_users, component_rules
 from windjoin.connectors.redis_client import RedisAuth, RedisAuthError, redis_client
 from windjoin.connectors.redis_feed import feed_info, read_feed
 from windjoin.connectors.redis_functions import LIBRARY, LIBRARY_VERSION, MissingLibraryError, load_library
 from windjoin.connectors.redis_keys import index_key, piece_key
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.redis_tier import read_all
-from windjoin.connectors.services import redis_binary
-
-NS = "windjoin"
-PAIRS = [{"R": {"ts": 7, "k": 1, "x": 1.0, "z": "a"}, "S": {"t": 9, "k": 1, "d": True}}]
-
-
-@contextmanager
-def acl_redis(root: Path, namespace: str = NS) -> Iterator[tuple[str, dict[str, RedisAuth]]]:
-    """A redis-server whose users come from `acl_file`, each password in a file as a mounted Secret would be."""
-    passwords = {c: f"{c}-secret-{i}" for i, c in enumerate(ROLES)}
-    auths = {}
-    for component, password in passwords.items():
-        (root / component).write_text(password + "\n")  # a trailing newline, as `echo > file` leaves
-        auths[component] = RedisAuth(username=f"windjoin-{component}", password_file=str(root / component))
-    digests = {c: hashlib.sha256(p.encode()).hexdigest() for c, p in passwords.items()}
-    (root / "users.acl").write_text(acl_file(acl_users(digests, namespace)))
-    port = processes.free_port()
-    argv = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    argv += ["--aclfile", str(root / "users.acl"), "--dir", str(root)]
-    pid = processes.spawn(argv, root / "redis.log")
-    try:
-        deadline = time.monotonic() + 10
-        while not processes.port_open("127.0.0.1", port):
-            assert time.monotonic() < deadline, (root / "redis.log").read_text()
-            time.sleep(0.05)
-        url = f"redis://127.0.0.1:{port}/0"
-        with closing(redis_client(url, auths["admin"])) as admin:
-            load_library(admin)  # as the chart's Redis pod does
-        yield url, auths
-    finally:
-        processes.stop(pid)
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ import pytest
 import redis
 
 from tests.connectors.sink_cases import SPEC
-from tests.connectors.test_redis_loss import Job, follow_all
-from tests.connectors.test_redis_sink import make_table
-from tests.connectors.test_result_query import all_pages, expected, got, record
 from tests.connectors.tiers import Tiers, TiersLayout
+from tests.support.redis_loss import Job, follow_all
+from tests.support.result_pages import all_pages, expected, got, record
+from tests.support.result_tables import make_table
 from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_keys import meta_key
 from windjoin.connectors.redis_sink import RedisFullError, RedisSink

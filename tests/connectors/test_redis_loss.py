@@ -13,14 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.connectors.sink_cases import SPEC
-from tests.connectors.test_redis_sink import make_table
-from tests.connectors.test_result_query import all_pages, expected, got, record
 from tests.connectors.tiers import Tiers, TiersLayout
+from tests.support.redis_loss import Job, follow_all
+from tests.support.result_pages import all_pages, expected, got, record
+from tests.support.result_tables import make_table
 from windjoin.connectors import redis_feed
 from windjoin.connectors.redis_keys import meta_key
-from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
+from windjoin.connectors.result_query import MAX_LIMIT
 from windjoin.operators.query.errors import Gone
-from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 times = st.integers(0, 1000)
@@ -38,40 +38,9 @@ def tiers_layout() -> TiersLayout:
     return TiersLayout(SPEC, ("a", "b"), make_table, record)
 
 
-class Job:
-    """Writes batches as the join job does: both sinks, then the snapshot committer (a snapshot on punctuation)."""
-
-    def __init__(self, tiers: Tiers) -> None:
-        self.tiers = tiers
-        self.committer = SnapshotCommitter(tiers.snapshots, ["a"], every_ms=10**9, redis=tiers.redis)
-
-    def batch(self, pairs: list[dict[str, Any]], punctuated: bool = False) -> int:
-        batch_id = self.tiers.write({"a": pairs})
-        self.committer.after_batch(batch_id, punctuations=int(punctuated))
-        return batch_id
-
-
 def lose_redis(tiers: Tiers) -> None:
     """What a Redis restarted without persistence holds of the test's keys: nothing."""
     tiers.redis.clear("a")
-
-
-def follow_all(store: ResultStore, cursor: str, count: int = 3) -> tuple[list[tuple[int, int]], int]:
-    """Every (batch_id, row) a subscriber gets after `cursor` until it is at the head, following the cursor of a
-    410 like `windjoin query follow` does; and how many 410s it got."""
-    seen, gone = [], 0
-    while True:
-        try:
-            rows, cursor = store.follow("a", after=cursor, count=count)
-        except Gone as err:
-            assert err.cursor is not None, err
-            gone += 1
-            assert gone < 5, "410 again and again"
-            cursor = err.cursor
-            continue
-        if not rows:
-            return seen, gone
-        seen += [(r["batch_id"], r["row"]) for r in rows]
 
 
 def written_after(tiers: Tiers, position: tuple[int, int]) -> list[tuple[int, int]]:

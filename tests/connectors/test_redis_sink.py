@@ -8,50 +8,23 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-import orjson
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.connectors.sink_cases import SPEC, large_table
+from tests.connectors.sink_cases import large_table
+from tests.support.result_tables import canonical, make_table, pair, result_time
 from windjoin.connectors import redis_pieces
 from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk, encode_piece
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.sink_owner import StaleBatchError
-from windjoin.operators.result_table import result_times, row_bytes, table_from_records
+from windjoin.operators.result_table import result_times, row_bytes
 
 MAX_TIME = 2**53 - 1
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12) | st.sampled_from(
-    ['"', "\\", "\n\r\t\b\f", "\x00\x01\x1f\x7f", "é✓😀", "a,b", "]}", ""]
-)
-floats = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from([0.0, -0.0, 3.0, 1e16, 2.0**53, 5e-324])
-ints = st.integers(-(2**53) + 1, 2**53 - 1)
-
-
-def pair(ts_r: st.SearchStrategy[int], ts_s: st.SearchStrategy[int]) -> st.SearchStrategy[dict[str, Any]]:
-    r = st.fixed_dictionaries({"ts": ts_r, "k": ints, "x": floats, "z": texts})
-    s = st.fixed_dictionaries({"t": ts_s, "k": ints, "d": st.booleans()})
-    return st.fixed_dictionaries({"R": r, "S": s})
-
-
 small_times = st.integers(0, 1000)
-
-
-def make_table(task: str, batch_id: int, pairs: list[dict[str, Any]], emitted_at: int = 7) -> pa.Table:
-    return table_from_records(SPEC, task, [{"task": task, **p} for p in pairs], batch_id, emitted_at)
-
-
-def result_time(p: dict[str, Any]) -> int:
-    return max(p["R"]["ts"], p["S"]["t"])
-
-
-def canonical(value: Any) -> bytes:
-    """Bytes that tell 3 from 3.0 and 0.0 from -0.0 (Python's == does not)."""
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
 def stored(sink: RedisSink, task: str) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.connectors.test_redis_sink import canonical, make_table, pair, result_time
+from tests.support.result_tables import canonical, make_table, pair, result_time
 from windjoin.connectors import span_scan
 from windjoin.connectors.redis_feed import (
     FeedCoverage,

@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.connectors.sink_cases import SPEC
-from tests.connectors.test_redis_sink import canonical, make_table, result_time
-from tests.connectors.tiers import Tiers, TiersLayout
+from tests.connectors.tiers import TiersLayout
+from tests.support.result_pages import all_pages, expected, got, record
+from tests.support.result_tables import canonical, make_table
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.operators.query.conditions import Condition, parse_condition
 from windjoin.operators.query.errors import BadQuery, Gone, NotFound, QueryError
@@ -40,21 +41,9 @@ small_pair = st.fixed_dictionaries(
 )
 
 
-def record(task: str, batch: int, row: int, pair: dict, emitted_at: int) -> tuple[int, int, int, str, dict, int]:
-    """(result time, batch, row, task, pair, emitted_at) of a pair written."""
-    return (result_time(pair), batch, row, task, pair, emitted_at)
-
-
 @pytest.fixture
 def tiers_layout() -> TiersLayout:
     return TiersLayout(SPEC, ("a", "b"), make_table, record)
-
-
-def expected(tiers: Tiers, task: str, t_from: int, t_to: int) -> list[tuple[int, int, int, bytes]]:
-    """What a one-time query over [t_from, t_to] must answer: the pairs written, in (result time, batch, row)
-    order."""
-    rows = [w for w in tiers.written if w[3] == task and t_from <= w[0] <= t_to]
-    return [(rt, b, r, canonical(p)) for rt, b, r, _, p, _ in sorted(rows, key=lambda w: w[:3])]
 
 
 def _token(parts: list[Any]) -> str:
@@ -63,24 +52,6 @@ def _token(parts: list[Any]) -> str:
     import orjson
 
     return base64.urlsafe_b64encode(orjson.dumps(parts)).rstrip(b"=").decode()
-
-
-def got(rows: list[dict[str, Any]]) -> list[tuple[int, int, int, bytes]]:
-    return [(r["result_time"], r["batch_id"], r["row"], canonical({"R": r["R"], "S": r["S"]})) for r in rows]
-
-
-def all_pages(store: ResultStore, task: str, t_from: int, t_to: int, limit: int, **kw: Any) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    cursor = None
-    for _ in range(10_000):
-        page = store.one_time(task, t_from, t_to, kw.get("where"), kw.get("fields"), limit, cursor)
-        assert len(page.rows) <= limit
-        rows += page.rows
-        if page.next_cursor is None:
-            return rows
-        assert len(page.rows) == limit
-        cursor = page.next_cursor
-    raise AssertionError("paging did not end")
 
 
 @SETTINGS

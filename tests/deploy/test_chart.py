@@ -14,33 +14,11 @@ import pytest
 import yaml
 from kubernetes_validate.utils import all_versions
 
+from tests.support.chart import CHART, REQUIRED_VALUES, ROOT, VALUE_SETS, render, run_helm, values_args
 from windjoin.operators.spec import parse_spec
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "windjoin"
-# "default": the chart's defaults plus what it cannot default (the API server's addresses, where Kafka is).
-REQUIRED_VALUES = ROOT / "tests" / "deploy" / "required-values.yaml"
-VALUE_SETS = {
-    "default": REQUIRED_VALUES,
-    **{p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*.yaml"))},
-}
 # Every version in 1.30–1.34 that the installed kubernetes-validate ships schemas for.
 K8S_VERSIONS = [v for v in ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0") if v in all_versions()]
-
-
-def _helm(helm: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([helm, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
-
-
-def _values_args(name: str) -> list[str]:
-    path = VALUE_SETS[name]
-    return [] if path is None else ["-f", str(path)]
-
-
-def _render(helm: str, name: str, *extra: str) -> list[dict]:
-    done = _helm(helm, "template", "wj", str(CHART), "--namespace", "streams", *_values_args(name), *extra)
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
 def test_at_least_three_value_sets_besides_the_defaults():
@@ -50,7 +28,7 @@ def test_at_least_three_value_sets_besides_the_defaults():
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_helm_lint_strict(helm, name):
-    done = _helm(helm, "lint", "--strict", str(CHART), *_values_args(name))
+    done = run_helm(helm, "lint", "--strict", str(CHART), *values_args(name))
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -82,7 +60,7 @@ CRD_KINDS = {"ServiceMonitor", "PodMonitor", "Kafka", "KafkaNodePool"}
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_rendered_manifests_pass_kubernetes_validate_strict(helm, name):
-    docs = _render(helm, name)
+    docs = render(helm, name)
     # The executor pod template Spark reads from the spec ConfigMap is a manifest too.
     spec_cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-spec"))
     docs.append(yaml.safe_load(spec_cm["data"]["executor-pod-template.yaml"]))
@@ -99,7 +77,7 @@ def test_rendered_manifests_pass_kubernetes_validate_strict(helm, name):
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_rendered_spec_is_a_valid_windjoin_spec(helm, name):
-    docs = _render(helm, name)
+    docs = render(helm, name)
     cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-spec"))
     spec = parse_spec(yaml.safe_load(cm["data"]["spec.yaml"]))
     assert spec.checkpoint and spec.sinks.parquet and spec.sinks.redis
@@ -107,7 +85,7 @@ def test_rendered_spec_is_a_valid_windjoin_spec(helm, name):
 
 
 def test_value_sets_render_what_they_switch_on(helm):
-    kinds = {name: {(d["kind"], d["metadata"]["name"]) for d in _render(helm, name)} for name in VALUE_SETS}
+    kinds = {name: {(d["kind"], d["metadata"]["name"]) for d in render(helm, name)} for name in VALUE_SETS}
     default = kinds["default"]
     assert ("StatefulSet", "wj-windjoin-redis") in default and ("PersistentVolumeClaim", "wj-windjoin-data") in default
     assert not {k for k, _ in default} & (CRD_KINDS | {"HorizontalPodAutoscaler"})
@@ -121,7 +99,7 @@ def test_value_sets_render_what_they_switch_on(helm):
 
 
 def test_driver_runs_spark_in_client_mode_on_kubernetes(helm):
-    docs = _render(helm, "default")
+    docs = render(helm, "default")
     driver = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-driver")
     args = driver["spec"]["template"]["spec"]["containers"][0]["args"]
     conf = dict(a.removeprefix("--spark-conf=").split("=", 1) for a in args if a.startswith("--spark-conf="))
@@ -138,7 +116,7 @@ def test_driver_runs_spark_in_client_mode_on_kubernetes(helm):
 
 
 def test_single_node_values_run_spark_locally_and_monitors_send_the_proxy_token(helm):
-    docs = _render(helm, "single-node")
+    docs = render(helm, "single-node")
     driver = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-driver")
     args = driver["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--spark-master=local[2]" in args
@@ -160,7 +138,7 @@ def test_job_args_name_options_that_windjoin_run_has(helm):
 
     help_text = CliRunner().invoke(run, ["--help"]).output
     for values in ("default", "controller"):
-        docs = _render(helm, values)
+        docs = render(helm, values)
         driver = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-driver")
         args = driver["spec"]["template"]["spec"]["containers"][0]["args"]
         for arg in args:
@@ -176,7 +154,7 @@ def test_controller_args_name_options_that_windjoin_controller_has(helm):
     from windjoin.pipelines.cli.controller import controller
 
     help_text = CliRunner().invoke(controller, ["--help"]).output
-    docs = _render(helm, "controller")
+    docs = render(helm, "controller")
     deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("controller"))
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["windjoin", "controller"]
@@ -190,7 +168,7 @@ def test_controller_config_renders_as_thresholds_windjoin_controller_accepts(hel
     validation accepts with every key kept; the Deployment reads it with --config."""
     from windjoin.operators.control.config import parse_control_config
 
-    docs = _render(helm, "controller")
+    docs = render(helm, "controller")
     spec_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-spec"))
     values = yaml.safe_load((CHART / "ci" / "controller-values.yaml").read_text())["controller"]["config"]
     rendered = yaml.safe_load(spec_map["data"]["control.yaml"])
@@ -202,7 +180,7 @@ def test_controller_config_renders_as_thresholds_windjoin_controller_accepts(hel
 
 
 def _redis_statefulset(helm: str, name: str) -> dict:
-    docs = _render(helm, name)
+    docs = render(helm, name)
     return next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "wj-windjoin-redis")
 
 
@@ -238,7 +216,7 @@ def test_redis_memory_is_bounded_without_eviction(helm):
         options = dict(zip(args[::2], args[1::2], strict=True))
         assert options["--maxmemory"] == "768mb" and options["--maxmemory-policy"] == "noeviction"
         assert container["resources"]["limits"]["memory"] == "1Gi"
-    docs = _render(helm, "default")
+    docs = render(helm, "default")
     config = next(d for d in docs if d["kind"] == "ConfigMap" and "spec.yaml" in d.get("data", {}))
     assert yaml.safe_load(config["data"]["spec.yaml"])["sinks"]["redis"]["max_bytes"] == 268435456
 
@@ -268,7 +246,7 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize(("args", "where"), BAD_VALUES, ids=[" ".join(a[1::2]) for a, _ in BAD_VALUES])
 def test_bad_values_are_refused_with_a_message_naming_the_key(helm, args, where):
-    done = _helm(helm, "template", "wj", str(CHART), *args)
+    done = run_helm(helm, "template", "wj", str(CHART), *args)
     assert done.returncode != 0
     assert "values don't meet the specifications of the schema" in done.stderr
     assert where in done.stderr, done.stderr
@@ -280,7 +258,7 @@ def test_controller_replicas_elect_a_leader_through_a_lease(helm):
     create Leases and get/update only that one."""
     from windjoin.pipelines.cli.controller import controller
 
-    docs = _render(helm, "controller")
+    docs = render(helm, "controller")
     deployment = next(
         d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "wj-windjoin-controller"
     )
@@ -302,7 +280,7 @@ def test_controller_replicas_elect_a_leader_through_a_lease(helm):
     binding = next(d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "wj-windjoin-controller")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
-    single = _render(
+    single = render(
         helm, "controller", "--set", "controller.replicas=1", "--set", "controller.leaderElection.enabled=false"
     )
     args = next(d for d in single if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("controller"))[
@@ -319,7 +297,7 @@ def test_controller_replicas_elect_a_leader_through_a_lease(helm):
     ],
 )
 def test_lease_timings_without_a_margin_are_refused(helm, setting, message):
-    done = _helm(
+    done = run_helm(
         helm,
         "template",
         "wj",

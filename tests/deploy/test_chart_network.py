@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.deploy.test_chart import CHART, REQUIRED_VALUES, VALUE_SETS, _helm, _render
+from tests.support.chart import CHART, REQUIRED_VALUES, VALUE_SETS, render, run_helm
 
 ANYWHERE = {"0.0.0.0/0", "::/0"}
 KUBE_DNS = [
@@ -65,7 +65,7 @@ def test_every_egress_rule_names_its_destinations_and_none_is_anywhere(helm, nam
     values = _values(name)
     allowed = _allowed_peers(values)
     known = [p for peers in allowed.values() for p in peers]
-    policies = _policies(_render(helm, name))
+    policies = _policies(render(helm, name))
     assert policies, name
     for policy_name, policy in policies.items():
         for rule in policy.get("egress", []):
@@ -82,7 +82,7 @@ def test_every_egress_rule_names_its_destinations_and_none_is_anywhere(helm, nam
 def test_the_api_server_is_reached_only_at_the_configured_cidrs(helm, name):
     values = _values(name)
     api = _allowed_peers(values)["api"]
-    policies = _policies(_render(helm, name))
+    policies = _policies(render(helm, name))
     api_ports = [{"protocol": "TCP", "port": p} for p in (443, 6443)]
     reaching = {}
     for policy in policies.values():
@@ -98,25 +98,25 @@ def test_the_api_server_is_reached_only_at_the_configured_cidrs(helm, name):
 
 
 def test_dns_is_the_cluster_dns_pods_only(helm):
-    dns = _policies(_render(helm, "default"))["wj-windjoin-dns"]
+    dns = _policies(render(helm, "default"))["wj-windjoin-dns"]
     assert dns["egress"] == [
         {"to": KUBE_DNS, "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
     ]
 
 
 def test_kafka_and_redis_default_to_the_releases_pods_or_the_given_peers(helm):
-    policies = _policies(_render(helm, "default"))
+    policies = _policies(render(helm, "default"))
     kafka = _values("default")["kafka"]["networkPeers"]
     for component in ("driver", "executor"):
         egress = policies[f"wj-windjoin-{component}"]["egress"]
         assert {"to": [_selector("redis")], "ports": [{"protocol": "TCP", "port": 6379}]} in egress
         assert {"to": kafka, "ports": [{"protocol": "TCP", "port": 9092}]} in egress
-    strimzi = _policies(_render(helm, "strimzi"))["wj-windjoin-driver"]["egress"]
+    strimzi = _policies(render(helm, "strimzi"))["wj-windjoin-driver"]["egress"]
     assert {
         "to": [{"podSelector": {"matchLabels": {"strimzi.io/cluster": "wj-windjoin-kafka"}}}],
         "ports": [{"protocol": "TCP", "port": 9092}],
     } in strimzi
-    store = _policies(_render(helm, "autoscaling"))["wj-windjoin-proxy"]["egress"]
+    store = _policies(render(helm, "autoscaling"))["wj-windjoin-proxy"]["egress"]
     assert {"to": [{"ipBlock": {"cidr": "52.216.0.0/15"}}], "ports": [{"protocol": "TCP", "port": 443}]} in store
 
 
@@ -141,14 +141,14 @@ MISSING = [
 
 @pytest.mark.parametrize(("args", "message"), MISSING, ids=[m.split()[0] for _, m in MISSING])
 def test_a_destination_the_chart_cannot_know_is_required(helm, args, message):
-    done = _helm(helm, "template", "wj", str(CHART), *args)
+    done = run_helm(helm, "template", "wj", str(CHART), *args)
     assert done.returncode != 0 and message in done.stderr, done.stderr
-    done = _helm(helm, "template", "wj", str(CHART), *args, "--set", "networkPolicy.enabled=false")
+    done = run_helm(helm, "template", "wj", str(CHART), *args, "--set", "networkPolicy.enabled=false")
     assert done.returncode == 0, done.stderr  # without NetworkPolicies nothing is asked
 
 
 def test_a_malformed_api_server_cidr_is_refused_naming_the_key(helm):
-    done = _helm(
+    done = run_helm(
         helm,
         "template",
         "wj",

@@ -11,8 +11,19 @@ import json
 import pytest
 import yaml
 
-from tests.deploy.test_chart import CHART, REQUIRED_VALUES, VALUE_SETS, _helm, _render
-from tests.deploy.test_chart_rbac import DRIVER, _bad_pods, _cel_list, _decide, _spark_conf, _spark_executor_pod
+from tests.support.chart import (
+    CHART,
+    DRIVER,
+    REQUIRED_VALUES,
+    VALUE_SETS,
+    bad_pods,
+    cel_list,
+    decide,
+    render,
+    run_helm,
+    spark_conf,
+    spark_executor_pod,
+)
 
 PEERS = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "minio"}}}]
 STORE = [
@@ -88,7 +99,7 @@ def _env_from(pod: dict) -> set[str]:
 
 @pytest.mark.parametrize(("credentials", "secret"), [(ENV_SECRET, "s3-env"), (FILE_SECRET, "s3-file")])
 def test_credentials_reach_the_driver_executors_and_proxy_only(helm, credentials, secret):
-    pods = _pods(_render(helm, "default", *STORE, *credentials))
+    pods = _pods(render(helm, "default", *STORE, *credentials))
     for component in USERS:
         assert secret in _secret_refs(pods[component]), component
     for component in OTHERS:
@@ -99,7 +110,7 @@ def test_credentials_reach_the_driver_executors_and_proxy_only(helm, credentials
 
 
 def test_a_credentials_secret_is_the_environment_of_the_users(helm):
-    pods = _pods(_render(helm, "default", *STORE, *ENV_SECRET))
+    pods = _pods(render(helm, "default", *STORE, *ENV_SECRET))
     for component in USERS:
         assert _env_from(pods[component]) == {"s3-env"}, component
         assert "AWS_SHARED_CREDENTIALS_FILE" not in _env(pods[component])
@@ -107,7 +118,7 @@ def test_a_credentials_secret_is_the_environment_of_the_users(helm):
 
 
 def test_a_credentials_file_is_mounted_read_only_and_named_by_the_env(helm):
-    pods = _pods(_render(helm, "default", *STORE, *FILE_SECRET))
+    pods = _pods(render(helm, "default", *STORE, *FILE_SECRET))
     for component in USERS:
         pod = pods[component]
         [volume] = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "s3-file"]
@@ -123,13 +134,13 @@ def test_a_credentials_file_is_mounted_read_only_and_named_by_the_env(helm):
 
 
 def test_endpoint_and_region_are_the_users_environment_and_s3a_settings(helm):
-    docs = _render(helm, "default", *STORE, *FILE_SECRET, *MINIO)
+    docs = render(helm, "default", *STORE, *FILE_SECRET, *MINIO)
     pods = _pods(docs)
     for component in USERS:
         env = _env(pods[component])
         assert env["AWS_ENDPOINT_URL"] == "http://minio.minio.svc:9000", component
         assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == "eu-central-1", component
-    conf = _spark_conf(docs)
+    conf = spark_conf(docs)
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://minio.minio.svc:9000"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-central-1"
@@ -139,19 +150,19 @@ def test_endpoint_and_region_are_the_users_environment_and_s3a_settings(helm):
 
 
 def test_without_endpoint_region_or_file_nothing_of_them_is_set(helm):
-    docs = _render(helm, "default", *STORE, *ENV_SECRET)
+    docs = render(helm, "default", *STORE, *ENV_SECRET)
     for component, pod in _pods(docs).items():
         assert not AWS_ENV & set(_env(pod)), component
-    conf = _spark_conf(docs)
+    conf = spark_conf(docs)
     assert not {k for k in conf if k.startswith("spark.hadoop.fs.s3a.endpoint")}
     assert "spark.hadoop.fs.s3a.path.style.access" not in conf
     # a checkpoint that is not s3a:// gets no s3a settings at all
-    gs = _render(helm, "default", *STORE, "--set", "storage.objectStore.checkpointUrl=gs://bucket/checkpoint")
-    assert not {k for k in _spark_conf(gs) if "s3a" in k}
+    gs = render(helm, "default", *STORE, "--set", "storage.objectStore.checkpointUrl=gs://bucket/checkpoint")
+    assert not {k for k in spark_conf(gs) if "s3a" in k}
 
 
 def test_the_spark_conf_value_overrides_the_charts_s3a_setting(helm):
-    docs = _render(
+    docs = render(
         helm,
         "default",
         *STORE,
@@ -159,20 +170,20 @@ def test_the_spark_conf_value_overrides_the_charts_s3a_setting(helm):
         "--set",
         "join.sparkConf.spark\\.hadoop\\.fs\\.s3a\\.path\\.style\\.access=false",
     )
-    assert _spark_conf(docs)["spark.hadoop.fs.s3a.path.style.access"] == "false"
+    assert spark_conf(docs)["spark.hadoop.fs.s3a.path.style.access"] == "false"
 
 
 def test_pvc_storage_renders_no_object_store_credentials(helm):
     """The object store's values are ignored with storage.type pvc (a Secret named there is not mounted)."""
-    docs = _render(helm, "default", *FILE_SECRET, *MINIO, "--set", "controller.enabled=true")
+    docs = render(helm, "default", *FILE_SECRET, *MINIO, "--set", "controller.enabled=true")
     for component, pod in _pods(docs).items():
         assert not AWS_ENV & set(_env(pod)), component
         assert "s3-file" not in _secret_refs(pod), component
-    assert not {k for k in _spark_conf(docs) if "s3a" in k}
+    assert not {k for k in spark_conf(docs) if "s3a" in k}
 
 
 def test_only_the_users_may_reach_the_object_store_at_the_endpoints_port(helm):
-    docs = _render(helm, "default", *STORE, *FILE_SECRET, *MINIO)
+    docs = render(helm, "default", *STORE, *FILE_SECRET, *MINIO)
     reach = {}
     for doc in docs:
         if doc["kind"] == "NetworkPolicy":
@@ -200,7 +211,7 @@ def test_only_the_users_may_reach_the_object_store_at_the_endpoints_port(helm):
     ],
 )
 def test_a_mismatched_port_or_two_credentials_are_refused_naming_the_key(helm, extra, said):
-    done = _helm(helm, "template", "wj", str(CHART), "-f", str(REQUIRED_VALUES), *STORE, *extra)
+    done = run_helm(helm, "template", "wj", str(CHART), "-f", str(REQUIRED_VALUES), *STORE, *extra)
     assert done.returncode != 0 and said in done.stderr, done.stderr
 
 
@@ -215,7 +226,7 @@ def test_a_mismatched_port_or_two_credentials_are_refused_naming_the_key(helm, e
     ],
 )
 def test_bad_object_store_values_are_refused_by_the_schema(helm, setting, where):
-    done = _helm(helm, "template", "wj", str(CHART), "-f", str(REQUIRED_VALUES), *STORE, "--set", setting)
+    done = run_helm(helm, "template", "wj", str(CHART), "-f", str(REQUIRED_VALUES), *STORE, "--set", setting)
     assert done.returncode != 0 and where in done.stderr, done.stderr
 
 
@@ -227,19 +238,19 @@ def test_executors_may_reference_the_credentials_secret_and_nothing_more(helm, v
     """The admission policy's Secret list is exactly the job's own and the object store's credentials; its CEL
     (tests/deploy/cel_subset.py) admits the executor pod Spark makes from the template and refuses it with the
     credentials Secret swapped for another."""
-    docs = _render(helm, "default", *values)
+    docs = render(helm, "default", *values)
     [policy] = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
-    assert set(_cel_list(variables["secrets"])) == {"wj-windjoin-redis-job", "wj-windjoin-spark-auth", secret}
+    assert set(cel_list(variables["secrets"])) == {"wj-windjoin-redis-job", "wj-windjoin-spark-auth", secret}
     template = next(
         yaml.safe_load(d["data"]["executor-pod-template.yaml"])
         for d in docs
         if d["kind"] == "ConfigMap" and "executor-pod-template.yaml" in d.get("data", {})
     )
-    pod = _spark_executor_pod(template, _spark_conf(docs))
+    pod = spark_executor_pod(template, spark_conf(docs))
     assert secret in _secret_refs(pod["spec"])
-    assert _decide(policy, "CREATE", pod, None, DRIVER) == []
+    assert decide(policy, "CREATE", pod, None, DRIVER) == []
     swapped = json.loads(json.dumps(pod).replace(f'"{secret}"', '"wj-windjoin-redis-admin"'))
-    assert _decide(policy, "CREATE", swapped, None, DRIVER), "an executor with another Secret was admitted"
-    for what, bad in _bad_pods(pod).items():
-        assert _decide(policy, "CREATE", bad, None, DRIVER), f"a pod with {what} was admitted"
+    assert decide(policy, "CREATE", swapped, None, DRIVER), "an executor with another Secret was admitted"
+    for what, bad in bad_pods(pod).items():
+        assert decide(policy, "CREATE", bad, None, DRIVER), f"a pod with {what} was admitted"

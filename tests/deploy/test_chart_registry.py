@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.deploy.test_chart import CHART, REQUIRED_VALUES, _helm, _render
+from tests.support.chart import CHART, REQUIRED_VALUES, render, run_helm
 from windjoin.operators.spec import parse_spec
 
 PEERS = [{"ipBlock": {"cidr": "10.40.0.7/32"}}]
@@ -44,7 +44,7 @@ def _secrets(pod: dict) -> set[str]:
 
 
 def test_the_spec_names_the_registry_and_the_mounted_files(helm):
-    docs = _render(helm, "default", *REGISTRY)
+    docs = render(helm, "default", *REGISTRY)
     [config] = [d for d in docs if d["kind"] == "ConfigMap" and "spec.yaml" in d.get("data", {})]
     spec = yaml.safe_load(config["data"]["spec.yaml"])
     assert spec["schema_registry"] == {
@@ -64,7 +64,7 @@ def test_the_spec_names_the_registry_and_the_mounted_files(helm):
 
 
 def test_only_the_driver_and_executors_may_reach_the_registry(helm):
-    docs = _render(helm, "default", *REGISTRY)
+    docs = render(helm, "default", *REGISTRY)
     reach = {}
     for doc in docs:
         if doc["kind"] == "NetworkPolicy":
@@ -77,7 +77,7 @@ def test_only_the_driver_and_executors_may_reach_the_registry(helm):
 
 
 def test_without_the_registry_nothing_of_it_is_rendered(helm):
-    text = "\n".join(yaml.safe_dump(d) for d in _render(helm, "default"))
+    text = "\n".join(yaml.safe_dump(d) for d in render(helm, "default"))
     assert "schema_registry" not in text and "schema-registry" not in text
 
 
@@ -93,5 +93,5 @@ def test_without_the_registry_nothing_of_it_is_rendered(helm):
     ],
 )
 def test_a_registry_without_what_it_needs_is_refused_naming_the_key(helm, extra, said):
-    done = _helm(helm, "template", "wj", str(CHART), "-f", str(REQUIRED_VALUES), *extra)
+    done = run_helm(helm, "template", "wj", str(CHART), "-f", str(REQUIRED_VALUES), *extra)
     assert done.returncode != 0 and said in done.stderr, done.stderr

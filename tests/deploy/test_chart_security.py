@@ -13,9 +13,9 @@ import pytest
 import redis
 import yaml
 
-from tests.connectors.test_redis_acl import PAIRS
-from tests.connectors.test_redis_sink import make_table
-from tests.deploy.test_chart import CHART, VALUE_SETS, _helm, _render
+from tests.support.chart import CHART, VALUE_SETS, render, run_helm
+from tests.support.redis_acl import PAIRS
+from tests.support.result_tables import make_table
 from windjoin.connectors import processes
 from windjoin.connectors.redis_acl import COMPONENTS, component_rules
 from windjoin.connectors.redis_client import RedisAuth, redis_client
@@ -78,7 +78,7 @@ def _user_secrets(values: dict) -> set[str]:
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_every_secret_reference_resolves(helm, name):
-    docs = _render(helm, name)
+    docs = render(helm, name)
     rendered = {
         d["metadata"]["name"]: {**d.get("data", {}), **d.get("stringData", {})} for d in docs if d["kind"] == "Secret"
     }
@@ -128,7 +128,7 @@ CREDENTIAL_TEXT = re.compile(
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_no_credential_in_a_configmap_or_an_argument(helm, name):
-    docs = _render(helm, name)
+    docs = render(helm, name)
     secrets = _secret_values(docs)
     assert secrets or name != "default", "the default values create the Redis and Spark secrets"
     texts = []
@@ -147,7 +147,7 @@ def test_no_credential_in_a_configmap_or_an_argument(helm, name):
 
 
 def test_the_spec_names_credential_files_only(helm):  # noqa: F811
-    docs = _render(helm, "secure")
+    docs = render(helm, "secure")
     spec_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-spec"))
     spec = parse_spec(yaml.safe_load(spec_map["data"]["spec.yaml"]))
     assert spec.kafka.security_protocol == "SASL_SSL" and spec.kafka.sasl_mechanism == "SCRAM-SHA-512"
@@ -186,7 +186,7 @@ def test_the_spec_names_credential_files_only(helm):  # noqa: F811
 
 def test_spark_authenticates_and_encrypts_with_a_secret_file(helm):  # noqa: F811
     for name in ("default", "secure"):
-        docs = _render(helm, name)
+        docs = render(helm, name)
         pods = dict(_pods(docs))
         args = pods["wj-windjoin-driver"]["containers"][0]["args"]
         conf = dict(a.removeprefix("--spark-conf=").split("=", 1) for a in args if a.startswith("--spark-conf="))
@@ -198,7 +198,7 @@ def test_spark_authenticates_and_encrypts_with_a_secret_file(helm):  # noqa: F81
             mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
             volume = next(v for v in pod["volumes"] if v["name"] == mounts[str(Path(path).parent)])
             assert volume["secret"]["items"] == [{"key": "secret", "path": Path(path).name}]
-    done = _helm(
+    done = run_helm(
         helm,
         "template",
         "wj",
@@ -219,7 +219,7 @@ def test_the_proxy_signs_cursors_with_a_key_file_from_a_secret(helm, name, exist
     """Every replica reads the same cursor key from a Secret (yours, or one the chart makes: 48 random letters and
     digits, kept across upgrades by `lookup`), mounted read-only and named by the file option: never a value in an
     argument or a ConfigMap (test_no_credential_in_a_configmap_or_an_argument checks the value itself)."""
-    docs = _render(helm, name, *(["--set", f"proxy.cursorKey.existingSecret={existing}"] if existing else []))
+    docs = render(helm, name, *(["--set", f"proxy.cursorKey.existingSecret={existing}"] if existing else []))
     pod = dict(_pods(docs))["wj-windjoin-proxy"]
     [container] = pod["containers"]
     assert f"--cursor-key-file={CURSOR_KEY_DIR}/key" in container["args"]
@@ -241,7 +241,7 @@ def test_the_proxy_signs_cursors_with_a_key_file_from_a_secret(helm, name, exist
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_read_only_root_file_systems_and_a_read_only_proxy_data_volume(helm, name):
-    docs = _render(helm, name)
+    docs = render(helm, name)
     for pod_name, pod in _pods(docs):
         for container in _containers(pod):
             assert container["securityContext"]["readOnlyRootFilesystem"] is True, f"{pod_name}/{container['name']}"
@@ -253,7 +253,7 @@ def test_read_only_root_file_systems_and_a_read_only_proxy_data_volume(helm, nam
 
 
 def test_network_policies_deny_by_default_and_allow_the_needed_flows(helm):  # noqa: F811
-    docs = _render(helm, "controller")
+    docs = render(helm, "controller")
     policies = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
     deny = policies["wj-windjoin-default-deny"]
     assert deny["podSelector"]["matchLabels"] == {
@@ -284,7 +284,7 @@ def test_network_policies_deny_by_default_and_allow_the_needed_flows(helm):  # n
     assert driver_in[1]["from"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     ]
-    secure = {d["metadata"]["name"]: d["spec"] for d in _render(helm, "secure") if d["kind"] == "NetworkPolicy"}
+    secure = {d["metadata"]["name"]: d["spec"] for d in render(helm, "secure") if d["kind"] == "NetworkPolicy"}
     assert secure["wj-windjoin-proxy"]["ingress"][0]["from"] == _values("secure")["proxy"]["allowFrom"]
     assert "wj-windjoin-redis" not in secure  # an external Redis: reached at its own peers and port
     assert {"to": _values("secure")["redis"]["networkPeers"], "ports": [{"protocol": "TCP", "port": 6380}]} in secure[
@@ -293,11 +293,11 @@ def test_network_policies_deny_by_default_and_allow_the_needed_flows(helm):  # n
 
 
 def test_bad_security_values_are_refused(helm):  # noqa: F811
-    done = _helm(helm, "template", "wj", str(CHART), "--set", "kafka.security.protocol=SASL_SSL")
+    done = run_helm(helm, "template", "wj", str(CHART), "--set", "kafka.security.protocol=SASL_SSL")
     assert done.returncode != 0 and "/kafka/security" in done.stderr, done.stderr
-    done = _helm(helm, "template", "wj", str(CHART), "--set", "kafka.security.protocol=TLS")
+    done = run_helm(helm, "template", "wj", str(CHART), "--set", "kafka.security.protocol=TLS")
     assert done.returncode != 0 and "/kafka/security/protocol" in done.stderr, done.stderr
-    done = _helm(helm, "template", "wj", str(CHART), "--set", "proxy.auth.tokens[0].name=a")
+    done = run_helm(helm, "template", "wj", str(CHART), "--set", "proxy.auth.tokens[0].name=a")
     assert done.returncode != 0 and "/proxy/auth/tokens/0" in done.stderr, done.stderr
 
 
@@ -323,7 +323,7 @@ def _secret_names(pod: dict) -> set[str]:
 def test_each_pod_mounts_only_its_own_redis_secret(helm, name):  # noqa: F811
     """A pod that could mount another component's Redis Secret could act as that component (the job steering
     itself as the controller, the proxy writing results): one Secret per user, each only where it belongs."""
-    docs = _render(helm, name)
+    docs = render(helm, name)
     values = _values(name).get("redis", {}).get("auth", {}).get("existingSecrets", {})
     secret_of = {user: values.get(user) or f"wj-windjoin-redis-{user}" for user in ("job", "controller", "proxy")}
     secret_of["admin"] = "wj-windjoin-redis-admin"
@@ -351,7 +351,7 @@ def test_each_pod_mounts_only_its_own_redis_secret(helm, name):  # noqa: F811
 
 def test_the_bundled_redis_sets_its_busy_reply_threshold(helm):  # noqa: F811
     for extra in ((), ("--set", "redis.persistence.enabled=false")):
-        docs = _render(helm, "default", *extra)
+        docs = render(helm, "default", *extra)
         pod = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "wj-windjoin-redis")
         args = pod["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args[args.index("--busy-reply-threshold") + 1] == str(BUSY_REPLY_MS)
@@ -367,7 +367,7 @@ def test_the_bundled_redis_loads_the_acl_users_and_the_function_library(helm, tm
     """The Redis pod's init script, run here with sh on the chart's own Secrets, writes an ACL file a real
     redis-server loads: the same rules as `connectors.redis_acl`, each user logging in with its password; its
     postStart hook, run here too, loads the function library as admin, so the job can commit and the proxy read."""
-    docs = _render(helm, "default")
+    docs = render(helm, "default")
     statefulset = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "wj-windjoin-redis")
     pod = statefulset["spec"]["template"]["spec"]
     [init] = pod["initContainers"]

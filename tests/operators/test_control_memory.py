@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.operators.test_control_epoch import epoch_load
+from tests.support.control_epoch import epoch_load
 from windjoin.operators.control.config import ControlConfigError, parse_control_config
 from windjoin.operators.control.epoch import ControlState, control_step
 from windjoin.operators.control.memory import MemoryView, SpillRequest

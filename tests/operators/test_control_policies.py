@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.operators.test_control_epoch import CONFIG, epoch_load
+from tests.support.control_epoch import CONFIG, epoch_load
 from windjoin.operators.control.config import ControlConfig
 from windjoin.operators.control.epoch import ControlState, control_step
 from windjoin.operators.control.epoch_state import EpochDraft, EpochSeen

@@ -5,22 +5,16 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.operators.run import run_join, run_mjoin
+from tests.support.mjoin_cases import STREAMS, by_task, check_against_oracle, events
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.mjoin import MJoin
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join, oracle_mjoin
 
-FIELDS = {"k": "int", "x": "int", "y": "int", "v": "float", "s": "string"}
-STREAMS = {
-    "A": {"timestamp": "ts", "fields": FIELDS},
-    "B": {"timestamp": "t", "fields": FIELDS},
-    "C": {"timestamp": "ts", "fields": FIELDS},
-    "D": {"timestamp": "time", "fields": FIELDS},
-}
 NUMERIC = ["k", "x", "y", "v"]
 
 
@@ -78,44 +72,6 @@ def specs(draw, n_streams: int | None = None, same_attribute: bool | None = None
         same = draw(st.booleans()) if same_attribute is None else same_attribute
         task_list.append(draw(tasks(f"t{i}", n, same)))
     return {"window": window, "allowed_lateness_ms": draw(st.integers(0, 10)), "streams": STREAMS, "tasks": task_list}
-
-
-@st.composite
-def events(draw, max_size: int = 60, hot: bool = False):
-    out, clock = [], 0
-    for _ in range(draw(st.integers(0, max_size))):
-        clock += draw(st.integers(0, 3))  # ties are common
-        ts = max(0, clock - draw(st.integers(0, 12)))  # out of order, sometimes beyond the lateness
-        stream = draw(st.sampled_from(sorted(STREAMS)))
-        out.append(
-            {
-                "stream": stream,
-                STREAMS[stream]["timestamp"]: ts,
-                "k": 0 if hot else draw(st.integers(0, 2)),
-                "x": draw(st.integers(0, 2)),
-                "y": draw(st.integers(0, 2)),
-                "v": draw(st.sampled_from([0.0, -0.0, 0.5, 1.0, 2.0, 3.0])),
-                "s": draw(st.sampled_from(["", "a", "b"])),
-            }
-        )
-    return out
-
-
-def by_task(results: list[tuple], name: str) -> list[tuple]:
-    return [r for r in results if r[0] == name]
-
-
-def check_against_oracle(spec: dict, evs: list[dict], chunk_size: int, probe_order=None) -> list[tuple]:
-    expected, expected_late = oracle_mjoin(spec, evs)
-    event(f"results: {'none' if not expected else 'some' if len(expected) < 10 else '10+'}")
-    got, late, join = run_mjoin(spec, evs, chunk_size, probe_order)
-    assert late == expected_late
-    assert as_multiset(got) == as_multiset(expected)
-    for task in spec["tasks"]:
-        name = task["name"]
-        assert join.counters[name].outputs == len(by_task(expected, name))
-        assert join.counters[name].comparisons >= join.counters[name].outputs or task["on"] == []
-    return got
 
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.operators import test_mjoin
 from tests.operators.join_cases import STREAMS, check_against_oracle, events
 from tests.operators.run import run_join
+from tests.support import mjoin_cases
 from windjoin.operators.predicate_ops import REGISTRY, IndexKind, PredicateOp
 from windjoin.operators.predicate_ops.base import Buffer, Width
 from windjoin.operators.spec import SpecError, parse_spec
@@ -90,7 +90,7 @@ def test_a_toy_op_joins_like_the_oracle(spec, evs, chunk_size):
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    evs=test_mjoin.events(),
+    evs=mjoin_cases.events(),
     widths=st.tuples(st.sampled_from([0, 1, 2]), st.sampled_from([0.5, 1, 2.5])),
     chunk_size=st.integers(1, 50),
     data=st.data(),
@@ -104,11 +104,11 @@ def test_a_toy_op_joins_three_streams_like_the_oracle(evs, widths, chunk_size, d
     ]
     spec = {
         "window": {"kind": "time", "size_ms": 20},
-        "streams": test_mjoin.STREAMS,
+        "streams": mjoin_cases.STREAMS,
         "tasks": [{"name": "t", "join": ["A", "B", "C"], "on": on}],
     }
     order = data.draw(st.one_of(st.none(), st.permutations(["A", "B", "C"]).map(lambda o: {"t": o})))
-    test_mjoin.check_against_oracle(spec, evs, chunk_size, order)
+    mjoin_cases.check_against_oracle(spec, evs, chunk_size, order)
 
 
 def test_the_ordered_index_serves_a_toy_op():

@@ -16,8 +16,8 @@ import redis
 import yaml
 from click.testing import CliRunner
 
-from tests.pipelines.proxy.test_proxy import wait_subscribers
 from tests.pipelines.proxy_helpers import TOKEN, TOKENS_FILE, Results, Server, access, make_spec, new_namespace
+from tests.support.proxy_metrics import wait_subscribers
 from windjoin.connectors import processes
 from windjoin.connectors.processes import free_port
 from windjoin.pipelines.cli.main import cli

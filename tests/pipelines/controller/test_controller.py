@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboards import build as dashboards
+from tests.support.controller_load import (
+    BUSY,
+    CONFIG,
+    PARTITIONS,
+    SLOTS,
+    publish,
+    skewed_outcome,
+    spec_file,
+)
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.load_reports import LoadReports
 from windjoin.operators.control.config import parse_control_config
@@ -29,66 +37,9 @@ from windjoin.pipelines.controller.metrics import ControllerMetrics
 from windjoin.pipelines.job.join_job import BatchOutcome
 from windjoin.pipelines.job.load_publisher import LoadPublisher, slot_reports
 
-PARTITIONS, SLOTS = 16, 4
-# Busy seconds per 1 s batch: slot 0 a supplier, 1 and 3 consumers (1 the idlest), 2 neutral.
-BUSY = {0: 0.95, 1: 0.10, 2: 0.60, 3: 0.30}
-TUPLES = {0: 400, 1: 40, 2: 248, 3: 112}  # per slot and batch: 800 in all, tau = 800 / 4 / capacity
-CONFIG = {
-    "scaling": "declustering",  # N_sup = 1 is not > beta * N_con = 0.5 * 2: the slot count stays
-    "reorganisation": {"th_sup": 0.8, "th_con": 0.5, "seed": 7},
-    "utilisation": {"capacity": 220.0, "tau1": 0.8, "tau2": 0.9},  # tau = 200 / 220 = 0.909...
-    "shedding": {"base": 0.1},
-}
-
-
-def _outcome(batch_id: int) -> BatchOutcome:
-    """One batch of a round-robin assignment (partition p on slot p mod 4), the load skewed by BUSY/TUPLES."""
-    stats = []
-    for slot in range(SLOTS):
-        parts = list(range(slot, PARTITIONS, SLOTS))
-        tuples = [TUPLES[slot] // len(parts)] * len(parts)
-        stats.append(
-            {
-                "slot": 100 + slot,  # Spark's grouping key: not the index
-                "slot_index": slot,
-                "rows": sum(tuples),
-                "joined": sum(tuples),
-                "outputs": 0,
-                "seconds": BUSY[slot],
-                "window_tuples": 10 * sum(tuples),
-                "state_bytes": 160 * sum(tuples),
-                "groups": {
-                    "part": parts,
-                    "tuples_in": tuples,
-                    "outputs": [0] * len(parts),
-                    "seconds": [BUSY[slot] / len(parts)] * len(parts),
-                    "window_tuples": [10 * n for n in tuples],
-                    "state_bytes": [160 * n for n in tuples],
-                },
-            }
-        )
-    return BatchOutcome(batch_id, stats=stats, finished_at=1000.0 + batch_id)
-
-
-@pytest.fixture
-def namespace(redis_url):
-    ns = f"t{uuid.uuid4().hex[:8]}"
-    yield ns
-    reports = LoadReports(redis_url, ns)
-    reports.client.delete(reports.key, f"{ns}:{{control}}:decision", f"{ns}:{{control}}:decisions")
-    reports.close()
-
-
-def _publish(redis_url: str, namespace: str, batch_ids: range) -> None:
-    reports = LoadReports(redis_url, namespace)
-    publisher = LoadPublisher(reports, trigger_s=1.0)
-    for b in batch_ids:
-        assert publisher(_outcome(b)) is not None
-    reports.close()
-
 
 def test_skewed_epoch_classifies_slots_moves_a_group_off_the_hottest_and_records_it(redis_url, namespace):
-    _publish(redis_url, namespace, range(5))
+    publish(redis_url, namespace, range(5))
     decisions = DecisionStore(redis_url, namespace)
     control = Controller(LoadReports(redis_url, namespace), decisions, parse_control_config(CONFIG), PARTITIONS, SLOTS)
     outcome = control.step()
@@ -126,7 +77,7 @@ def test_skewed_epoch_classifies_slots_moves_a_group_off_the_hottest_and_records
     # The next epoch sees only what was published since: nothing yet, so nothing is decided.
     assert control.step() is None
     # A restarted controller resumes from the recorded decision and reads only the new reports.
-    _publish(redis_url, namespace, range(5, 8))
+    publish(redis_url, namespace, range(5, 8))
     again = Controller(LoadReports(redis_url, namespace), decisions, parse_control_config(CONFIG), PARTITIONS, SLOTS)
     assert again.state == state
     second = again.step()
@@ -139,7 +90,7 @@ def test_skewed_epoch_classifies_slots_moves_a_group_off_the_hottest_and_records
 
 def _bad_slots(**changes: object) -> bytes:
     """One slot report of a good batch, changed as a writer that should not have could change it."""
-    report = slot_reports(_outcome(9))[0]
+    report = slot_reports(skewed_outcome(9))[0]
     return orjson.dumps([{**report, **changes}])
 
 
@@ -168,7 +119,7 @@ def _bad_slots(**changes: object) -> bytes:
                 "batch_id": "2",
                 "finished_at": "1002.0",
                 "interval_s": "1.0",
-                "slots": _bad_slots(groups={**slot_reports(_outcome(9))[0]["groups"], "part": [0, 4, 8, 99]}),
+                "slots": _bad_slots(groups={**slot_reports(skewed_outcome(9))[0]["groups"], "part": [0, 4, 8, 99]}),
             },
             r"partition\(s\) \[99\] outside the job's 0\.\.15",
         ),
@@ -178,9 +129,9 @@ def test_a_malformed_load_report_is_skipped_counted_and_read_past(redis_url, nam
     """The job's Redis user may write the load stream: one bad entry made the controller raise, and a restarted
     one resumed at the same entry (a crash loop). It is skipped with a warning, counted, and never read again."""
     reports = LoadReports(redis_url, namespace)
-    _publish(redis_url, namespace, range(2))
+    publish(redis_url, namespace, range(2))
     bad_id = reports.client.xadd(reports.key, fields).decode()
-    _publish(redis_url, namespace, range(3, 5))
+    publish(redis_url, namespace, range(3, 5))
     decisions, metrics = DecisionStore(redis_url, namespace), ControllerMetrics()
     config = parse_control_config(CONFIG)
     control = Controller(reports, decisions, config, PARTITIONS, SLOTS, on_skip=metrics.skipped_report)
@@ -211,12 +162,12 @@ def test_an_epoch_of_malformed_reports_only_decides_nothing_and_reads_past_them(
     )
     assert control.step() is None and control.step() is None
     assert skipped == ["finished_at is missing"]  # read once
-    _publish(redis_url, namespace, range(2))
+    publish(redis_url, namespace, range(2))
     assert control.step().batches == 2
 
 
 def test_a_recorded_decision_for_another_partition_count_is_refused(redis_url, namespace):
-    _publish(redis_url, namespace, range(2))
+    publish(redis_url, namespace, range(2))
     decisions = DecisionStore(redis_url, namespace)
     Controller(LoadReports(redis_url, namespace), decisions, parse_control_config(CONFIG), PARTITIONS, SLOTS).step()
     with pytest.raises(ValueError, match="routes 16 partitions but the spec has 32"):
@@ -229,25 +180,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120)
 
 
-def _spec_file(tmp_path: Path, redis_url: str) -> Path:
-    spec = {
-        "window": {"kind": "time", "size_ms": 1000},
-        "streams": {"R": {"fields": {"k": "int"}, "key": "k"}, "S": {"fields": {"k": "int"}, "key": "k"}},
-        "tasks": [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
-        "partitions": PARTITIONS,
-        "slots": SLOTS,
-        "sinks": {"redis": {"url": redis_url}},
-    }
-    path = tmp_path / "spec.yaml"
-    path.write_text(json.dumps(spec))
-    return path
-
-
 def test_cli_once_decides_one_epoch_and_records_it(redis_url, namespace, tmp_path):
-    _publish(redis_url, namespace, range(4))
+    publish(redis_url, namespace, range(4))
     config = tmp_path / "control.yaml"
     config.write_text(json.dumps(CONFIG))
-    spec = _spec_file(tmp_path, redis_url)
+    spec = spec_file(tmp_path, redis_url)
     done = _cli("controller", str(spec), "--once", "--config", str(config), "--namespace", namespace)
     assert done.returncode == 0, done.stderr
     [line] = done.stdout.splitlines()
@@ -265,17 +202,17 @@ def test_cli_once_decides_one_epoch_and_records_it(redis_url, namespace, tmp_pat
 def test_cli_names_bad_config_keys(redis_url, tmp_path):
     config = tmp_path / "control.yaml"
     config.write_text("reorganisation: {th_sup: 0.8, th_con: 0.5, thsup: 0.9}\nutilisaton: {tau1: 0.7}\n")
-    done = _cli("controller", str(_spec_file(tmp_path, redis_url)), "--once", "--config", str(config))
+    done = _cli("controller", str(spec_file(tmp_path, redis_url)), "--once", "--config", str(config))
     assert done.returncode != 0
     assert "reorganisation.thsup" in done.stderr and "utilisaton" in done.stderr
     assert "accepted keys" in done.stderr
     config.write_text("utilisation: {tau0: 0.5, tau_star: 0.4}\n")
-    done = _cli("controller", str(_spec_file(tmp_path, redis_url)), "--once", "--config", str(config))
+    done = _cli("controller", str(spec_file(tmp_path, redis_url)), "--once", "--config", str(config))
     assert done.returncode != 0 and "utilisation.tau0" in done.stderr and "tau0=0.5" in done.stderr
 
 
 def test_cli_needs_a_redis_url_without_a_redis_sink(tmp_path):
-    spec = json.loads(_spec_file(tmp_path, "redis://127.0.0.1:1/0").read_text())
+    spec = json.loads(spec_file(tmp_path, "redis://127.0.0.1:1/0").read_text())
     del spec["sinks"]
     path = tmp_path / "bare.yaml"
     path.write_text(json.dumps(spec))
@@ -362,13 +299,13 @@ def test_cli_loop_decides_an_epoch_per_period_and_serves_metrics(redis_url, name
     """The real process in its loop: an epoch for the reports present, none while nothing new arrives, the next
     one after new reports, its /metrics showing the recorded decisions for every metric a dashboard queries;
     stopped by its PID."""
-    _publish(redis_url, namespace, range(3))
+    publish(redis_url, namespace, range(3))
     config = tmp_path / "control.yaml"
     config.write_text(json.dumps(CONFIG))
     port = _free_port()
     script = Path(sys.executable).with_name("windjoin")
     cli = [str(script)] if script.exists() else [sys.executable, "-m", "windjoin.pipelines"]
-    args = ["controller", str(_spec_file(tmp_path, redis_url)), "--config", str(config), "--namespace", namespace]
+    args = ["controller", str(spec_file(tmp_path, redis_url)), "--config", str(config), "--namespace", namespace]
     out = tmp_path / "controller.out"
     with out.open("wb") as sink:
         proc = subprocess.Popen(
@@ -389,7 +326,7 @@ def test_cli_loop_decides_an_epoch_per_period_and_serves_metrics(redis_url, name
         assert _metric(port, "windjoin_controller_routing_version") == 1
         time.sleep(1.5)  # three periods without reports: no decision
         assert _metric(port, "windjoin_controller_epoch") == 1
-        _publish(redis_url, namespace, range(3, 6))
+        publish(redis_url, namespace, range(3, 6))
         wait_for_epoch(2)
         assert _metric(port, "windjoin_controller_moves_total") == 2
         assert _metric(port, "windjoin_controller_epoch_batches") == 3
@@ -418,10 +355,10 @@ def test_cli_loop_decides_an_epoch_per_period_and_serves_metrics(redis_url, name
 def test_cli_arrivals_measure_reads_the_spec_topics_from_the_broker(redis_url, namespace, tmp_path, kafka_bootstrap):
     config = tmp_path / "control.yaml"
     config.write_text(json.dumps({**CONFIG, "utilisation": {**CONFIG["utilisation"], "measure": "arrivals"}}))
-    spec = _spec_file(tmp_path, redis_url)
+    spec = spec_file(tmp_path, redis_url)
     missing = _cli("controller", str(spec), "--once", "--config", str(config), "--state-dir", str(tmp_path / "none"))
     assert missing.returncode != 0 and "no Kafka broker" in missing.stderr  # names the way to give one
-    _publish(redis_url, namespace, range(4))
+    publish(redis_url, namespace, range(4))
     args = ("--once", "--config", str(config), "--namespace", namespace, "--bootstrap", kafka_bootstrap)
     done = _cli("controller", str(spec), *args)
     assert done.returncode == 0, done.stderr
@@ -519,7 +456,7 @@ def test_fine_tuning_splits_a_hot_partition_moves_a_mini_group_and_merges_only_o
 def test_cli_refuses_fine_tuning_for_count_windows_and_n_way_tasks(redis_url, tmp_path):
     config = tmp_path / "control.yaml"
     config.write_text(json.dumps({"fine_tuning": {"enabled": True}}))
-    spec = json.loads(_spec_file(tmp_path, redis_url).read_text())
+    spec = json.loads(spec_file(tmp_path, redis_url).read_text())
     path = tmp_path / "count.yaml"
     path.write_text(json.dumps({**spec, "window": {"kind": "count", "size": 100}}))
     streams = {**spec["streams"], "T": {"fields": {"k": "int"}, "key": "k"}}
@@ -536,7 +473,7 @@ def test_cli_refuses_fine_tuning_for_count_windows_and_n_way_tasks(redis_url, tm
 
 
 def test_cli_refuses_spreads_and_disk_pushes_for_outer_semi_and_anti_tasks(redis_url, tmp_path):
-    spec = json.loads(_spec_file(tmp_path, redis_url).read_text())
+    spec = json.loads(spec_file(tmp_path, redis_url).read_text())
     path = tmp_path / "left.yaml"
     path.write_text(json.dumps({**spec, "tasks": [{**spec["tasks"][0], "type": "left"}]}))
     for key, config in (("hot.spread", {"hot": {"spread": True}}), ("memory.enabled", {"memory": {"enabled": True}})):

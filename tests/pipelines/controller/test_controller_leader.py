@@ -1,5 +1,5 @@
 """`windjoin controller --leader-election` on real Redis, with the Lease in the in-memory store of
-test_leader_election (the Kubernetes API patched in): the leader decides and releases on exit, a standby waits
+tests/support/leases.py (the Kubernetes API patched in): the leader decides and releases on exit, a standby waits
 out a dead holder's lease and then decides, a live holder keeps a --once standby from deciding at all."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from tests.pipelines.controller.test_controller import CONFIG, _publish, _spec_file, namespace  # noqa: F401 (fixture)
-from tests.pipelines.controller.test_leader_election import CandidateApi, World
+from tests.support.controller_load import CONFIG, publish, spec_file
+from tests.support.leases import CandidateApi, World
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.pipelines.cli.controller import controller
 from windjoin.pipelines.controller import leader_election
@@ -29,10 +29,10 @@ def world(monkeypatch):
     return world
 
 
-def _invoke(redis_url, namespace, tmp_path, *extra: str):  # noqa: F811
+def _invoke(redis_url, namespace, tmp_path, *extra: str):
     config = tmp_path / "control.yaml"
     config.write_text(json.dumps(CONFIG))
-    spec = _spec_file(tmp_path, redis_url)
+    spec = spec_file(tmp_path, redis_url)
     args = [str(spec), "--once", "--config", str(config), "--namespace", namespace, "--leader-election", *LEASE]
     return CliRunner().invoke(controller, [*args, *extra], env={"POD_NAME": "controller-0"})
 
@@ -41,8 +41,8 @@ def _holder(world: World) -> str | None:
     return world.store.leases["streams", "wj-controller"].spec.holder_identity
 
 
-def test_leader_decides_and_releases_the_lease_on_exit(redis_url, namespace, tmp_path, world):  # noqa: F811
-    _publish(redis_url, namespace, range(4))
+def test_leader_decides_and_releases_the_lease_on_exit(redis_url, namespace, tmp_path, world):
+    publish(redis_url, namespace, range(4))
     done = _invoke(redis_url, namespace, tmp_path)
     assert done.exit_code == 0, done.output
     assert "controller-0 leads (lease streams/wj-controller)" in done.output
@@ -52,8 +52,8 @@ def test_leader_decides_and_releases_the_lease_on_exit(redis_url, namespace, tmp
     assert spec.holder_identity is None and spec.lease_transitions == 0
 
 
-def test_standby_takes_over_a_dead_holders_lease_then_decides(redis_url, namespace, tmp_path, world):  # noqa: F811
-    _publish(redis_url, namespace, range(4))
+def test_standby_takes_over_a_dead_holders_lease_then_decides(redis_url, namespace, tmp_path, world):
+    publish(redis_url, namespace, range(4))
     gone = leader_election.LeaderElector(CandidateApi(world, "gone"), OTHER)
     assert gone.try_acquire_or_renew()  # then never renews (a crashed pod)
     started = time.monotonic()
@@ -65,8 +65,8 @@ def test_standby_takes_over_a_dead_holders_lease_then_decides(redis_url, namespa
     assert _holder(world) is None  # released again on exit
 
 
-def test_standby_never_decides_while_the_leader_renews(redis_url, namespace, tmp_path, world):  # noqa: F811
-    _publish(redis_url, namespace, range(4))
+def test_standby_never_decides_while_the_leader_renews(redis_url, namespace, tmp_path, world):
+    publish(redis_url, namespace, range(4))
     leader = leader_election.LeaderElector(CandidateApi(world, "leader"), OTHER)
     stop = threading.Event()
 
@@ -90,6 +90,6 @@ def test_standby_never_decides_while_the_leader_renews(redis_url, namespace, tmp
     assert _holder(world) == "controller-1"
 
 
-def test_lease_timings_without_a_margin_are_a_usage_error(redis_url, namespace, tmp_path, world):  # noqa: F811
+def test_lease_timings_without_a_margin_are_a_usage_error(redis_url, namespace, tmp_path, world):
     done = _invoke(redis_url, namespace, tmp_path, "--lease-duration", "10", "--lease-renew-deadline", "9.5")
     assert done.exit_code == 2 and "renew_deadline_s" in done.output

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipelines.controller.test_controller import CONFIG, _publish, _spec_file, namespace  # noqa: F401 (fixture)
+from tests.support.controller_load import CONFIG, publish, spec_file
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.redis_client import ENV_PASSWORD_FILE
 
@@ -150,18 +150,18 @@ def _wait(predicate, what: str, outs: list[Path], timeout: float = 60.0) -> None
 
 def test_two_controller_processes_one_leads_the_other_takes_over_on_sigterm(
     redis_url,
-    namespace,  # noqa: F811
+    namespace,
     tmp_path,
     lease_server,
 ):
     server, kubeconfig = lease_server
     config = tmp_path / "control.yaml"
     config.write_text(json.dumps(CONFIG))
-    spec = _spec_file(tmp_path, redis_url)
+    spec = spec_file(tmp_path, redis_url)
     args = ["controller", str(spec), "--config", str(config), "--namespace", namespace, "--epoch-s", "0.5"]
     args += ["--leader-election", "--lease-name", "wj-controller", "--lease-duration", "4"]
     args += ["--lease-renew-deadline", "2", "--lease-retry-period", "0.3"]
-    _publish(redis_url, namespace, range(4))
+    publish(redis_url, namespace, range(4))
     outs = {pod: tmp_path / f"{pod}.out" for pod in ("controller-0", "controller-1")}
     procs = {}
     try:
@@ -193,7 +193,7 @@ def test_two_controller_processes_one_leads_the_other_takes_over_on_sigterm(
         assert lease["spec"]["holderIdentity"] == "controller-1" and lease["spec"]["leaseTransitions"] == 1
         assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|\+00:00)$", lease["spec"]["renewTime"])
 
-        _publish(redis_url, namespace, range(4, 8))
+        publish(redis_url, namespace, range(4, 8))
         _wait(lambda: epoch() == 2, "the new leader decided no epoch 2", list(outs.values()))
         assert "epoch 2: 4 batches" in outs["controller-1"].read_text()  # resumed at epoch 2, not a new epoch 1
         assert " batches, tau " not in outs["controller-1"].read_text().split("epoch 2:")[0]

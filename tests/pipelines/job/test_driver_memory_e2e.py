@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from tests.pipelines.job.test_pipeline_e2e import _events, _spec
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events
+from tests.support.pipeline_events import pipeline_events, pipeline_spec
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.spec import parse_spec
@@ -31,10 +31,10 @@ def _peak_rss_mb() -> float:
 @pytest.mark.slow
 def test_a_large_batch_leaves_the_driver_memory_flat(spark, kafka_bootstrap, redis_url, unique_topic, tmp_path):
     tasks = [{"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}]
-    spec_dict = _spec(unique_topic, tmp_path, {"kind": "time", "size_ms": 60_000}, True, tasks)
+    spec_dict = pipeline_spec(unique_topic, tmp_path, {"kind": "time", "size_ms": 60_000}, True, tasks)
     spec_dict["allowed_lateness_ms"] = 600_000
     spec = parse_spec(spec_dict)
-    events = _events(EVENTS + 40, seed=3, keys=2)
+    events = pipeline_events(EVENTS + 40, seed=3, keys=2)
     parquet = ParquetSink(tmp_path / "parquet")
     redis_sink = RedisSink(redis_url, retain_ms=10**12, namespace=f"t{uuid.uuid4().hex[:8]}")
     outcomes = []

@@ -16,20 +16,19 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
+from tests.support.executor_scaling import ExecutorWatch, joined, scaling_events, wait
 from windjoin.connectors import processes
 from windjoin.connectors.control_decisions import DecisionStore, decision_key
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.spark_cluster import ClusterConfig, ClusterStartError, StandaloneCluster, start_cluster
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
-
-BASE_TS = 1_700_000_000_000
 
 
 @pytest.fixture(scope="module")
@@ -42,27 +41,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneClus
         yield started
     finally:
         started.stop()
-
-
-def _events(start: int, n: int, rng: random.Random) -> list[dict]:
-    """R (k, x) and S (k, a) events 1 ms apart from position `start`, 8 keys."""
-    out = []
-    for i in range(start, start + n):
-        stream = "R" if rng.random() < 0.5 else "S"
-        value = {"x": i} if stream == "R" else {"a": i}
-        out.append({"stream": stream, "ts": BASE_TS + i, "k": rng.randrange(8), **value})
-    return out
-
-
-def _wait(what: str, ok: Callable[[], bool], timeout_s: float, log: Path, since: float | None = None) -> float:
-    """Poll `ok` until true; return the seconds since `since` (default: now), or fail naming `what` with the driver
-    log's tail."""
-    start = time.monotonic() if since is None else since
-    while not ok():
-        if time.monotonic() - start > timeout_s:
-            pytest.fail(f"{what}: not within {timeout_s} s; driver log:\n{processes.log_tail(log, 40)}")
-        time.sleep(0.5)
-    return time.monotonic() - start
 
 
 def _start_run(
@@ -84,46 +62,6 @@ def _start_run(
     ]  # fmt: skip
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     return processes.spawn(argv, log, cwd=spec_path.parent, env=env)
-
-
-_EXPECTED: dict[tuple[str, int], int] = {}  # (checkpoint, events so far) -> the oracle's pair count
-
-
-def _joined(sink: ParquetSink, spec: dict, events: list[dict]) -> bool:
-    """True once the Parquet sink holds as many pairs as the oracle finds in `events` (counted once per length:
-    the oracle is quadratic and this is polled; `events` only grows)."""
-    key = (spec["checkpoint"], len(events))
-    if key not in _EXPECTED:
-        _EXPECTED[key] = len(oracle_join(spec, events)[0])
-    try:
-        return sum(sink.read(task["name"]).num_rows for task in spec["tasks"]) >= _EXPECTED[key]
-    except FileNotFoundError:  # no batch committed yet
-        return False
-
-
-class ExecutorWatch:
-    """Polls the master's count of running executors in a thread; `changes` is the sequence of distinct counts."""
-
-    def __init__(self, cluster: StandaloneCluster) -> None:
-        self.cluster, self.changes, self.now = cluster, [], 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.now = self.cluster.executors_running()
-            except OSError:
-                pass
-            else:
-                if not self.changes or self.changes[-1] != self.now:
-                    self.changes.append(self.now)
-            self._stop.wait(0.25)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 @pytest.mark.slow
@@ -152,30 +90,30 @@ def test_executors_follow_the_desired_count_without_losing_pairs(
     timings = {}
 
     def wave(n: int) -> None:
-        new = _events(len(events), n, rng)
+        new = scaling_events(len(events), n, rng)
         events.extend(new)
         produce_events(kafka_bootstrap, spec, new)
 
     def all_joined() -> bool:
-        return _joined(sink, spec, events)
+        return joined(sink, spec, events)
 
     try:
-        timings["start: 1 executor"] = _wait(
+        timings["start: 1 executor"] = wait(
             "the job holding 1 executor", lambda: watch.now == 1 and "executors: target 1" in log.read_text(), 120, log
         )
         wave(1500)
-        timings["wave 1 joined"] = _wait("wave 1 joined", all_joined, 90, log)
+        timings["wave 1 joined"] = wait("wave 1 joined", all_joined, 90, log)
         decide(2)  # grow while the next wave is processed
         asked = time.monotonic()
         wave(1500)
-        timings["grown to 2"] = _wait("a second executor", lambda: watch.now == 2, 60, log, since=asked)
-        timings["wave 2 joined"] = _wait("wave 2 joined", all_joined, 90, log)
+        timings["grown to 2"] = wait("a second executor", lambda: watch.now == 2, 60, log, since=asked)
+        timings["wave 2 joined"] = wait("wave 2 joined", all_joined, 90, log)
         decide(1)  # shrink while the next wave is processed
         asked = time.monotonic()
         wave(1500)
-        timings["shrunk to 1"] = _wait("back to one executor", lambda: watch.now == 1, 60, log, since=asked)
+        timings["shrunk to 1"] = wait("back to one executor", lambda: watch.now == 1, 60, log, since=asked)
         wave(1500)
-        timings["waves 3-4 joined"] = _wait("waves 3 and 4 joined", all_joined, 120, log)
+        timings["waves 3-4 joined"] = wait("waves 3 and 4 joined", all_joined, 120, log)
     finally:
         watch.stop()  # before the driver: its executors go when it stops, which is not a scaling step
         processes.stop(driver, grace_s=10.0)
@@ -245,7 +183,7 @@ def test_executors_follow_the_controller_on_load(cluster, kafka_bootstrap, redis
 
     def produce(n: int) -> None:
         with lock:
-            new = _events(len(events), n, rng)
+            new = scaling_events(len(events), n, rng)
             events.extend(new)
             produce_events(kafka_bootstrap, spec, new)
 
@@ -259,21 +197,21 @@ def test_executors_follow_the_controller_on_load(cluster, kafka_bootstrap, redis
         thread = threading.Thread(target=trickle, daemon=True)
         thread.start()
         try:
-            return _wait(what, lambda: watch.now == 1, 90, control_log)
+            return wait(what, lambda: watch.now == 1, 90, control_log)
         finally:
             trickling.clear()
             thread.join()
 
     try:
-        timings["start: 2 executors"] = _wait("the job on 2 executors", lambda: watch.now == 2, 120, log)
+        timings["start: 2 executors"] = wait("the job on 2 executors", lambda: watch.now == 2, 120, log)
         produce(2000)
-        timings["wave 1 joined"] = _wait("wave 1 joined", lambda: _joined(sink, spec, events), 120, log)
+        timings["wave 1 joined"] = wait("wave 1 joined", lambda: joined(sink, spec, events), 120, log)
         timings["trickle: down to 1"] = low_load("one executor released under a trickle")
         produce(2000)
-        timings["wave 2: up to 2"] = _wait("a second executor for wave 2", lambda: watch.now == 2, 90, control_log)
-        timings["wave 2 joined"] = _wait("wave 2 joined", lambda: _joined(sink, spec, events), 120, log)
+        timings["wave 2: up to 2"] = wait("a second executor for wave 2", lambda: watch.now == 2, 90, control_log)
+        timings["wave 2 joined"] = wait("wave 2 joined", lambda: joined(sink, spec, events), 120, log)
         timings["trickle: down to 1 again"] = low_load("one executor released again")
-        timings["all joined"] = _wait("all events joined", lambda: _joined(sink, spec, events), 90, log)
+        timings["all joined"] = wait("all events joined", lambda: joined(sink, spec, events), 90, log)
     finally:
         trickling.clear()
         watch.stop()  # before the driver: its executors go when it stops, which is not a scaling step

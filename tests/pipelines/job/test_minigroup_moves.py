@@ -20,9 +20,9 @@ import pyarrow.compute as pc
 import pytest
 
 from tests.pipelines.control_helpers import assert_sinks_equal_the_oracle, run_holder_changes
-from tests.pipelines.job.test_partition_moves import TASKS, TRACKED
-from tests.pipelines.job.test_pipeline_e2e import _events, _spec
 from tests.pipelines.pipeline_helpers import produce_closers
+from tests.support.join_tasks import TASKS, TRACKED
+from tests.support.pipeline_events import pipeline_events, pipeline_spec
 from windjoin.connectors.kafka_source import ARROW_SCHEMA
 from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.partitioning import Group, RoutingTable
@@ -103,7 +103,7 @@ def test_mini_groups_move_split_and_merge_during_the_run_losing_and_duplicating_
     spark, kafka_bootstrap, redis_url, unique_topic, tmp_path
 ):
     window = {"kind": "time", "size_ms": 40}
-    spec_dict = _spec(
+    spec_dict = pipeline_spec(
         unique_topic,
         tmp_path,
         window,
@@ -112,7 +112,7 @@ def test_mini_groups_move_split_and_merge_during_the_run_losing_and_duplicating_
         max_offsets_per_trigger=250,
         allowed_lateness_ms=0,
     )
-    events = _events(2400, seed=11, keys=64)  # ~8 keys per partition: every mini-group of p3 holds some
+    events = pipeline_events(2400, seed=11, keys=64)  # ~8 keys per partition: every mini-group of p3 holds some
     end = max(e["ts"] for e in events)
     waves = (  # close every window (outer and anti rows): the mini-groups left behind keep their flags
         lambda: produce_closers(kafka_bootstrap, spec_dict, end + 100_000, 2, wave=1),

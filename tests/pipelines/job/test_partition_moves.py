@@ -15,18 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.pipelines.control_helpers import assert_sinks_equal_the_oracle, run_holder_changes
-from tests.pipelines.job.test_pipeline_e2e import _events, _spec
 from tests.pipelines.pipeline_helpers import produce_closers
+from tests.support.join_tasks import TASKS, TRACKED
+from tests.support.pipeline_events import pipeline_events, pipeline_spec
 from windjoin.operators.partitioning import RoutingTable
 
-TASKS = [
-    {"name": "eq", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},
-    {
-        "name": "eq_band",
-        "join": ["S", "R"],
-        "on": [{"op": "eq", "left": "S.k", "right": "R.k"}, {"op": "band", "left": "S.a", "right": "R.x", "width": 5}],
-    },
-]
 START = RoutingTable.round_robin(8, 2)
 # Routing decisions recorded after the batch id named: moves (to a new slot and back) ...
 V1 = RoutingTable(1, (1, 1, 1, 1, 0, 1, 2, 1))  # p0, p2 to slot 1; p6 to a new slot 2
@@ -46,11 +39,11 @@ def test_holder_changes_during_the_run_lose_and_duplicate_nothing(
     spark, kafka_bootstrap, redis_url, unique_topic, tmp_path, decisions, changed
 ):
     window = {"kind": "time", "size_ms": 40}
-    spec_dict = _spec(
+    spec_dict = pipeline_spec(
         unique_topic, tmp_path, window, keyed=True, tasks=TASKS, max_offsets_per_trigger=250, allowed_lateness_ms=5000
     )
     spec_dict["output_order"] = "strict"  # a spread partition's results come from several slots
-    events = _events(2400, seed=7, keys=24)
+    events = pipeline_events(2400, seed=7, keys=24)
     seen, parquet, redis = run_holder_changes(
         spark, spec_dict, events, kafka_bootstrap, redis_url, tmp_path, decisions, "moved_out"
     )  # fails once after its first announce batch
@@ -70,17 +63,6 @@ def test_holder_changes_during_the_run_lose_and_duplicate_nothing(
     assert pieces > len(TASKS)
 
 
-TRACKED = [
-    {"name": "left", "join": ["R", "S"], "type": "left", "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]},
-    {
-        "name": "anti",
-        "join": ["S", "R"],
-        "type": "anti",
-        "on": [{"op": "eq", "left": "S.k", "right": "R.k"}, {"op": "band", "left": "S.a", "right": "R.x", "width": 5}],
-    },
-]
-
-
 @pytest.mark.slow
 def test_left_outer_and_anti_tasks_lose_and_duplicate_nothing_through_moves_and_a_replay(
     spark, kafka_bootstrap, redis_url, unique_topic, tmp_path
@@ -90,10 +72,10 @@ def test_left_outer_and_anti_tasks_lose_and_duplicate_nothing_through_moves_and_
     bounds). Closers in every input partition, in two waves, move the watermark past every window (the second
     wave read by a restarted run from the checkpoint, which rebuilds its windows from the state segments)."""
     window = {"kind": "time", "lower_ms": -40, "upper_ms": 15}
-    spec_dict = _spec(
+    spec_dict = pipeline_spec(
         unique_topic, tmp_path, window, keyed=True, tasks=TRACKED, max_offsets_per_trigger=250, allowed_lateness_ms=5000
     )
-    events = _events(2400, seed=11, keys=24)
+    events = pipeline_events(2400, seed=11, keys=24)
     end = max(e["ts"] for e in events)
     waves = (
         lambda: produce_closers(kafka_bootstrap, spec_dict, end + 100_000, 2, wave=1),

@@ -5,65 +5,18 @@ Results in both sinks must equal the brute-force oracle on the same events, as m
 
 from __future__ import annotations
 
-import random
 import uuid
 
 import pytest
 
 from tests.pipelines.control_helpers import run_with_one_replay
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
+from tests.support.pipeline_events import pipeline_events, pipeline_spec
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import ControlSource, start_job
-
-
-def _spec(unique_topic, tmp_path, window: dict, keyed: bool, tasks: list[dict], **extra) -> dict:
-    r_fields, s_fields = {"k": "int", "x": "int", "y": "float"}, {"k": "int", "a": "int", "b": "float"}
-    spec = {
-        "window": window,
-        "streams": {
-            "R": {"fields": r_fields, "topic": unique_topic("r")},
-            "S": {"fields": s_fields, "topic": unique_topic("s")},
-        },
-        "tasks": tasks,
-        "partitions": 8,
-        "slots": 2,
-        "checkpoint": str(tmp_path / "checkpoint"),
-        **extra,
-    }
-    if keyed:
-        spec["streams"]["R"]["key"] = spec["streams"]["S"]["key"] = "k"
-    return spec
-
-
-def _events(n: int, seed: int, keys: int, per_ms: int = 1) -> list[dict]:
-    """`n` events of R or S at random, `per_ms` of them at each millisecond in turn."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        if rng.random() < 0.5:
-            out.append(
-                {
-                    "stream": "R",
-                    "ts": 1_700_000_000_000 + i // per_ms,
-                    "k": rng.randrange(keys),
-                    "x": rng.randrange(50),
-                    "y": rng.uniform(0, 50),
-                }
-            )
-        else:
-            out.append(
-                {
-                    "stream": "S",
-                    "ts": 1_700_000_000_000 + i // per_ms,
-                    "k": rng.randrange(keys),
-                    "a": rng.randrange(50),
-                    "b": rng.uniform(0, 50),
-                }
-            )
-    return out
 
 
 def _run(spark, spec_dict: dict, bootstrap: str, redis_url: str, tmp_path) -> tuple[list, list]:
@@ -99,10 +52,10 @@ def test_equi_join_time_window_over_partitions_and_batches(
     # Batches cut each topic by offsets, so one stream runs ahead of the other inside a batch: the lateness
     # allowance must cover that disorder, or the lagging stream's tuples are (rightly) dead-lettered as late.
     window = {"kind": "time", "size_ms": size_ms}
-    spec = _spec(
+    spec = pipeline_spec(
         unique_topic, tmp_path, window, keyed=True, tasks=tasks, max_offsets_per_trigger=700, allowed_lateness_ms=5000
     )
-    events = _events(3000, seed=1, keys=keys, per_ms=per_ms)
+    events = pipeline_events(3000, seed=1, keys=keys, per_ms=per_ms)
     produce_events(kafka_bootstrap, spec, events)
     in_parquet, in_redis = _run(spark, spec, kafka_bootstrap, redis_url, tmp_path)
     expected, late = oracle_join(spec, events)
@@ -123,8 +76,8 @@ def test_band_join_count_window_single_partition(spark, kafka_bootstrap, redis_u
             ],
         }
     ]
-    spec = _spec(unique_topic, tmp_path, {"kind": "count", "size": 300}, keyed=False, tasks=tasks)
-    events = _events(2000, seed=2, keys=5)
+    spec = pipeline_spec(unique_topic, tmp_path, {"kind": "count", "size": 300}, keyed=False, tasks=tasks)
+    events = pipeline_events(2000, seed=2, keys=5)
     produce_events(kafka_bootstrap, spec, events, topic_partitions=1)
     in_parquet, in_redis = _run(spark, spec, kafka_bootstrap, redis_url, tmp_path)
     # One batch; arrival order inside it is (ts, topic, partition, offset) = the events' order here.
@@ -149,8 +102,8 @@ def test_left_outer_and_anti_over_a_count_window_across_runs_and_a_replay(
         {"name": "anti", "join": ["S", "R"], "type": "anti", "on": [{**band[0], "left": "S.a", "right": "R.x"}]},
     ]
     size = 10
-    spec = _spec(unique_topic, tmp_path, {"kind": "count", "size": size}, keyed=False, tasks=tasks)
-    events = _events(2400, seed=3, keys=5)
+    spec = pipeline_spec(unique_topic, tmp_path, {"kind": "count", "size": size}, keyed=False, tasks=tasks)
+    events = pipeline_events(2400, seed=3, keys=5)
     end = events[-1]["ts"]
     closers = [
         {"stream": s, "ts": end + 1 + i, "k": 0, "x": 10_000, "y": 0.0} if s == "R" else

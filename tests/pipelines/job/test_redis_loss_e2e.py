@@ -16,9 +16,9 @@ import uuid
 import orjson
 import pytest
 
-from tests.connectors.test_result_query import all_pages
 from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
 from tests.pipelines.proxy_helpers import TOKEN, Server, access
+from tests.support.result_pages import all_pages
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_sink import meta_key

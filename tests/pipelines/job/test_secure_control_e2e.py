@@ -12,8 +12,8 @@ from pathlib import Path
 
 import orjson
 
-from tests.connectors.test_redis_acl import acl_redis
 from tests.pipelines.pipeline_helpers import produce_events
+from tests.support.redis_acl import acl_redis
 from windjoin.connectors.control_decisions import DecisionStore, routing_json
 from windjoin.connectors.redis_client import redis_client, spec_auth
 from windjoin.connectors.redis_sink import RedisSink

@@ -45,10 +45,10 @@ import pytest
 
 from tests.pipelines.control_helpers import in_process_control, run_with_one_replay
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
+from tests.support.skew_oracle import FIELDS, oracle_by_key, oracle_rows, sorted_rows
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.spec import parse_spec
-from windjoin.operators.testing.oracle import oracle_join
 from windjoin.operators.workloads.b_model import PartitionSkewedKeys
 from windjoin.pipelines.controller.control_loop import recorded_moves
 from windjoin.pipelines.job.join_job import BatchOutcome
@@ -74,33 +74,6 @@ def skewed_events(n: int, seed: int) -> list[dict]:
         else {"stream": "S", "ts": base + i // PER_MS, "k": int(k), "a": rng.randrange(100)}
         for i, k in enumerate(keys)
     ]
-
-
-def oracle_by_key(spec: dict, events: list[dict]) -> list[tuple]:
-    """The brute-force oracle, run key by key (an equi-join on k pairs no tuples of different keys; the oracle's
-    nested loops over all 36k events would take minutes). Event times rise, so none is late."""
-    by_key: dict[int, list[dict]] = {}
-    for e in events:
-        by_key.setdefault(e["k"], []).append(e)
-    expected = []
-    for group in by_key.values():
-        pairs, late = oracle_join(spec, group)
-        assert not late
-        expected.extend(pairs)
-    return expected
-
-
-FIELDS = (("R", ("ts", "k", "x")), ("S", ("ts", "k", "a")))
-
-
-def oracle_rows(pairs: list[tuple]) -> np.ndarray:
-    """The oracle's (task, R, S) pairs as rows R.ts, R.k, R.x, S.ts, S.k, S.a."""
-    return np.array([(r["ts"], r["k"], r["x"], s["ts"], s["k"], s["a"]) for _, r, s in pairs], dtype=np.int64)
-
-
-def sorted_rows(rows: np.ndarray) -> np.ndarray:
-    """Rows in lexicographic order: two multisets of pairs are equal iff their sorted rows are."""
-    return rows[np.lexsort(rows.T[::-1])]
 
 
 def installs_state(outcome: BatchOutcome) -> bool:

@@ -10,16 +10,14 @@ oracle: a pair lost or produced twice by a push, the clean-up or the replay show
 
 from __future__ import annotations
 
-import random
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.pipelines.control_helpers import record_routing, run_with_one_replay
-from tests.pipelines.job.test_partition_moves import TASKS
-from tests.pipelines.job.test_pipeline_e2e import _events, _spec
-from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events
+from tests.pipelines.pipeline_helpers import parquet_pairs
+from tests.support.spill_workload import spill_workload
 from windjoin.connectors.control_decisions import DecisionStore
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.spill_files import SpillFiles
@@ -37,34 +35,6 @@ REQUESTS = {
     3: SpillRequest(2, spill=(3, 6)),
     7: SpillRequest(3, cleanup=(1, 3, 6)),
 }
-
-
-def _disordered(events: list[dict], seed: int, jitter: int) -> list[dict]:
-    """Timestamps moved by up to `jitter` ms either way: arrivals out of event-time order (none late)."""
-    rng = random.Random(seed)
-    return [{**e, "ts": e["ts"] + rng.randint(-jitter, jitter)} for e in events]
-
-
-def spill_workload(unique_topic, tmp_path, bootstrap: str, seed: int, lateness_ms: int) -> tuple[dict, list[dict]]:
-    """The spill tests' spec (time window 300 ms, 8 partitions on 2 slots, 250 records per batch) and 2,400
-    disordered events over 24 keys, produced to its topics."""
-    window = {"kind": "time", "size_ms": 300}
-    spec_dict = _spec(
-        unique_topic,
-        tmp_path,
-        window,
-        keyed=True,
-        tasks=TASKS,
-        max_offsets_per_trigger=250,
-        allowed_lateness_ms=lateness_ms,
-        # Its partitions are equally dense, so there is nothing to align; and the memory tests' budgets were
-        # set on batches of 250 records from the first (aligned reading starts with a small probe batch, which
-        # shifts every later batch and when memory allows a clean-up).
-        alignment_ms=None,
-    )
-    events = _disordered(_events(2400, seed=seed, keys=24), seed=seed + 1, jitter=150)
-    produce_events(bootstrap, spec_dict, events)
-    return spec_dict, events
 
 
 @pytest.mark.slow

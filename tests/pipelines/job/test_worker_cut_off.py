@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from tests.pipelines.job.bridged_namespaces import BridgedNamespaces, NamespacesUnavailable, bridged_namespaces
-from tests.pipelines.job.test_executor_scaling import ExecutorWatch, _events, _joined, _wait
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
+from tests.support.executor_scaling import ExecutorWatch, joined, scaling_events, wait
 from windjoin.connectors import processes, services
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.spark_cluster import ClusterConfig, ClusterStartError, StandaloneCluster, start_cluster
@@ -163,7 +163,7 @@ def test_job_recovers_when_a_worker_is_cut_off_while_scaling_up(
     def produce() -> None:
         while producing.is_set():
             with lock:
-                new = _events(len(events), load["per_tick"], rng)
+                new = scaling_events(len(events), load["per_tick"], rng)
                 events.extend(new)
                 produce_events(bootstrap, spec, new)
             time.sleep(0.5)
@@ -185,7 +185,7 @@ def test_job_recovers_when_a_worker_is_cut_off_while_scaling_up(
     try:
         producing.set()
         producer.start()
-        timings["trickle: down to 1 executor, 2 batches on it"] = _wait(
+        timings["trickle: down to 1 executor, 2 batches on it"] = wait(
             "one executor released under the trickle, 2 batches committed on the other", shrunk_and_committed, 150, log
         )
         shrink_index = _shrunk(log)
@@ -193,7 +193,7 @@ def test_job_recovers_when_a_worker_is_cut_off_while_scaling_up(
         assert busy in net.ips, f"one worker should run the remaining executor: {cluster.status()['workers']}"
         load["per_tick"] = STEADY
         stepped = time.monotonic()
-        timings["step up: driver asks for 2 executors"] = _wait(
+        timings["step up: driver asks for 2 executors"] = wait(
             "the job scaling up to 2 executors under the steady load", scaling_up, 90, control_log, stepped
         )
         at_cut.update(
@@ -206,13 +206,13 @@ def test_job_recovers_when_a_worker_is_cut_off_while_scaling_up(
         in_flight = max(_batches(log), default=-1) + 1
         net.cut(net.ips.index(busy))
         cut = time.monotonic()
-        timings["recovery: batch in flight at the cut committed"] = _wait(
+        timings["recovery: batch in flight at the cut committed"] = wait(
             f"batch {in_flight} (in flight at the cut) committed", lambda: in_flight in _batches(log), 90, log, cut
         )
-        _wait("3 more batches after it", lambda: max(_batches(log)) >= in_flight + 3, 60, log)
+        wait("3 more batches after it", lambda: max(_batches(log)) >= in_flight + 3, 60, log)
         producing.clear()
         producer.join()
-        timings["all joined"] = _wait("all events joined", lambda: _joined(sink, spec, events), 90, log, cut)
+        timings["all joined"] = wait("all events joined", lambda: joined(sink, spec, events), 90, log, cut)
     finally:
         producing.clear()
         watch.stop()

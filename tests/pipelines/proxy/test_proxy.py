@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.pipelines.proxy_helpers import AUTH, Results, Server, access, fetch_all, make_spec, new_namespace
+from tests.support.proxy_metrics import metric, wait_subscribers
 from windjoin.connectors.processes import free_port
 from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
 from windjoin.pipelines.cli.query import sse_events
@@ -162,7 +163,7 @@ def test_health_readiness_and_metrics(client: TestClient, tiers: Results) -> Non
     assert 'windjoin_proxy_queries_total{kind="results",status="200"}' in text
     assert 'windjoin_proxy_queries_total{kind="results",status="404"}' in text
     assert 'windjoin_proxy_query_seconds_bucket{kind="results",le="+Inf"}' in text
-    served = _metric(text, 'windjoin_proxy_rows_served_total{kind="results"}')
+    served = metric(text, 'windjoin_proxy_rows_served_total{kind="results"}')
     assert served >= rows == len(tiers.rows["a"])
 
 
@@ -199,13 +200,6 @@ def test_openapi_documents_every_parameter_and_response(client: TestClient) -> N
     results = paths["/v1/tasks/{task}/results"]["get"]
     assert results["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("ResultPage")
     assert {"400", "404", "422"} <= set(results["responses"])
-
-
-def _metric(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    raise AssertionError(f"{name} not in metrics")
 
 
 # Continuous queries, through uvicorn on a free port.
@@ -282,15 +276,6 @@ class Reader(threading.Thread):
 
 def stream_url(server: Server, task: str) -> str:
     return f"{server.url}/v1/tasks/{task}/stream"
-
-
-def wait_subscribers(server: Server, n: int) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if _metric(httpx.get(f"{server.url}/metrics", headers=AUTH).text, "windjoin_proxy_subscribers") >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"never {n} subscribers")
 
 
 def test_stream_delivers_every_new_result_once_in_order_across_a_reconnect(live: Results) -> None:
@@ -375,7 +360,7 @@ def test_a_slow_consumer_is_cut_off_and_resumes_while_a_fast_one_gets_everything
         resumed.finish()
         assert slow.rows + resumed.rows == expected
         metrics = httpx.get(f"{server.url}/metrics", headers=AUTH).text
-        assert _metric(metrics, "windjoin_proxy_slow_consumers_total") == 1
+        assert metric(metrics, "windjoin_proxy_slow_consumers_total") == 1
 
 
 def test_a_parquet_only_proxy_serves_the_snapshots_and_refuses_streams(tiers: Results) -> None:
