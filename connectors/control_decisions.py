@@ -8,7 +8,7 @@ Layout (`ns` as for the load reports, `{control}` the shared hash tag):
 
 Both are written in one MULTI/EXEC, so the hash and the stream never disagree on the latest epoch. The fields
 are encoded and decoded here (`encode_decision`, `state_from_fields`, `recorded_moves`); groups in them take
-their one JSON form (`Group.to_json`). The join job reads them strictly through `connectors.decision_check`.
+their one JSON form (`Group.to_json`). The join job reads them strictly through `operators.control.decision_check`.
 """
 
 from __future__ import annotations

@@ -206,7 +206,7 @@ def make_offset(
     event_time: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The offset dict Spark stores: positions in a canonical (sorted) key order (and, for a reader that plans
-    with them, its control state and event time, connectors.event_time)."""
+    with them, its control state and event time, operators.event_time)."""
     offset: dict[str, Any] = {"partitions": {k: int(positions[k]) for k in sorted(positions)}}
     if control is not None:
         offset["control"] = control
@@ -690,7 +690,7 @@ class KafkaStreamReader(*_StreamReaderBases):  # type: ignore[misc]
     def next_event_time(
         self, previous: dict[str, Any] | None, positions: dict[str, int], bounds: dict[str, tuple[int, int]]
     ) -> dict[str, Any] | None:
-        """The event-time state of the next batch (connectors.event_time) given the last one's (None before the
+        """The event-time state of the next batch (operators.event_time) given the last one's (None before the
         first). This reader does not decode records, so it tracks none; see pipelines/adapted_source."""
         return None
 

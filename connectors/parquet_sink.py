@@ -42,7 +42,6 @@ from collections.abc import Collection, Mapping
 import pyarrow as pa
 
 from windjoin.connectors.result_files import ResultFiles, result_files
-from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 from windjoin.operators.result_table import (
     BATCH_ID,
     EMITTED_AT,
@@ -52,6 +51,7 @@ from windjoin.operators.result_table import (
     check_result_table,
     row_bytes,
 )
+from windjoin.operators.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 
 OWNER_FILE = "_owner.json"
 GROUP_BYTES = 8 << 20

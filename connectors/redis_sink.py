@@ -69,7 +69,6 @@ from windjoin.connectors.redis_keys import (
 from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE, check_namespace
 from windjoin.connectors.redis_pieces import encode_piece
 from windjoin.connectors.redis_retention import drop_pieces
-from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 from windjoin.operators.result_table import (
     EMITTED_AT,
     check_batch_id,
@@ -78,6 +77,7 @@ from windjoin.operators.result_table import (
     check_result_table,
     result_times,
 )
+from windjoin.operators.sink_owner import CheckpointId, OwnerRecordError, stale_batch
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 from redis.exceptions import RedisError
 
+from windjoin.connectors.checkpoint_layout import CheckpointLayoutError, check_layout
 from windjoin.connectors.redis_client import RedisAuthError, spec_auth
-from windjoin.connectors.sink_owner import OwnerRecordError
 from windjoin.operators.batch_budget import budget_text
-from windjoin.operators.checkpoint_layout import CheckpointLayoutError, check_layout
+from windjoin.operators.sink_owner import OwnerRecordError
 from windjoin.operators.spec import SpecError, load_spec
 from windjoin.pipelines.cli.options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
 from windjoin.pipelines.job.checkpoint_identity import checkpoint_identity, predates_run_ids

@@ -20,13 +20,6 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from windjoin.connectors.batch_costs import BatchCosts
-from windjoin.connectors.event_time import (
-    EventTime,
-    EventTimeConfig,
-    aligned_caps,
-    first_event_time,
-    next_event_time,
-)
 from windjoin.connectors.kafka_source import (
     KafkaDataSource,
     KafkaInputPartition,
@@ -43,6 +36,13 @@ from windjoin.operators.control.job_epoch import (
     ControlTarget,
     check_spillable,
     next_epoch,
+)
+from windjoin.operators.event_time import (
+    EventTime,
+    EventTimeConfig,
+    aligned_caps,
+    first_event_time,
+    next_event_time,
 )
 from windjoin.operators.spec import TimeWindow
 from windjoin.pipelines.job.adapter import Adapter

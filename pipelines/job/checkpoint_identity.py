@@ -1,7 +1,7 @@
 """A checkpoint folder's run id: made on the first start, read back by every later start on the same folder.
 
 Spark numbers a checkpoint's micro-batches from 0, so batch ids say nothing about which checkpoint made them; the
-sinks record this run id instead (see `connectors.sink_owner`). It lives in the folder itself, so a copied or
+sinks record this run id instead (see `operators.sink_owner`). It lives in the folder itself, so a copied or
 moved checkpoint keeps it and a new folder gets a new one.
 """
 
@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 from windjoin.connectors.result_files import fsync_path
-from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError
+from windjoin.operators.sink_owner import CheckpointId, OwnerRecordError
 
 RUN_FILE = "windjoin-run.json"
 

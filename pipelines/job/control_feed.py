@@ -17,9 +17,9 @@ import orjson
 
 from windjoin.connectors.atomic_write import replace_whole
 from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.decision_check import Accepted, DecisionRefused, check_decision
 from windjoin.connectors.redis_client import RedisAuth
 from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
+from windjoin.operators.control.decision_check import Accepted, DecisionRefused, check_decision
 from windjoin.operators.control.job_epoch import ControlTarget
 
 log = logging.getLogger(__name__)

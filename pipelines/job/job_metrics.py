@@ -13,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from windjoin.connectors.codec_errors import known_reasons
-from windjoin.connectors.decision_check import REASONS
+from windjoin.operators.control.decision_check import REASONS
 from windjoin.operators.schema import RECORD_REASONS
 
 if TYPE_CHECKING:
@@ -261,7 +261,7 @@ class JobMetrics:
             DELAY_BUCKETS,
         )
         r.register(self.delay)
-        # Controller decisions the job refused (connectors.decision_check), by reason; counted by the source's
+        # Controller decisions the job refused (operators.control.decision_check), by reason; counted by the source's
         # planner in its own process, so read from `refused` when scraped. Every reason shows 0 from the start.
         r.register(RefusedDecisions(refused or dict))
 

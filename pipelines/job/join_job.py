@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from windjoin.connectors.batch_costs import BatchCosts
+from windjoin.connectors.checkpoint_layout import check_layout
 from windjoin.connectors.kafka_security import KafkaSecurity
 from windjoin.connectors.mark_reports import MarkReports
 from windjoin.connectors.move_store import MoveStore
@@ -26,7 +27,6 @@ from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.connectors.snapshots import Snapshot
 from windjoin.operators.batch_budget import batch_budget, spark_parts
 from windjoin.operators.batch_delays import Delays
-from windjoin.operators.checkpoint_layout import check_layout
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.result_table import result_schema
 from windjoin.operators.spec import JoinSpec
@@ -138,7 +138,7 @@ class BatchOutcome:
     shed: dict[str, int] = field(default_factory=dict)  # records shed by the adapter, per stream
     order_seconds: float = 0.0  # time the slots spent putting their results in the spec's output_order
     commit_seconds: float = 0.0  # the driver's time committing the batch to the sinks
-    # Event time (connectors.event_time): the watermark the batch judged lateness by, the (oldest, newest) event
+    # Event time (operators.event_time): the watermark the batch judged lateness by, the (oldest, newest) event
     # time it read per input partition, and the widest event-time span of any partition's state after it: of its
     # live tuples, and of all it holds (segments expire whole).
     watermark: int | None = None

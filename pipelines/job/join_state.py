@@ -5,7 +5,7 @@ state: its metadata (`slot_meta`, one ValueState), its stored tuples and their e
 MapState of Arrow IPC segments), its decoded windows cached between batches (`slot_windows`), holder changes
 (`hand_over`), disk pushes and clean-ups (`slot_spill`), the batch's rows (`slot_batch`) and its summary
 (`slot_stats`). Lateness and expiry (time windows) follow the batch's watermark, planned with its offsets over
-every input partition (connectors.event_time) and the same at every slot, so a partition's pieces judge each tuple
+every input partition (operators.event_time) and the same at every slot, so a partition's pieces judge each tuple
 alike wherever they are held, and a replay judges as the first time.
 """
 

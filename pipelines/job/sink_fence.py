@@ -2,7 +2,7 @@
 
 A sink skips every batch id at or below the one it last committed, which is exactly-once only while one
 checkpoint numbers the batches: a new checkpoint restarts at batch 0 and the sink would skip its batches as
-replays. So each sink records, per task, the checkpoint that writes it (`connectors.sink_owner`), and a start
+replays. So each sink records, per task, the checkpoint that writes it (`operators.sink_owner`), and a start
 - keeps what this checkpoint wrote (a restart: the fence by batch id stays exactly-once);
 - claims tasks without results silently, whoever claimed them before (no commit mark, nothing to skip);
 - refuses tasks written by another checkpoint, or before owners were recorded, naming each and both checkpoints;
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from windjoin.connectors.sink_owner import CheckpointId
+from windjoin.operators.sink_owner import CheckpointId
 
 
 class SinkOwnerError(ValueError):

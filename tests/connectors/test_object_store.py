@@ -17,9 +17,9 @@ from windjoin.connectors.parquet_scan import Footers
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.result_files import ObjectFiles, result_files
 from windjoin.connectors.result_query import ResultStore
-from windjoin.connectors.sink_owner import CheckpointId, StaleBatchError
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.result_table import table_records
+from windjoin.operators.sink_owner import CheckpointId, StaleBatchError
 from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.proxy.app import create_app
 

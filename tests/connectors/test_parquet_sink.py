@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from tests.connectors.sink_cases import SPEC, large_table
 from windjoin.connectors import parquet_sink
 from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.sink_owner import StaleBatchError
 from windjoin.operators.result_table import (
     result_schema,
     result_times,
     table_from_records,
     table_records,
 )
+from windjoin.operators.sink_owner import StaleBatchError
 from windjoin.operators.spec import parse_spec
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

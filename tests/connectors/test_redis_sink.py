@@ -18,8 +18,8 @@ from windjoin.connectors import redis_pieces
 from windjoin.connectors.redis_client import redis_client
 from windjoin.connectors.redis_pieces import ChunkEntry, decode_chunk, encode_piece
 from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.sink_owner import StaleBatchError
 from windjoin.operators.result_table import result_times, row_bytes
+from windjoin.operators.sink_owner import StaleBatchError
 
 MAX_TIME = 2**53 - 1
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

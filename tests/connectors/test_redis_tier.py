@@ -25,8 +25,8 @@ from windjoin.connectors.redis_feed import (
 from windjoin.connectors.redis_keys import feed_key, meta_key
 from windjoin.connectors.redis_sink import RedisSink
 from windjoin.connectors.redis_tier import Pace, RedisSpan, advance_snapshot, read_all
-from windjoin.connectors.sink_owner import StaleBatchError
 from windjoin.operators.query.cursors import FEED_END, needed_batch
+from windjoin.operators.sink_owner import StaleBatchError
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 MAX_TIME = 2**53 - 1

@@ -127,7 +127,7 @@ def _check_state_span(outcomes: list[BatchOutcome]) -> None:
 
     Without alignment a sparse partition's equal share of a batch spans ten times a dense one's (the steps
     differ tenfold), so its tuples run far over this bound."""
-    # Reading is aligned by each partition's density as measured so far (connectors.event_time); a partition a
+    # Reading is aligned by each partition's density as measured so far (operators.event_time); a partition a
     # little sparser than measured overshoots by that error, which stays well under a quarter of the alignment.
     base = WINDOW_MS + LATENESS_MS + ALIGNMENT_MS + ALIGNMENT_MS // 4
     bounds = [base + _floor_advance(o) for o in outcomes]

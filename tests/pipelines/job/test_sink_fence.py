@@ -18,9 +18,9 @@ from windjoin.connectors import redis_tier
 from windjoin.connectors.parquet_sink import ParquetSink
 from windjoin.connectors.redis_keys import meta_key, owner_key, task_keys
 from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.sink_owner import CheckpointId, OwnerRecordError
 from windjoin.connectors.snapshots import SnapshotStore
 from windjoin.operators.result_table import table_from_records
+from windjoin.operators.sink_owner import CheckpointId, OwnerRecordError
 from windjoin.pipelines.job.checkpoint_identity import RUN_FILE, checkpoint_identity, predates_run_ids
 from windjoin.pipelines.job.job_metrics import JobMetrics
 from windjoin.pipelines.job.join_job import BatchOutcome, note_replay

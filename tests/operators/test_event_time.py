@@ -6,7 +6,9 @@ import logging
 
 import pytest
 
-from windjoin.connectors.event_time import (
+from windjoin.connectors.kafka_source import plan_end
+from windjoin.connectors.mark_reports import MarkReports
+from windjoin.operators.event_time import (
     DENSITY_MARGIN,
     PROBE_RECORDS,
     EventTime,
@@ -15,8 +17,6 @@ from windjoin.connectors.event_time import (
     first_event_time,
     next_event_time,
 )
-from windjoin.connectors.kafka_source import plan_end
-from windjoin.connectors.mark_reports import MarkReports
 
 CONFIG = EventTimeConfig(allowed_lateness_ms=1_000, idle_timeout_ms=5_000, alignment_ms=2_000)
 BOUNDS = {"r:0": (0, 1_000), "r:1": (0, 1_000)}

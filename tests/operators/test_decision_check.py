@@ -10,10 +10,10 @@ import orjson
 import pytest
 
 from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.decision_check import MAX_SPLIT_DEPTH, Accepted, DecisionRefused, check_decision
 from windjoin.connectors.kafka_source import KafkaSourceOptions
 from windjoin.connectors.redis_client import RedisAuth
 from windjoin.operators.control.config import FineTuningConfig
+from windjoin.operators.control.decision_check import MAX_SPLIT_DEPTH, Accepted, DecisionRefused, check_decision
 from windjoin.operators.control.declustering import UtilisationState
 from windjoin.operators.control.epoch import ControlState, Decision
 from windjoin.operators.control.finetune import FINE_DEPTH
