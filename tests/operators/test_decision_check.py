@@ -21,7 +21,7 @@ from windjoin.operators.control.job_epoch import ControlEpoch, ControlTarget
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.control.reorganise import Classes
 from windjoin.operators.partitioning import Group, RoutingTable
-from windjoin.operators.spec import parse_spec
+from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.pipelines.controller.control_loop import EpochOutcome, decision_fields, state_from_fields
 from windjoin.pipelines.job import control_feed
 from windjoin.pipelines.job.adapted_source import AdaptedStreamReader
@@ -149,9 +149,8 @@ def feed(redis_url: str, tmp_path: Path):
     store.close()
 
 
-def test_the_job_keeps_the_last_good_decision_through_redis(feed, caplog):
-    """Through the real reading path: decisions recorded in Redis, read by the job's source planner."""
-    store, decision_feed, refusals = feed
+def _reader(decision_feed) -> tuple[JoinSpec, AdaptedStreamReader]:
+    """A two-stream spec and the job's source planner for it, reading decisions from `decision_feed`."""
     spec = parse_spec(
         {
             "window": {"kind": "time", "size_ms": 10},
@@ -161,7 +160,13 @@ def test_the_job_keeps_the_last_good_decision_through_redis(feed, caplog):
         }
     )
     options = KafkaSourceOptions.from_options({"bootstrap.servers": "127.0.0.1:1", "topics": "r,s"})
-    reader = AdaptedStreamReader(options, Adapter(spec, START, tuple(range(SLOTS))), decision_feed)
+    return spec, AdaptedStreamReader(options, Adapter(spec, START, tuple(range(SLOTS))), decision_feed)
+
+
+def test_the_job_keeps_the_last_good_decision_through_redis(feed, caplog):
+    """Through the real reading path: decisions recorded in Redis, read by the job's source planner."""
+    store, decision_feed, refusals = feed
+    spec, reader = _reader(decision_feed)
     store.record(recorded(START, 0.25, epoch=1))
     epoch = reader.next_control(ControlEpoch(START).to_json())
     assert ControlEpoch.from_json(epoch).shed_ratio == 0.25
@@ -192,17 +197,8 @@ def test_the_job_keeps_the_last_good_decision_through_redis(feed, caplog):
 
 def test_a_restarted_reader_refuses_a_rollback_below_the_routing_it_runs(feed):
     store, decision_feed, refusals = feed
-    spec = parse_spec(
-        {
-            "window": {"kind": "time", "size_ms": 10},
-            "partitions": PARTITIONS,
-            "streams": {n: {"fields": {"k": "int"}, "key": "k", "topic": n.lower()} for n in "RS"},
-            "tasks": [{"name": "t", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
-        }
-    )
-    options = KafkaSourceOptions.from_options({"bootstrap.servers": "127.0.0.1:1", "topics": "r,s"})
     running = START.with_moves({Group(0): 1})  # the epoch in the checkpoint's offsets: routing version 1
-    reader = AdaptedStreamReader(options, Adapter(spec, START, tuple(range(SLOTS))), decision_feed)
+    _, reader = _reader(decision_feed)
     store.record(recorded(START, 1.0, epoch=1))  # routing version 0 with a shed ratio of 1
     assert ControlEpoch.from_json(reader.next_control(ControlEpoch(running, 0.1).to_json())) == ControlEpoch(
         running, 0.1
