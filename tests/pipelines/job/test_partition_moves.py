@@ -70,7 +70,9 @@ def test_left_outer_and_anti_tasks_lose_and_duplicate_nothing_through_moves_and_
     """Which tuples paired travels with the moved partitions and survives the replayed announce batch: each
     unpaired row comes exactly once, from whichever slot holds its tuple when its window closes (asymmetric
     bounds). Closers in every input partition, in two waves, move the watermark past every window (the second
-    wave read by a restarted run from the checkpoint, which rebuilds its windows from the state segments)."""
+    wave read by a restarted run from the checkpoint). The replayed batch rebuilds its windows from the state
+    segments (the failed attempt's windows are of another state version); a restart that finds its version's
+    windows cached in a worker or the machine's window files uses them instead."""
     window = {"kind": "time", "lower_ms": -40, "upper_ms": 15}
     spec_dict = pipeline_spec(
         unique_topic, tmp_path, window, keyed=True, tasks=TRACKED, max_offsets_per_trigger=250, allowed_lateness_ms=5000
