@@ -160,27 +160,24 @@ class WindowStore:
     def seq_of(self, sseq: np.ndarray) -> np.ndarray:
         """The global arrival number of the stored tuples numbered `sseq` (the int64 maximum for a number not
         stored: one not arrived yet)."""
-        seq, numbers = self._numbers()
-        at = np.minimum(np.searchsorted(numbers, sseq), max(len(numbers) - 1, 0))
-        found = (numbers[at] == sseq) if len(numbers) else np.zeros(len(sseq), dtype=bool)
-        return np.where(found, seq[at] if len(seq) else 0, np.iinfo(np.int64).max)
+        out = np.full(len(sseq), np.iinfo(np.int64).max)
+        for block, rows, positions in self.locate(sseq):
+            out[positions] = block.tuples.seq[rows]
+        return out
 
     def count_before(self, seq: np.ndarray) -> np.ndarray:
         """How many of this stream's tuples arrived before each global arrival number `seq` (of another stream):
         the number of the first stored tuple after it, or every tuple if none is stored after it."""
-        seqs, numbers = self._numbers()
-        at = np.searchsorted(seqs, seq)
-        inside = at < len(seqs)
-        return np.where(inside, numbers[np.minimum(at, max(len(seqs) - 1, 0))] if len(seqs) else 0, self.count)
-
-    def _numbers(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every stored tuple's global and per-stream arrival numbers, both ascending."""
+        out = np.full(len(seq), self.count, dtype=np.int64)
         if not self.blocks:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        return (
-            np.concatenate([b.tuples.seq for b in self.blocks]),
-            np.concatenate([b.tuples.sseq for b in self.blocks]),
-        )
+            return out
+        highs = np.array([b.zone[SEQ][1] for b in self.blocks])
+        which = np.searchsorted(highs, seq, side="right")  # the first block holding a tuple after each
+        for b in np.unique(which[which < len(self.blocks)]).tolist():
+            positions = np.flatnonzero(which == b)
+            tuples = self.blocks[b].tuples
+            out[positions] = tuples.sseq[np.searchsorted(tuples.seq, seq[positions], side="right")]
+        return out
 
     def keep_from(self, sseq: int) -> None:
         """Drop the blocks wholly below arrival number `sseq` (a count window's oldest tuple still needed)."""
