@@ -95,9 +95,8 @@ class JobMetrics:
     `streams` and `tasks`: the spec's stream and task names, whose shed and pair counters are exported at 0 from the
     start (a labelled counter never incremented exports no sample, and "nothing shed" must be visible as 0, not as
     no data; a pair counter born at its first batch's count shows a rate of 0 for a job that joins a backlog in one
-    batch). `executors`:
-    called once per batch for the driver's executor count (`executor_scaling.executor_count`); None leaves the
-    gauge at 0.
+    batch). `executors`: called once per batch for the driver's executor count (`executor_scaling.executor_count`);
+    None leaves the gauge at 0.
     """
 
     def __init__(
