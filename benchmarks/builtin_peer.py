@@ -82,7 +82,7 @@ def start_builtin(
     watermark passes its window, S null; its result time R's)."""
     from pyspark.sql import functions as F
 
-    from windjoin.connectors.kafka_source import SOURCE_NAME, register_kafka_source
+    from windjoin.connectors.kafka.source import SOURCE_NAME, register_kafka_source
 
     register_kafka_source(spark)
     delay = f"{lateness_ms} milliseconds"

@@ -159,7 +159,7 @@ def pair_delays_ms(parquet: Path, since_ms: int) -> np.ndarray:
     """Emission minus result time of every pair the Parquet sink holds whose result time is at least `since_ms`."""
     import pyarrow.compute as pc
 
-    from windjoin.connectors.parquet_sink import ParquetSink
+    from windjoin.connectors.files.parquet_sink import ParquetSink
 
     try:
         table = ParquetSink(parquet).read("eq")
@@ -174,10 +174,10 @@ def pair_delays_ms(parquet: Path, since_ms: int) -> np.ndarray:
 
 def run_mode(mode: str, p: Params, cluster: Any, bootstrap: str, redis_url: str, workdir: Path) -> dict[str, Any]:
     """One paced run: the job (and in `adaptive` the controller) in processes of their own; its figures."""
-    from windjoin.connectors import processes
-    from windjoin.connectors.control_decisions import decision_key
-    from windjoin.connectors.kafka_admin import create_topics
-    from windjoin.connectors.redis_client import redis_client
+    from windjoin.connectors.kafka.admin import create_topics
+    from windjoin.connectors.local import processes
+    from windjoin.connectors.redis.client import redis_client
+    from windjoin.connectors.redis.control_decisions import decision_key
 
     workdir.mkdir(parents=True)
     redis_client(redis_url).flushdb()
@@ -266,7 +266,7 @@ def _catch_up(
 ) -> tuple[bool, float]:
     """Wait until the job's batches hold every record the topics hold, and `not_before` has passed (seconds
     since `started`); (whether it caught up within 180 s, when)."""
-    from windjoin.connectors.kafka_arrivals import KafkaArrivals
+    from windjoin.connectors.kafka.arrivals import KafkaArrivals
 
     arrivals = KafkaArrivals(bootstrap, topics)
     try:
@@ -330,8 +330,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "declustering.json")
     args = parser.parse_args()
     p = QUICK if args.quick else Params()
-    from windjoin.connectors import services
-    from windjoin.connectors.spark_cluster import ClusterConfig, start_cluster
+    from windjoin.connectors.local import services
+    from windjoin.connectors.spark.cluster import ClusterConfig, start_cluster
 
     workdir = Path(tempfile.mkdtemp(prefix="windjoin-bench-decl-"))
     state_dir = workdir / "services"

@@ -49,7 +49,7 @@ from benchmarks.band_count import band_pairs
 from benchmarks.machine import machine_facts
 from benchmarks.params_cli import add_param_flags, params_from
 from benchmarks.results_file import write_results
-from windjoin.connectors.jsonl_file import read_events
+from windjoin.connectors.formats.jsonl_file import read_events
 from windjoin.operators.arrivals import ChunkBuilder
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.mjoin import join_operator

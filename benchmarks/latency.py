@@ -273,8 +273,8 @@ def main(argv: list[str] | None = None) -> None:
     for name, value in (quick if args.quick else full).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    from windjoin.connectors import services
-    from windjoin.connectors.spark_session import build_local_spark
+    from windjoin.connectors.local import services
+    from windjoin.connectors.spark.session import build_local_spark
     from windjoin.pipelines.job.join_job import STATE_CONF
 
     workdir = Path(tempfile.mkdtemp(prefix="windjoin-bench-latency-"))

@@ -92,9 +92,9 @@ def _init_slot(params: Params, piece: int) -> None:
 
 def _stage(phase: str, outputs: Any, batch: int) -> dict[str, float]:
     """Stage this slot's piece of `batch` (in a slot process); returns its seconds."""
-    from windjoin.connectors.parquet_sink import dictionary_columns
-    from windjoin.connectors.redis_keys import piece_key
-    from windjoin.connectors.redis_pieces import encode_piece
+    from windjoin.connectors.files.parquet_sink import dictionary_columns
+    from windjoin.connectors.redis.keys import piece_key
+    from windjoin.connectors.redis.pieces import encode_piece
     from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, result_schema
     from windjoin.pipelines.job.slot_output import write_slot
 
@@ -126,8 +126,8 @@ def _stage(phase: str, outputs: Any, batch: int) -> dict[str, float]:
 
 def _sinks(phase: str, root: Path, redis_url: str) -> tuple[Any, ...]:
     from benchmarks.pair_layout import PairLayoutSink
-    from windjoin.connectors.parquet_sink import ParquetSink
-    from windjoin.connectors.redis_sink import RedisSink
+    from windjoin.connectors.files.parquet_sink import ParquetSink
+    from windjoin.connectors.redis.sink import RedisSink
 
     namespace = f"bench_{phase}_{uuid.uuid4().hex[:8]}"
     parquet, redis = ParquetSink(root / phase), RedisSink(redis_url, 10**12, namespace, trim=False, max_bytes=1 << 40)
@@ -144,7 +144,7 @@ def _sinks(phase: str, root: Path, redis_url: str) -> tuple[Any, ...]:
 
 def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, redis_url: str) -> dict[str, Any]:
     """Every batch: the slots stage in parallel, then the driver commits; pairs/s over the phase."""
-    from windjoin.connectors.redis_client import redis_client
+    from windjoin.connectors.redis.client import redis_client
     from windjoin.operators.result_table import result_schema
     from windjoin.operators.spec import parse_spec
     from windjoin.pipelines.job.slot_output import SlotOutputs
@@ -185,7 +185,7 @@ def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, re
 def main() -> None:
     args = benchmark_parser(__doc__, Params(), QUICK, RESULTS).parse_args()
     params = params_from(args, Params(), QUICK)
-    from windjoin.connectors import services
+    from windjoin.connectors.local import services
 
     root = Path(tempfile.mkdtemp(prefix="windjoin-bench-output-"))
     facts = machine_facts()

@@ -1,6 +1,6 @@
 """The Redis layout before issue 30, kept to measure beside today's (benchmarks.output_path): one sorted-set member
 per pair (compact JSON scored by result time), each piece's members staged in a hash and copied into the feed
-stream at commit. A frozen copy of the old `connectors/redis_sink.py`'s write path (stage and commit), nothing else:
+stream at commit. A frozen copy of the old `connectors/redis/sink.py`'s write path (stage and commit), nothing else:
 it is not part of windjoin and nothing reads what it writes.
 """
 
@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
-from windjoin.connectors.redis_client import redis_client
+from windjoin.connectors.redis.client import redis_client
 from windjoin.operators.result_table import (
     BATCH_ID,
     EMITTED_AT,

@@ -203,7 +203,8 @@ def topic_rows(bootstrap: str, topics: tuple[str, ...]) -> int:
     """Records held by `topics` (the end taken from a Fetch response: Tansu's ListOffsets under-reports)."""
     from confluent_kafka import Consumer
 
-    from windjoin.connectors.kafka_source import KafkaSourceOptions, list_partitions, probe_partition_bounds
+    from windjoin.connectors.kafka.range_reader import list_partitions, probe_partition_bounds
+    from windjoin.connectors.kafka.source_options import KafkaSourceOptions
 
     options = KafkaSourceOptions(bootstrap_servers=bootstrap, topics=topics)
     consumer = Consumer(options.consumer_config(**{"fetch.wait.max.ms": 10}))
@@ -464,7 +465,7 @@ class Bench:
         """Rows/s of windjoin's leading stages alone, same topics and batch size: the Kafka source, then the
         source with the adapter inside its reader (the join job's input), each to a count sink; the first batch
         is left out."""
-        from windjoin.connectors.kafka_source import SOURCE_NAME, register_kafka_source
+        from windjoin.connectors.kafka.source import SOURCE_NAME, register_kafka_source
         from windjoin.operators.partitioning import RoutingTable
         from windjoin.operators.spec import parse_spec
         from windjoin.pipelines.job.adapted_source import read_adapted
@@ -552,7 +553,7 @@ class Bench:
     def paced(self, system: str, rate: float, config: str = "") -> dict[str, Any]:
         """Produce at `rate` events/s (both streams) for `paced_seconds`, paced; delays of the pairs (the built-in
         join in configuration `config`)."""
-        from windjoin.connectors.kafka_admin import create_topics
+        from windjoin.connectors.kafka.admin import create_topics
 
         p = self.params
         topics = new_topics(f"paced-{system}")
@@ -718,7 +719,7 @@ def adapter_rate(params: Params, n: int = 100_000) -> dict[str, float]:
     """The adapter's decode/check/route rate on JSON records of this workload, alone, in this process."""
     import orjson
 
-    from windjoin.connectors.kafka_source import ARROW_SCHEMA
+    from windjoin.connectors.kafka.range_reader import ARROW_SCHEMA
     from windjoin.operators.partitioning import RoutingTable
     from windjoin.operators.spec import parse_spec
     from windjoin.pipelines.job.adapter import Adapter
@@ -944,9 +945,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Param
 def open_session(state_dir: Path, app_name: str) -> tuple[str, Any]:
     """The embedded Kafka broker (state under `state_dir`) and a local[2] SparkSession set up for windjoin with
     its monitoring REST API on a free loopback port; returns the bootstrap address and the session."""
-    from windjoin.connectors import services
-    from windjoin.connectors.processes import free_port
-    from windjoin.connectors.spark_session import build_local_spark
+    from windjoin.connectors.local import services
+    from windjoin.connectors.local.processes import free_port
+    from windjoin.connectors.spark.session import build_local_spark
     from windjoin.pipelines.job.join_job import STATE_CONF
 
     [kafka] = services.up(services.ServicesConfig(state_dir=state_dir, redis=False))

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.machine import machine_facts
-from windjoin.connectors import services as svc
+from windjoin.connectors.local import services as svc
 from windjoin.pipelines.sites.driver import SitesRunConfig, run_sites
 
 RESULTS = Path(__file__).parent / "results" / "pmjoin_sites.json"

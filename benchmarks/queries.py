@@ -115,9 +115,9 @@ class ResultWriter:
     """Commits synthetic result batches like the join job's sinks do, snapshots included."""
 
     def __init__(self, spec: Any, redis_url: str, retain_ms: int, snapshot_every: int, seed: int = 0) -> None:
-        from windjoin.connectors.parquet_sink import ParquetSink
-        from windjoin.connectors.redis_sink import RedisSink
-        from windjoin.connectors.snapshots import SnapshotStore
+        from windjoin.connectors.files.parquet_sink import ParquetSink
+        from windjoin.connectors.files.snapshots import SnapshotStore
+        from windjoin.connectors.redis.sink import RedisSink
 
         self.spec = spec
         self.parquet = ParquetSink(spec.sinks.parquet.path)
@@ -131,7 +131,7 @@ class ResultWriter:
 
     def write(self, rows: int, t0_ms: int, span_ms: int = 1000) -> np.ndarray:
         """Commit one batch of `rows` results spanning `span_ms` of result time; returns its join keys."""
-        from windjoin.connectors import redis_tier
+        from windjoin.connectors.results import redis_tier
         from windjoin.operators.result_table import table_from_columns
 
         ts_r = np.sort(self.rng.integers(t0_ms, t0_ms + span_ms, rows))
@@ -374,8 +374,8 @@ def main() -> None:
     args = parser.parse_args()
     p = Params(**{**asdict(Params()), **(QUICK if args.quick else {})})
 
-    from windjoin.connectors import services
-    from windjoin.connectors.processes import free_port
+    from windjoin.connectors.local import services
+    from windjoin.connectors.local.processes import free_port
     from windjoin.operators.spec import load_spec
     from windjoin.pipelines.proxy.tokens import token_hash
 

@@ -205,10 +205,10 @@ def main() -> None:
 
 def run(args: argparse.Namespace, pinning: tuple[list[int], list[int]] | None) -> dict[str, Any]:
     """One baseline + storm run; `pinning`: (cores of Redis and the writer, cores of the proxy and the clients)."""
-    from windjoin.connectors import processes, services
-    from windjoin.connectors.processes import free_port
-    from windjoin.connectors.redis_client import redis_client
-    from windjoin.connectors.redis_sink import RedisSink
+    from windjoin.connectors.local import processes, services
+    from windjoin.connectors.local.processes import free_port
+    from windjoin.connectors.redis.client import redis_client
+    from windjoin.connectors.redis.sink import RedisSink
     from windjoin.operators.spec import parse_spec
     from windjoin.pipelines.proxy.tokens import token_hash
 

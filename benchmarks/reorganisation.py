@@ -176,9 +176,9 @@ class ControllerThread(threading.Thread):
 
 
 def run_mode(mode: str, p: Params, spark: Any, bootstrap: str, redis_url: str, workdir: Path) -> dict[str, Any]:
-    from windjoin.connectors.control_decisions import DecisionStore
-    from windjoin.connectors.kafka_admin import create_topics
-    from windjoin.connectors.load_reports import LoadReports
+    from windjoin.connectors.kafka.admin import create_topics
+    from windjoin.connectors.redis.control_decisions import DecisionStore
+    from windjoin.connectors.redis.load_reports import LoadReports
     from windjoin.operators.control.config import parse_control_config
     from windjoin.operators.spec import parse_spec
     from windjoin.pipelines.controller.control_loop import Controller
@@ -293,7 +293,7 @@ def produce_backlog(spec_path: Path, bootstrap: str, p: Params, log: Path, topic
     (0 without: the events are produced live, paced)."""
     if not p.backlog_s:
         return 0
-    from windjoin.connectors.kafka_arrivals import KafkaArrivals
+    from windjoin.connectors.kafka.arrivals import KafkaArrivals
 
     generator(spec_path, bootstrap, p, log).wait(timeout=20 * p.backlog_s)
     arrivals = KafkaArrivals(bootstrap, topics)
@@ -459,8 +459,8 @@ def main() -> None:
     if modes[0] != "static" or not set(modes) <= set(MODES) or len(set(modes)) < len(modes):
         parser.error(f"--modes: static first, then any of controller, undamped, floor, once each (got {p.modes!r})")
     args.out = args.out or RESULTS / f"reorganisation-{workload}.json"
-    from windjoin.connectors import services
-    from windjoin.connectors.spark_session import build_local_spark
+    from windjoin.connectors.local import services
+    from windjoin.connectors.spark.session import build_local_spark
     from windjoin.pipelines.job.join_job import STATE_CONF
 
     workdir = Path(tempfile.mkdtemp(prefix="windjoin-bench-reorg-"))

@@ -30,7 +30,7 @@ from benchmarks.kernels import measure
 from benchmarks.machine import machine_facts, pin_to_one_core
 from benchmarks.params_cli import benchmark_parser, params_from
 from benchmarks.results_file import write_results
-from windjoin.connectors.jsonl_file import write_record
+from windjoin.connectors.formats.jsonl_file import write_record
 from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.operators.workloads.band import BAND_SPEC, band_events
 from windjoin.pipelines.cli.join_file import Refusal, join_file

@@ -107,8 +107,8 @@ def load_avg() -> list[float]:
 
 def produce_profile(args: argparse.Namespace) -> None:
     """`python -m benchmarks.shedding produce ...`: the burst profile onto the spec's topics; a JSON summary."""
-    from windjoin.connectors.kafka_producer import BatchProducer
-    from windjoin.connectors.stream_encoder import stream_encoder
+    from windjoin.connectors.formats.stream_encoder import stream_encoder
+    from windjoin.connectors.kafka.producer import BatchProducer
     from windjoin.operators.spec import load_spec
     from windjoin.operators.workloads.b_model import Workload, WorkloadConfig
     from windjoin.pipelines.cli.produce import PRODUCER_CONFIG
@@ -297,10 +297,10 @@ class Bench:
         return result
 
     def run(self, label: str, shedding: bool, rate: float, capacity: float) -> dict[str, Any]:
-        from windjoin.connectors.control_decisions import DecisionStore
-        from windjoin.connectors.kafka_admin import create_topics
-        from windjoin.connectors.kafka_arrivals import KafkaArrivals
-        from windjoin.connectors.load_reports import LoadReports
+        from windjoin.connectors.kafka.admin import create_topics
+        from windjoin.connectors.kafka.arrivals import KafkaArrivals
+        from windjoin.connectors.redis.control_decisions import DecisionStore
+        from windjoin.connectors.redis.load_reports import LoadReports
         from windjoin.operators.control.config import parse_control_config
         from windjoin.operators.spec import parse_spec
         from windjoin.pipelines.controller.control_loop import Controller
@@ -581,8 +581,8 @@ def main() -> None:
         print_table(result)
         plot(result, args.out.with_suffix(".png"))
         return
-    from windjoin.connectors import services
-    from windjoin.connectors.spark_session import build_local_spark
+    from windjoin.connectors.local import services
+    from windjoin.connectors.spark.session import build_local_spark
     from windjoin.pipelines.job.join_job import STATE_CONF
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="windjoin-bench-shedding-"))

@@ -33,7 +33,7 @@ import numpy as np
 
 from benchmarks.machine import machine_facts, pin_to_one_core
 from tests.models.spill_cluster import AdaptiveCluster
-from windjoin.connectors.spill_files import SpillFiles
+from windjoin.connectors.files.spill_files import SpillFiles
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.spec import JoinSpec, parse_spec

@@ -130,7 +130,7 @@ class BandBench(Bench):
         return spec
 
     def extra_sinks(self, label: str) -> tuple:
-        from windjoin.connectors.parquet_sink import ParquetSink
+        from windjoin.connectors.files.parquet_sink import ParquetSink
 
         self.parquet = self.workdir / f"parquet-{label}-{uuid.uuid4().hex[:6]}"
         return (ParquetSink(self.parquet),)
@@ -151,14 +151,9 @@ def read_back(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     import orjson
     from confluent_kafka import Consumer
 
-    from windjoin.connectors.kafka_source import (
-        KafkaRange,
-        KafkaSourceOptions,
-        list_partitions,
-        probe_partition_bounds,
-        read_range,
-        split_key,
-    )
+    from windjoin.connectors.kafka.range_reader import list_partitions, probe_partition_bounds, read_range
+    from windjoin.connectors.kafka.source_options import KafkaSourceOptions
+    from windjoin.operators.offset_plan import KafkaRange, split_key
 
     options = KafkaSourceOptions(bootstrap_servers=bootstrap, topics=(topic,))
     consumer = Consumer(options.consumer_config(**{"fetch.wait.max.ms": 10}))

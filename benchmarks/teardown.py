@@ -44,7 +44,7 @@ def exit_on_sigterm() -> None:
 def tear_down(spark: Any, state_dir: Path, scratch: Path | None) -> None:
     """Stop tracked child processes, every streaming query and the session, the embedded services, and remove
     `scratch` (if any). Each step runs even if an earlier one failed."""
-    from windjoin.connectors import services
+    from windjoin.connectors.local import services
 
     try:
         stop_children()

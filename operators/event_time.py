@@ -17,7 +17,7 @@ model and Flink (per-split watermarks; watermark alignment, FLIP-182):
 
 All of it is planned on the driver with each batch and stored in the batch's offset (`EventTime.to_json`), so a
 batch replayed after a crash judges lateness exactly as the first time. A batch's newest event times are only
-known once it ran: the job reports them under the batch's `seq` (connectors.mark_reports) and the next batch's
+known once it ran: the job reports them under the batch's `seq` (connectors.files.mark_reports) and the next batch's
 plan takes them in. A report lost in a crash only leaves the marks behind: the watermark lags (less is late,
 state is held a little longer), and nothing is judged late that the first plan would not have judged late.
 """

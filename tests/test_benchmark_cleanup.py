@@ -17,8 +17,8 @@ import yaml
 
 import benchmarks.latency as latency
 import benchmarks.pipeline as pipeline
-from windjoin.connectors import processes, services
-from windjoin.connectors.redis_client import ENV_PASSWORD_FILE
+from windjoin.connectors.local import processes, services
+from windjoin.connectors.redis.client import ENV_PASSWORD_FILE
 
 
 class FakeSpark:
@@ -87,7 +87,7 @@ def test_latency_benchmark_stops_its_services_and_generator_when_a_phase_fails(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, error: BaseException
 ) -> None:
     run = Run(monkeypatch)
-    monkeypatch.setattr("windjoin.connectors.spark_session.build_local_spark", lambda **_: run.spark)
+    monkeypatch.setattr("windjoin.connectors.spark.session.build_local_spark", lambda **_: run.spark)
     monkeypatch.setattr(latency, "floor", lambda *_a, **_k: {"stateful": {"batch_ms_median": 1.0}})
     monkeypatch.setattr(latency, "pieces_floor", lambda *_a, **_k: {"batch_ms_median": 1.0})
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
+from windjoin.operators.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec, parse_spec
 from windjoin.operators.testing.feed import Joined, join_events
 
@@ -35,7 +35,7 @@ def start_job(
     state settings; `available_now` stops once the topics' current records are joined; `on_batch` gets each
     committed batch's outcome; `fresh_sinks` lets a new checkpoint take over sinks another one wrote.
     """
-    from windjoin.connectors.spark_session import build_local_spark
+    from windjoin.connectors.spark.session import build_local_spark
     from windjoin.pipelines.job.join_job import STATE_CONF
     from windjoin.pipelines.job.join_job import start_job as start_streaming_query
     from windjoin.pipelines.job.sinks import build_sinks
@@ -66,7 +66,7 @@ def query_results(
     keep. A bad condition or field raises `windjoin.operators.query.errors.BadQuery`. Over HTTP, with tokens and
     limits, the query proxy (`windjoin proxy`) serves the same queries.
     """
-    from windjoin.connectors.result_pages import result_pages
+    from windjoin.connectors.results.result_pages import result_pages
 
     for page in result_pages(spec, task, t_from, t_to, where, fields, page_size, namespace):
         yield from page

@@ -2,7 +2,7 @@
 
 Whatever a decision hash holds (a bug, a mix-up of namespaces, a writer that should not be there) must not make
 the job shed every record, route to slots that do not exist or roll routing back. A decision is decoded here,
-beside its store (`connectors.control_decisions`), strictly: it is refused, with a reason, when:
+beside its store (`connectors.redis.control_decisions`), strictly: it is refused, with a reason, when:
 - `schema`: a field is missing or not of its type (ints, JSON of the routing table and the spill request), or a
   version is outside 0..MAX_VERSION (executors and offsets carry it as a signed 64-bit int; an epoch of 10^4000
   would refuse every later decision as older);

@@ -1,6 +1,6 @@
 """A block of event lines decoded into one chunk of arrivals per stream, and the lines refused, as join-file does.
 
-The lines are decoded at once, where they lie, when every one is plain (connectors.json_columns), else line by
+The lines are decoded at once, where they lie, when every one is plain (connectors.formats.json_columns), else line by
 line with each bad line's reason, exactly as join-file's own path does (`join_file._Run.add_block`); so the
 block can be decoded in any process, and a refused line carries the same reason and detail whichever decodes it.
 """
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from windjoin.connectors.codec_errors import DecodeError
-from windjoin.connectors.json_columns import decode_stream_lines
-from windjoin.connectors.jsonl_blocks import LineBlock
-from windjoin.connectors.jsonl_file import CODEC, decode_line
+from windjoin.connectors.formats.codec_errors import DecodeError
+from windjoin.connectors.formats.json_columns import decode_stream_lines
+from windjoin.connectors.formats.jsonl_blocks import LineBlock
+from windjoin.connectors.formats.jsonl_file import CODEC, decode_line
 from windjoin.operators.arrivals import ChunkBuilder
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.schema import RecordError

@@ -194,9 +194,9 @@ def controller(
         if spec.sinks.redis is None:
             raise click.UsageError("the spec has no Redis sink: pass --redis-url")
         redis_url = spec.sinks.redis.url
-    from windjoin.connectors.control_decisions import DecisionStore
-    from windjoin.connectors.load_reports import LoadReports
-    from windjoin.connectors.redis_client import spec_auth
+    from windjoin.connectors.redis.client import spec_auth
+    from windjoin.connectors.redis.control_decisions import DecisionStore
+    from windjoin.connectors.redis.load_reports import LoadReports
     from windjoin.pipelines.controller.control_loop import Controller
     from windjoin.pipelines.controller.metrics import ControllerMetrics
 
@@ -209,8 +209,8 @@ def controller(
 
     arrivals = None
     if config.utilisation.measure == "arrivals":  # tau from the records added to the input topics
-        from windjoin.connectors.kafka_arrivals import KafkaArrivals
-        from windjoin.connectors.kafka_security import KafkaSecurity
+        from windjoin.connectors.kafka.arrivals import KafkaArrivals
+        from windjoin.connectors.kafka.security import KafkaSecurity
 
         topics = [s.topic for s in spec.streams.values() if s.topic]
         arrivals = KafkaArrivals(

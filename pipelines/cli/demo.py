@@ -23,7 +23,7 @@ import click
 import numpy as np
 import yaml
 
-from windjoin.connectors import services as svc
+from windjoin.connectors.local import services as svc
 from windjoin.operators.spec import load_spec
 from windjoin.pipelines.cli.produce import ensure_topics
 from windjoin.pipelines.cli.run import Progress
@@ -127,7 +127,7 @@ def run_demo(out_dir: Path, rate: float, duration: float, keys: int) -> None:
     spec_path.write_text(yaml.safe_dump(demo_spec(run, out_dir, urls[svc.REDIS], redis_login), sort_keys=False))
     spec = load_spec(spec_path)
     ensure_topics(urls[svc.KAFKA], [s.topic for s in spec.streams.values()], DEMO_TOPIC_PARTITIONS)
-    from windjoin.connectors.spark_session import build_local_spark
+    from windjoin.connectors.spark.session import build_local_spark
 
     spark_log = out_dir / f"spark-{run}.log"
     with _output_to(spark_log):  # the JVM, and the Python workers it starts, keep writing there

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from windjoin.connectors.codec_errors import DecodeError
-from windjoin.connectors.json_columns import decode_stream_columns
-from windjoin.connectors.jsonl_file import CODEC, decode_line, read_lines, write_record
+from windjoin.connectors.formats.codec_errors import DecodeError
+from windjoin.connectors.formats.json_columns import decode_stream_columns
+from windjoin.connectors.formats.jsonl_file import CODEC, decode_line, read_lines, write_record
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.co_partition import co_partition
 from windjoin.operators.schema import LATE, RecordError
@@ -74,8 +74,8 @@ class _Run:
         self.on_refusal(Refusal(line_no, reason, detail, raw.decode("utf-8", errors="replace")))
 
     def add_block(self, block: list[tuple[int, bytes]]) -> None:
-        """Lines decoded at once when every one is plain (connectors.json_columns), else line by line; either way
-        the block ends its chunk."""
+        """Lines decoded at once when every one is plain (connectors.formats.json_columns), else line by line; either
+        way the block ends its chunk."""
         decoded = decode_stream_columns(pa.array([raw for _, raw in block], pa.binary()), self.schemas, CODEC_LIMIT)
         if decoded is None:
             for line_no, raw in block:

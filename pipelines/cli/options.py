@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from windjoin.connectors import services as svc
+from windjoin.connectors.local import services as svc
 from windjoin.operators.spec import JoinSpec, SpecError, load_spec
 
 BOOTSTRAP_ENV = "WINDJOIN_KAFKA_BOOTSTRAP"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from windjoin.connectors.jsonl_blocks import LineBlock
+from windjoin.connectors.formats.jsonl_blocks import LineBlock
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.lateness import in_arrival_order, running_max_late
 from windjoin.operators.partitioning import partition_of

@@ -16,7 +16,7 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, Any
 
-from windjoin.connectors.jsonl_blocks import LineBlock, read_blocks
+from windjoin.connectors.formats.jsonl_blocks import LineBlock, read_blocks
 from windjoin.operators.metrics import TaskCounters
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.cli import join_worker

@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from windjoin.connectors.kafka_producer import Record
-from windjoin.connectors.stream_encoder import StreamEncoder
+from windjoin.connectors.formats.stream_encoder import StreamEncoder
+from windjoin.connectors.kafka.producer import Record
 from windjoin.operators.workloads.b_model import Workload
 
 LEAD_MARGIN = 1.3  # the schedule starts this many times the sampled encoding time after now (plus LEAD_FLOOR_S)

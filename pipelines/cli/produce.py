@@ -1,6 +1,6 @@
 """`windjoin produce` (a JSON Lines file onto a stream's topic) and `windjoin generate` (the paper's workload).
 
-Both encode events with the stream's codec (`connectors.stream_encoder`), create missing topics, produce with
+Both encode events with the stream's codec (`connectors.formats.stream_encoder`), create missing topics, produce with
 delivery checked (a failed delivery ends the run with an error), and show a tqdm bar on stderr. `generate --pace
 --preencode` encodes its whole schedule before the schedule starts (`preencoded`), so that pacing only sends.
 Register with: ``from windjoin.pipelines.cli.produce import generate, produce``.
@@ -20,18 +20,18 @@ import click
 import numpy as np
 from tqdm import tqdm
 
-from windjoin.connectors.codec_errors import DecodeError
-from windjoin.connectors.jsonl_file import read_events
-from windjoin.connectors.kafka_admin import create_topics, list_topics
-from windjoin.connectors.kafka_producer import BatchProducer, DeliveryError, Record
-from windjoin.connectors.kafka_security import KafkaSecurity, KafkaSecurityError
-from windjoin.connectors.stream_encoder import (
+from windjoin.connectors.formats.codec_errors import DecodeError
+from windjoin.connectors.formats.jsonl_file import read_events
+from windjoin.connectors.formats.stream_encoder import (
     OTHER_STREAM,
     STREAM_ENTRY,
     EventEncodeError,
     StreamEncoder,
     stream_encoder,
 )
+from windjoin.connectors.kafka.admin import create_topics, list_topics
+from windjoin.connectors.kafka.producer import BatchProducer, DeliveryError, Record
+from windjoin.connectors.kafka.security import KafkaSecurity, KafkaSecurityError
 from windjoin.operators.spec import JoinSpec
 from windjoin.operators.workloads.b_model import (
     CHUNK_S,

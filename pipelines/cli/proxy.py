@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
+from windjoin.operators.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.cli.options import SPEC_ARGUMENT, load_spec_or_fail
 from windjoin.pipelines.proxy.config import (
@@ -41,7 +41,7 @@ def store_from_spec(
     """`ResultStore.from_spec`, its refusal as a command-line error; `redis_share`: the most of Redis' time its
     one-time queries take together; `bounds`: the bytes and the time budget of a page; `cursors`: signs and checks
     the cursors (None: a random key)."""
-    from windjoin.connectors.result_query import ResultStore
+    from windjoin.connectors.results.result_query import ResultStore
 
     bounds = bounds or Bounds()
     try:

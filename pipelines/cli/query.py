@@ -200,11 +200,11 @@ def _store_pages(
     fields: str | None,
     page_size: int,
 ) -> Iterator[list[dict[str, Any]]]:
-    """Pages read from the spec's sinks (`connectors.result_pages`: Parquet alone when Redis fails), its errors
+    """Pages read from the spec's sinks (`connectors.results.result_pages`: Parquet alone when Redis fails), its errors
     as command-line errors."""
     import redis
 
-    from windjoin.connectors.result_pages import result_pages
+    from windjoin.connectors.results.result_pages import result_pages
     from windjoin.operators.query.errors import QueryError
     from windjoin.pipelines.cli.options import load_spec_or_fail
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from windjoin.connectors.redis_acl import ROLES, acl_file, acl_users
+from windjoin.operators.redis_acl import ROLES, acl_file, acl_users
 
 
 @click.command("redis-acl")

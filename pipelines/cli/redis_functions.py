@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from windjoin.connectors.redis_functions import LIBRARY
+from windjoin.connectors.redis.functions import LIBRARY
 
 
 @click.command("redis-functions")

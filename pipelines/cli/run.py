@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 from redis.exceptions import RedisError
 
-from windjoin.connectors.checkpoint_layout import CheckpointLayoutError, check_layout
-from windjoin.connectors.redis_client import RedisAuthError, spec_auth
+from windjoin.connectors.files.checkpoint_layout import CheckpointLayoutError, check_layout
+from windjoin.connectors.redis.client import RedisAuthError, spec_auth
 from windjoin.operators.batch_budget import budget_text
 from windjoin.operators.sink_owner import OwnerRecordError
 from windjoin.operators.spec import SpecError, load_spec
@@ -174,7 +174,7 @@ def run(
     except RedisError as err:
         raise click.ClickException(f"sinks.redis: {err}") from None
     bootstrap = resolve_bootstrap(bootstrap, state_dir)
-    from windjoin.connectors.spark_session import build_local_spark
+    from windjoin.connectors.spark.session import build_local_spark
 
     extra_conf = dict(c.split("=", 1) for c in spark_conf)
     spark = build_local_spark(app_name="windjoin-join", master=spark_master, conf={**STATE_CONF, **extra_conf})
@@ -213,7 +213,7 @@ def run(
 
     load_publisher = None
     if spec.sinks.redis is not None:  # per-slot and per-partition load for `windjoin controller`
-        from windjoin.connectors.load_reports import LoadReports
+        from windjoin.connectors.redis.load_reports import LoadReports
         from windjoin.pipelines.job.load_publisher import LoadPublisher
 
         trigger_s = 0.0 if available_now else spec.trigger_ms / 1000

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from windjoin.connectors import services as svc
+from windjoin.connectors.local import services as svc
 from windjoin.pipelines.cli.options import STATE_DIR_OPTION
 
 

@@ -11,8 +11,8 @@ import orjson
 import yaml
 from pydantic import ValidationError
 
-from windjoin.connectors import services as svc
-from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity, KafkaSecurityError
+from windjoin.connectors.kafka.security import PLAINTEXT, KafkaSecurity, KafkaSecurityError
+from windjoin.connectors.local import services as svc
 from windjoin.operators.pmjoin.execution import ExecutionError, ExecutionPlan
 from windjoin.operators.pmjoin.stats import StatsError
 from windjoin.operators.spec import KafkaSpec

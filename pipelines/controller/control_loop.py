@@ -3,9 +3,9 @@
 Each epoch reads the join job's load reports published after the previous epoch's cursor, averages them into
 the epoch's load (`control.load.aggregate_epoch`), runs one control step (`control.epoch.control_step`:
 shed ratio, slot count, fine tuning into mini-groups, reorganisation moves) and records the decision (hash +
-stream in Redis, see `connectors.control_decisions`) together with the new cursor, so a restarted controller
+stream in Redis, see `connectors.redis.control_decisions`) together with the new cursor, so a restarted controller
 resumes from the recorded state and never counts a report twice. An epoch with no reports decides nothing.
-A malformed report entry (`connectors.load_entry_check`) is skipped with a warning naming its id and the reason,
+A malformed report entry (`operators.control.load_entry_check`) is skipped with a warning naming its id and the reason,
 counted (`on_skip`, the metrics' counter), and read past: the cursor recorded with the next decision is beyond it.
 Applying a decision in the join job (the routing version with its state transfer, the slot count, the shed
 ratio) is not done here.
@@ -18,16 +18,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from windjoin.connectors.control_decisions import DecisionStore, encode_decision, state_from_fields
-from windjoin.connectors.control_decisions import recorded_moves as recorded_moves  # re-exported for readers
-from windjoin.connectors.load_entry_check import ReportBounds
-from windjoin.connectors.load_reports import LoadReports, fine_histograms, fine_work, shed_records, slot_batches
-from windjoin.connectors.memory_reports import MemoryHistory
+from windjoin.connectors.redis.control_decisions import DecisionStore, encode_decision, state_from_fields
+from windjoin.connectors.redis.control_decisions import recorded_moves as recorded_moves  # re-exported for readers
+from windjoin.connectors.redis.load_reports import LoadReports
 from windjoin.operators.control.config import ControlConfig
 from windjoin.operators.control.epoch import Decision, control_step
 from windjoin.operators.control.epoch_state import ControlState
 from windjoin.operators.control.load import aggregate_epoch
+from windjoin.operators.control.load_entries import fine_histograms, fine_work, shed_records, slot_batches
+from windjoin.operators.control.load_entry_check import ReportBounds
 from windjoin.operators.control.memory import SpillRequest
+from windjoin.operators.control.memory_history import MemoryHistory
 from windjoin.operators.control.reorganise import Classes, classify
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class Controller:
     ) -> None:
         self.reports, self.decisions, self.config, self.clock = reports, decisions, config, clock
         self.on_skip = on_skip  # called with (entry id, reason) of each load report entry skipped
-        # Records appended to the input topics so far (`connectors.kafka_arrivals`), for `measure: arrivals`:
+        # Records appended to the input topics so far (`connectors.kafka.arrivals`), for `measure: arrivals`:
         # read at every decided epoch, the difference over the time between readings is the arrival rate.
         self.arrivals = arrivals
         self.arrived = (arrivals(), clock()) if arrivals is not None else None
@@ -163,6 +164,6 @@ class Controller:
 
 
 def decision_fields(outcome: EpochOutcome, decided_at: float) -> dict[str, str | int | float]:
-    """The recorded form of an epoch's decision (`connectors.control_decisions` holds the wire format)."""
+    """The recorded form of an epoch's decision (`connectors.redis.control_decisions` holds the wire format)."""
     o = outcome
     return encode_decision(o.decision, o.occupancy, o.classes, o.batches, o.shed, o.cursor, decided_at)

@@ -19,16 +19,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from windjoin.connectors.batch_costs import BatchCosts
-from windjoin.connectors.kafka_source import (
-    KafkaDataSource,
-    KafkaInputPartition,
-    KafkaRange,
-    KafkaSourceOptions,
-    KafkaStreamReader,
-    read_ranges,
-)
-from windjoin.connectors.mark_reports import MarkReports
+from windjoin.connectors.files.batch_costs import BatchCosts
+from windjoin.connectors.files.mark_reports import MarkReports
+from windjoin.connectors.kafka.range_reader import read_ranges
+from windjoin.connectors.kafka.source import KafkaDataSource, KafkaInputPartition, KafkaStreamReader
+from windjoin.connectors.kafka.source_options import KafkaSourceOptions
 from windjoin.operators.batch_size import next_batch_rows
 from windjoin.operators.control.job_epoch import (
     ControlEpoch,
@@ -44,6 +39,7 @@ from windjoin.operators.event_time import (
     first_event_time,
     next_event_time,
 )
+from windjoin.operators.offset_plan import KafkaRange
 from windjoin.operators.spec import TimeWindow
 from windjoin.pipelines.job.adapter import Adapter
 from windjoin.pipelines.job.control_feed import REFUSALS_OPTION, DecisionFeed, RefusalCounts, auth_from_options
@@ -55,8 +51,8 @@ ADAPTED_SOURCE_NAME = "windjoin_adapted_kafka"
 ADAPTER_OPTION = "windjoin.adapter"  # the Adapter, pickled and base64-encoded (options are strings)
 CONTROL_REDIS_OPTION = "windjoin.control.redis"  # Redis URL of the controller's decisions (none: static)
 CONTROL_NAMESPACE_OPTION = "windjoin.control.namespace"
-MARKS_OPTION = "windjoin.marks.path"  # folder of the batches' event-time marks (connectors.mark_reports)
-COSTS_OPTION = "windjoin.costs.path"  # file of the recent batches' sizes and times (connectors.batch_costs)
+MARKS_OPTION = "windjoin.marks.path"  # folder of the batches' event-time marks (connectors.files.mark_reports)
+COSTS_OPTION = "windjoin.costs.path"  # file of the recent batches' sizes and times (connectors.files.batch_costs)
 
 
 def encode_adapter(adapter: Adapter) -> str:

@@ -22,11 +22,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from windjoin.connectors.codec import Codec
-from windjoin.connectors.codec_errors import DecodeError
-from windjoin.connectors.json_codec import JsonCodec
-from windjoin.connectors.json_columns import decode_columns
-from windjoin.connectors.stream_codecs import stream_codecs
+from windjoin.connectors.formats.codec import Codec
+from windjoin.connectors.formats.codec_errors import DecodeError
+from windjoin.connectors.formats.json_codec import JsonCodec
+from windjoin.connectors.formats.json_columns import decode_columns
+from windjoin.connectors.formats.stream_codecs import stream_codecs
 from windjoin.operators.control.hot import store_turns
 from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.control.shedding import record_hash, shed_mask_of_hashes
@@ -230,7 +230,7 @@ class Adapter:
         )
 
     def _decode_columns(self, batch: pa.RecordBatch, stream: pa.Array) -> Decoded | None:
-        """Decode and check a batch of one JSON stream's records at once (connectors.json_columns); None when
+        """Decode and check a batch of one JSON stream's records at once (connectors.formats.json_columns); None when
         any record needs `_decode_records` (bad, future, not JSON, or several streams)."""
         assert self._codecs is not None
         n = batch.num_rows

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_client import spec_auth
-from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.redis.client import spec_auth
+from windjoin.connectors.redis.sink import RedisSink
 from windjoin.operators.spec import JoinSpec, ParquetSinkSpec, RedisSinkSpec
 from windjoin.pipelines.job.sinks import Sink, register_after_commit, register_sink
 from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter

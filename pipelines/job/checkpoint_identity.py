@@ -13,7 +13,7 @@ import os
 import uuid
 from pathlib import Path
 
-from windjoin.connectors.result_files import fsync_path
+from windjoin.connectors.files.result_files import fsync_path
 from windjoin.operators.sink_owner import CheckpointId, OwnerRecordError
 
 RUN_FILE = "windjoin-run.json"

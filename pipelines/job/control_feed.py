@@ -15,12 +15,12 @@ from typing import Any
 
 import orjson
 
-from windjoin.connectors.atomic_write import replace_whole
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.redis_client import RedisAuth
-from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
+from windjoin.connectors.files.atomic_write import replace_whole
+from windjoin.connectors.redis.client import RedisAuth
+from windjoin.connectors.redis.control_decisions import DecisionStore
 from windjoin.operators.control.decision_check import Accepted, DecisionRefused, check_decision
 from windjoin.operators.control.job_epoch import ControlTarget
+from windjoin.operators.redis_namespace import DEFAULT_NAMESPACE
 
 log = logging.getLogger(__name__)
 

@@ -20,13 +20,15 @@ from datetime import UTC, datetime
 import pandas as pd
 from confluent_kafka import KafkaException
 
-from windjoin.connectors.codec_errors import register_reason
-from windjoin.connectors.dead_letter import DeadLetter, fit_dead_letter
-from windjoin.connectors.kafka_admin import topic_config
-from windjoin.connectors.kafka_producer import BatchProducer
-from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
-from windjoin.connectors.kafka_source import KafkaRange, KafkaSourceOptions, read_range
+from windjoin.connectors.formats.codec_errors import register_reason
+from windjoin.connectors.kafka.admin import topic_config
+from windjoin.connectors.kafka.dead_letter import DeadLetter, fit_dead_letter
+from windjoin.connectors.kafka.producer import BatchProducer
+from windjoin.connectors.kafka.range_reader import read_range
+from windjoin.connectors.kafka.security import PLAINTEXT, KafkaSecurity
+from windjoin.connectors.kafka.source_options import KafkaSourceOptions
 from windjoin.operators import schema
+from windjoin.operators.offset_plan import KafkaRange
 from windjoin.pipelines.job.adapter import UNKNOWN_TOPIC
 
 for _reason in (

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from windjoin.connectors.control_decisions import decision_key
-from windjoin.connectors.redis_client import RedisAuth, redis_client
+from windjoin.connectors.redis.client import RedisAuth, redis_client
+from windjoin.connectors.redis.control_decisions import decision_key
 
 log = logging.getLogger(__name__)
 

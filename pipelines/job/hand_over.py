@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 
-from windjoin.connectors.move_store import MovedGroup, MoveStore
+from windjoin.connectors.redis.move_store import MovedGroup, MoveStore
 from windjoin.operators.control.job_epoch import ControlEpoch, Holders, pieces, unit_holders
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import JoinSpec
@@ -27,7 +27,7 @@ from windjoin.pipelines.job.stored_rows import segment_schema, stored_mini_bits
 
 
 class HandOver:
-    """A slot's side of holder changes, through the job's move store (`connectors.move_store`)."""
+    """A slot's side of holder changes, through the job's move store (`connectors.redis.move_store`)."""
 
     def __init__(
         self, spec: JoinSpec, initial_routing: RoutingTable, move_root: str | None, segments: SegmentStore

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from windjoin.connectors.codec_errors import known_reasons
+from windjoin.connectors.formats.codec_errors import known_reasons
 from windjoin.operators.control.decision_check import REASONS
 from windjoin.operators.schema import RECORD_REASONS
 

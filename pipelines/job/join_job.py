@@ -17,17 +17,17 @@ import orjson
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from windjoin.connectors.batch_costs import BatchCosts
-from windjoin.connectors.checkpoint_layout import check_layout
-from windjoin.connectors.kafka_security import KafkaSecurity
-from windjoin.connectors.mark_reports import MarkReports
-from windjoin.connectors.move_store import MoveStore
-from windjoin.connectors.redis_client import RedisAuth
-from windjoin.connectors.redis_namespace import DEFAULT_NAMESPACE
-from windjoin.connectors.snapshots import Snapshot
+from windjoin.connectors.files.batch_costs import BatchCosts
+from windjoin.connectors.files.checkpoint_layout import check_layout
+from windjoin.connectors.files.mark_reports import MarkReports
+from windjoin.connectors.files.snapshots import Snapshot
+from windjoin.connectors.kafka.security import KafkaSecurity
+from windjoin.connectors.redis.client import RedisAuth
+from windjoin.connectors.redis.move_store import MoveStore
 from windjoin.operators.batch_budget import batch_budget, spark_parts
 from windjoin.operators.batch_delays import Delays
 from windjoin.operators.partitioning import RoutingTable
+from windjoin.operators.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.result_table import result_schema
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.job.adapted_source import (

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from windjoin.connectors.load_reports import LoadReports
+from windjoin.connectors.redis.load_reports import LoadReports
 
 if TYPE_CHECKING:
     from windjoin.pipelines.job.join_job import BatchOutcome

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import pyarrow as pa
 from pydantic import BaseModel
 
-from windjoin.connectors.snapshots import Snapshot
+from windjoin.connectors.files.snapshots import Snapshot
 from windjoin.operators.sink_configs import register_sink_config
 from windjoin.operators.spec import JoinSpec
 

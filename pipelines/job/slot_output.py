@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
 
-from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
+from windjoin.connectors.kafka.security import PLAINTEXT, KafkaSecurity
 from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, order_results, result_schema, result_times
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.job.dead_letters import DeadLetterWriter

@@ -1,7 +1,7 @@
 """A slot's disk pushes and exact clean-ups (paper 004, decided per batch in the control epoch).
 
 After joining a batch, the holder of a partition to push writes the partition's stored rows as the next
-*generation* file (`connectors.spill_files`, under <checkpoint>/spill, numbered from the slot's meta so a
+*generation* file (`connectors.files.spill_files`, under <checkpoint>/spill, numbered from the slot's meta so a
 replayed batch rewrites the same file) and forgets them in state and window; its positions stay, so lateness is
 judged as before, and its later tuples form the memory-resident generation. A clean-up merges every pushed
 generation with the memory-resident one (`operators.spill.cleanup`) and emits exactly the pairs no generation
@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from windjoin.connectors.spill_files import SpillFiles
+from windjoin.connectors.files.spill_files import SpillFiles
 from windjoin.operators.control.job_epoch import check_spillable
 from windjoin.operators.join import Pairs
 from windjoin.operators.partitioning import Group

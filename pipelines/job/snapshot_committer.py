@@ -6,7 +6,8 @@ started) reaches `every_ms` (reason "periodic"). The snapshot store decides what
 disk, so a replayed or restarted batch never closes a second snapshot over the same batches.
 
 With a Redis sink (which then does not trim by itself), each snapshot is then handed to Redis with
-`redis_tier.advance_snapshot`: Redis records the snapshot as the tier boundary, then the pieces of batches inside
+`connectors.results.redis_tier.advance_snapshot`: Redis records the snapshot as the tier boundary, then the pieces of
+batches inside
 the snapshot whose results are all older than the task's max result time - the Redis sink's `retain_ms` leave it,
 and the oldest of them while it holds more than `max_bytes` (after Redis refused a batch for memory: all of them).
 The manifest exists before Redis names it. Parquet retention (`retain_ms`) then drops whole old snapshots.
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from windjoin.connectors.snapshots import Snapshot, SnapshotStore
+from windjoin.connectors.files.snapshots import Snapshot, SnapshotStore
 
 PERIODIC, PUNCTUATION, RECOVERY = "periodic", "punctuation", "recovery"
 
@@ -93,13 +94,13 @@ class SnapshotCommitter:
     def _marks(self, task: str) -> tuple[int | None, bool]:
         """The snapshot id Redis records as the task's tier boundary (None: none, e.g. Redis restarted empty), and
         whether Redis refused a batch for memory since (then a snapshot must move everything Parquet holds out)."""
-        from windjoin.connectors.redis_keys import meta_key
+        from windjoin.connectors.redis.keys import meta_key
 
         value, full = self.redis.client.hmget(meta_key(task, self.redis.namespace), "snapshot", "full_pending")
         return (None if value is None else int(value)), full is not None
 
     def _advance_redis(self, snapshot: Snapshot) -> None:
-        from windjoin.connectors import redis_tier
+        from windjoin.connectors.results import redis_tier
 
         max_time = self.redis.max_time(snapshot.task)
         cutoff = None if max_time is None else max_time - self.redis.retain_ms  # None: no results, none to drop

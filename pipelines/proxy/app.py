@@ -27,7 +27,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse
 
-from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
+from windjoin.connectors.results.result_query import MAX_LIMIT, ResultStore
 from windjoin.operators.query import errors
 from windjoin.operators.query.conditions import parse_condition
 from windjoin.operators.query.cursors import MAX_TIME

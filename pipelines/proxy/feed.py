@@ -24,7 +24,7 @@ from anyio import CapacityLimiter, to_thread
 
 # The store's own selection, projection and cursors, so that rows selected here are exactly the rows
 # `ResultStore.follow` would select.
-from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
+from windjoin.connectors.results.result_query import MAX_LIMIT, ResultStore
 from windjoin.operators.query.conditions import Condition
 from windjoin.operators.query.cursors import CursorCodec
 from windjoin.operators.query.errors import QueryError

@@ -26,10 +26,10 @@ import numpy as np
 import orjson
 import yaml
 
-from windjoin.connectors import processes
-from windjoin.connectors.kafka_admin import create_topics
-from windjoin.connectors.kafka_producer import BatchProducer
-from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
+from windjoin.connectors.kafka.admin import create_topics
+from windjoin.connectors.kafka.producer import BatchProducer
+from windjoin.connectors.kafka.security import PLAINTEXT, KafkaSecurity
+from windjoin.connectors.local import processes
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.mjoin import MJoin
 from windjoin.operators.pmjoin.execution import ExecutionError, ExecutionPlan, compile_plan, time_window_ms

@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
-from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity, KafkaSecurityError
+from windjoin.connectors.kafka.security import PLAINTEXT, KafkaSecurity, KafkaSecurityError
 from windjoin.operators.pmjoin.execution import ExecutionPlan
 from windjoin.operators.pmjoin.execution_engine import (
     END,

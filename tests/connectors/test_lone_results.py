@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.connectors.tiers import TiersLayout
-from windjoin.connectors.result_query import MAX_LIMIT
+from windjoin.connectors.results.result_query import MAX_LIMIT
 from windjoin.operators.query.conditions import parse_condition
 from windjoin.operators.query.errors import BadQuery
 from windjoin.operators.result_table import check_result_table, result_times, table_from_records

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.connectors.tiers import TiersLayout
-from windjoin.connectors.redis_tier import read_all
-from windjoin.connectors.result_query import MAX_LIMIT
+from windjoin.connectors.results.redis_tier import read_all
+from windjoin.connectors.results.result_query import MAX_LIMIT
 from windjoin.operators.query.conditions import parse_condition
 from windjoin.operators.result_table import result_schema, result_times, table_from_records
 from windjoin.operators.spec import parse_spec

@@ -17,9 +17,9 @@ from tests.connectors.tiers import Tiers, TiersLayout
 from tests.support.redis_loss import Job, follow_all
 from tests.support.result_pages import all_pages, expected, got, record
 from tests.support.result_tables import make_table
-from windjoin.connectors.redis_client import redis_client
-from windjoin.connectors.redis_keys import meta_key
-from windjoin.connectors.redis_sink import RedisFullError, RedisSink
+from windjoin.connectors.redis.client import redis_client
+from windjoin.connectors.redis.keys import meta_key
+from windjoin.connectors.redis.sink import RedisFullError, RedisSink
 from windjoin.operators.query.cursors import FEED_END
 
 

@@ -17,9 +17,9 @@ from tests.connectors.tiers import Tiers, TiersLayout
 from tests.support.redis_loss import Job, follow_all
 from tests.support.result_pages import all_pages, expected, got, record
 from tests.support.result_tables import make_table
-from windjoin.connectors import redis_feed
-from windjoin.connectors.redis_keys import meta_key
-from windjoin.connectors.result_query import MAX_LIMIT
+from windjoin.connectors.redis import feed as redis_feed
+from windjoin.connectors.redis.keys import meta_key
+from windjoin.connectors.results.result_query import MAX_LIMIT
 from windjoin.operators.query.errors import Gone
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

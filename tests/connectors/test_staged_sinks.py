@@ -15,14 +15,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.connectors.sink_cases import SPEC
-from windjoin.connectors import parquet_sink, redis_pieces
-from windjoin.connectors.parquet_replay import ParquetReplay
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_feed import feed_coverage, read_feed
-from windjoin.connectors.redis_keys import piece_key
-from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.redis_tier import read_all
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files import parquet_sink
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.redis import pieces as redis_pieces
+from windjoin.connectors.redis.feed import feed_coverage, read_feed
+from windjoin.connectors.redis.keys import piece_key
+from windjoin.connectors.redis.sink import RedisSink
+from windjoin.connectors.results.parquet_replay import ParquetReplay
+from windjoin.connectors.results.redis_tier import read_all
 from windjoin.operators.query.cursors import FEED_END
 from windjoin.operators.result_table import result_schema, result_times, table_from_records, table_records
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.redis_tier import advance_snapshot
-from windjoin.connectors.result_query import ResultStore
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.redis.sink import RedisSink
+from windjoin.connectors.results.redis_tier import advance_snapshot
+from windjoin.connectors.results.result_query import ResultStore
 from windjoin.operators.query.cursors import CursorCodec
 from windjoin.operators.spec import JoinSpec
 

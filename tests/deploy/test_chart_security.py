@@ -1,5 +1,5 @@
 """The chart's security, offline: every Secret a pod references resolves, no credential is in a ConfigMap or a
-container argument, the bundled Redis gets the same ACL users as `connectors.redis_acl` (its init script run here,
+container argument, the bundled Redis gets the same ACL users as `operators.redis_acl` (its init script run here,
 its file loaded by a real redis-server), Spark authenticates and encrypts, NetworkPolicies deny by default."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import yaml
 from tests.support.chart import CHART, VALUE_SETS, render, run_helm
 from tests.support.redis_acl import PAIRS
 from tests.support.result_tables import make_table
-from windjoin.connectors import processes
-from windjoin.connectors.redis_acl import COMPONENTS, component_rules
-from windjoin.connectors.redis_client import RedisAuth, redis_client
-from windjoin.connectors.redis_functions import BUSY_REPLY_MS, LIBRARY
-from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.redis_tier import read_all
-from windjoin.connectors.services import redis_binary
+from windjoin.connectors.local import processes
+from windjoin.connectors.local.services import redis_binary
+from windjoin.connectors.redis.client import RedisAuth, redis_client
+from windjoin.connectors.redis.functions import BUSY_REPLY_MS, LIBRARY
+from windjoin.connectors.redis.sink import RedisSink
+from windjoin.connectors.results.redis_tier import read_all
+from windjoin.operators.redis_acl import COMPONENTS, component_rules
 from windjoin.operators.spec import parse_spec
 
 WORKLOADS = {"Deployment", "StatefulSet"}
@@ -358,14 +358,14 @@ def test_the_bundled_redis_sets_its_busy_reply_threshold(helm):  # noqa: F811
 
 
 def test_the_charts_function_library_is_the_packages() -> None:
-    """helm/windjoin/files/redis-functions.lua is a copy of `redis_functions.LIBRARY` (the chart cannot read the
-    package): write it again from there when the library changes."""
+    """helm/windjoin/files/redis-functions.lua is a copy of `connectors.redis.functions.LIBRARY` (the chart cannot read
+    the package): write it again from there when the library changes."""
     assert (CHART / "files" / "redis-functions.lua").read_text() == LIBRARY
 
 
 def test_the_bundled_redis_loads_the_acl_users_and_the_function_library(helm, tmp_path):  # noqa: F811
     """The Redis pod's init script, run here with sh on the chart's own Secrets, writes an ACL file a real
-    redis-server loads: the same rules as `connectors.redis_acl`, each user logging in with its password; its
+    redis-server loads: the same rules as `operators.redis_acl`, each user logging in with its password; its
     postStart hook, run here too, loads the function library as admin, so the job can commit and the proxy read."""
     docs = render(helm, "default")
     statefulset = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "wj-windjoin-redis")

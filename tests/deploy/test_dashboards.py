@@ -163,7 +163,7 @@ def test_a_real_pipeline_run_updates_every_job_metric_a_dashboard_queries(
     spark, kafka_bootstrap, unique_topic, tmp_path
 ):
     from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
-    from windjoin.connectors.parquet_sink import ParquetSink
+    from windjoin.connectors.files.parquet_sink import ParquetSink
     from windjoin.operators.spec import parse_spec
     from windjoin.pipelines.job.executor_scaling import executor_count
     from windjoin.pipelines.job.join_job import start_job

@@ -40,11 +40,11 @@ import yaml
 
 from tests.deploy.pod_runner import UNMAPPED, PodRunner, load_manifests, podman
 from tests.pipelines.pipeline_helpers import produce_events
-from windjoin.connectors.kafka_admin import create_topics
-from windjoin.connectors.kafka_producer import produce
-from windjoin.connectors.processes import free_port
-from windjoin.connectors.result_query import MAX_LIMIT
-from windjoin.connectors.services import tansu_binary
+from windjoin.connectors.kafka.admin import create_topics
+from windjoin.connectors.kafka.producer import produce
+from windjoin.connectors.local.processes import free_port
+from windjoin.connectors.local.services import tansu_binary
+from windjoin.connectors.results.result_query import MAX_LIMIT
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.proxy.tokens import token_hash
 

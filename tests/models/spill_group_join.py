@@ -47,7 +47,7 @@ Results = list[Pairs | Combinations]
 
 
 class GenerationFiles(Protocol):
-    """Where pushed generations live (connectors.spill_files.SpillFiles)."""
+    """Where pushed generations live (connectors.files.spill_files.SpillFiles)."""
 
     def write(self, part: int, gen: int, stream: str, columns: Mapping[str, np.ndarray]) -> object: ...
 

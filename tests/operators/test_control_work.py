@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from windjoin.connectors.control_decisions import encode_decision, state_from_fields
+from windjoin.connectors.redis.control_decisions import encode_decision, state_from_fields
 from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.control.epoch import ControlState, control_step
 from windjoin.operators.control.load import Load, SlotBatch, aggregate_epoch
@@ -145,8 +145,8 @@ def test_hold_epochs_must_be_a_count(hold):
 
 
 def test_mini_groups_weigh_by_their_join_work_where_reported():
-    from windjoin.connectors.load_reports import LoadEntry, fine_work
     from windjoin.operators.control.finetune import FINE_DEPTH, unit_weights
+    from windjoin.operators.control.load_entries import LoadEntry, fine_work
 
     routing = RoutingTable.round_robin(2, 2).with_units({Group(0, 1, 0): 0, Group(0, 1, 1): 1, Group(1): 1})
     window = [10] * (1 << FINE_DEPTH)  # the same window tuples in every bin

@@ -9,9 +9,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.kafka_source import KafkaSourceOptions
-from windjoin.connectors.redis_client import RedisAuth
+from windjoin.connectors.kafka.source_options import KafkaSourceOptions
+from windjoin.connectors.redis.client import RedisAuth
+from windjoin.connectors.redis.control_decisions import DecisionStore
 from windjoin.operators.control.config import FineTuningConfig
 from windjoin.operators.control.decision_check import MAX_SPLIT_DEPTH, Accepted, DecisionRefused, check_decision
 from windjoin.operators.control.declustering import UtilisationState

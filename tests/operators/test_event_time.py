@@ -6,8 +6,7 @@ import logging
 
 import pytest
 
-from windjoin.connectors.kafka_source import plan_end
-from windjoin.connectors.mark_reports import MarkReports
+from windjoin.connectors.files.mark_reports import MarkReports
 from windjoin.operators.event_time import (
     DENSITY_MARGIN,
     PROBE_RECORDS,
@@ -17,6 +16,7 @@ from windjoin.operators.event_time import (
     first_event_time,
     next_event_time,
 )
+from windjoin.operators.offset_plan import plan_end
 
 CONFIG = EventTimeConfig(allowed_lateness_ms=1_000, idle_timeout_ms=5_000, alignment_ms=2_000)
 BOUNDS = {"r:0": (0, 1_000), "r:1": (0, 1_000)}
@@ -137,7 +137,7 @@ def test_a_malformed_marks_report_reads_as_lost_with_a_warning(tmp_path, caplog,
     reports = MarkReports(tmp_path)
     reports.write(4, {"r:0": (5, 9)})
     (tmp_path / f"{3:012d}.json").write_bytes(text)
-    with caplog.at_level(logging.WARNING, logger="windjoin.connectors.mark_reports"):
+    with caplog.at_level(logging.WARNING, logger="windjoin.connectors.files.mark_reports"):
         assert reports.read(3) is None
     [warning] = caplog.records
     assert f"{3:012d}.json skipped" in warning.getMessage() and says in warning.getMessage()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tests.models.spill_cluster import AdaptiveCluster
 from tests.models.spill_group_join import GroupedJoin
-from windjoin.connectors.spill_files import SpillFiles
+from windjoin.connectors.files.spill_files import SpillFiles
 from windjoin.operators.arrivals import ChunkBuilder
 from windjoin.operators.batch import Arrivals
 from windjoin.operators.partitioning import partition_of

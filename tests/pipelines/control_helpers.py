@@ -14,10 +14,10 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events, redis_pairs
-from windjoin.connectors.control_decisions import DecisionStore, routing_json
-from windjoin.connectors.load_reports import LoadReports
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.redis.control_decisions import DecisionStore, routing_json
+from windjoin.connectors.redis.load_reports import LoadReports
+from windjoin.connectors.redis.sink import RedisSink
 from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from windjoin.connectors.dead_letter import DeadLetter
+from windjoin.connectors.kafka.dead_letter import DeadLetter
 
 
 def _varint_bytes(n: int) -> int:

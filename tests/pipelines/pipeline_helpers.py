@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from windjoin.connectors.dead_letter import DeadLetter, decode_dead_letter
-from windjoin.connectors.kafka_admin import create_topics
-from windjoin.connectors.kafka_producer import produce
+from windjoin.connectors.kafka.admin import create_topics
+from windjoin.connectors.kafka.dead_letter import DeadLetter, decode_dead_letter
+from windjoin.connectors.kafka.producer import produce
 
 
 def produce_events(bootstrap: str, spec: dict, events: list[dict], topic_partitions: int = 2) -> None:

@@ -17,14 +17,14 @@ import uvicorn
 import yaml
 from fastapi.testclient import TestClient
 
-from windjoin.connectors import processes
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.processes import free_port
-from windjoin.connectors.redis_client import redis_client
-from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.redis_tier import advance_snapshot
-from windjoin.connectors.result_query import ResultStore
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.local import processes
+from windjoin.connectors.local.processes import free_port
+from windjoin.connectors.redis.client import redis_client
+from windjoin.connectors.redis.sink import RedisSink
+from windjoin.connectors.results.redis_tier import advance_snapshot
+from windjoin.connectors.results.result_query import ResultStore
 from windjoin.operators.query.cursors import CursorCodec
 from windjoin.operators.result_table import table_from_records
 from windjoin.operators.spec import JoinSpec, parse_spec

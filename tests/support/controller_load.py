@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from windjoin.connectors.load_reports import LoadReports
+from windjoin.connectors.redis.load_reports import LoadReports
 from windjoin.pipelines.job.join_job import BatchOutcome
 from windjoin.pipelines.job.load_publisher import LoadPublisher
 

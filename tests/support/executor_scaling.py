@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from windjoin.connectors import processes
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.spark_cluster import StandaloneCluster
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.local import processes
+from windjoin.connectors.spark.cluster import StandaloneCluster
 from windjoin.operators.testing.oracle import oracle_join
 
 BASE_TS = 1_700_000_000_000

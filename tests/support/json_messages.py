@@ -7,7 +7,7 @@ import struct
 
 from hypothesis import strategies as st
 
-from windjoin.connectors.json_codec import JsonCodec
+from windjoin.connectors.formats.json_codec import JsonCodec
 from windjoin.operators.schema import MAX_SAFE_INT
 
 CODEC = JsonCodec()

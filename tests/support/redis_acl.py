@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-from windjoin.connectors import processes
-from windjoin.connectors.redis_acl import ROLES, acl_file, acl_users
-from windjoin.connectors.redis_client import RedisAuth, redis_client
-from windjoin.connectors.redis_functions import load_library
-from windjoin.connectors.services import redis_binary
+from windjoin.connectors.local import processes
+from windjoin.connectors.local.services import redis_binary
+from windjoin.connectors.redis.client import RedisAuth, redis_client
+from windjoin.connectors.redis.functions import load_library
+from windjoin.operators.redis_acl import ROLES, acl_file, acl_users
 
 NS = "windjoin"
 PAIRS = [{"R": {"ts": 7, "k": 1, "x": 1.0, "z": "a"}, "S": {"t": 9, "k": 1, "d": True}}]

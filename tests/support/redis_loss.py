@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.connectors.tiers import Tiers
-from windjoin.connectors.result_query import ResultStore
+from windjoin.connectors.results.result_query import ResultStore
 from windjoin.operators.query.errors import Gone
 from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter
 

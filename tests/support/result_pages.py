@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.connectors.tiers import Tiers
 from tests.support.result_tables import canonical, result_time
-from windjoin.connectors.result_query import ResultStore
+from windjoin.connectors.results.result_query import ResultStore
 
 
 def record(task: str, batch: int, row: int, pair: dict, emitted_at: int) -> tuple[int, int, int, str, dict, int]:

@@ -192,7 +192,7 @@ envFrom:
 {{- end -}}
 
 {{/* The ACL rules of one Redis user (job, controller, proxy, admin): the same as
-     windjoin.connectors.redis_acl.component_rules (tests/deploy checks they agree). (dict "ctx" $ "component" "job") */}}
+     windjoin.operators.redis_acl.component_rules (tests/deploy checks they agree). (dict "ctx" $ "component" "job") */}}
 {{- define "windjoin.redisAclRules" -}}
 {{- $ns := .ctx.Values.redis.auth.namespace -}}
 {{- if eq .component "job" -}}

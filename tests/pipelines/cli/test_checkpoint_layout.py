@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from tests.pipelines.pipeline_helpers import keyed_eq_spec
-from windjoin.connectors.checkpoint_layout import LAYOUT_FILE, CheckpointLayoutError, check_layout
+from windjoin.connectors.files.checkpoint_layout import LAYOUT_FILE, CheckpointLayoutError, check_layout
 from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.cli.main import cli
 

@@ -9,7 +9,7 @@ import sys
 import pyarrow.dataset as ds
 import pytest
 
-from windjoin.connectors import services
+from windjoin.connectors.local import services
 
 
 @pytest.mark.slow

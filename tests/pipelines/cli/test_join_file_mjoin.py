@@ -121,8 +121,8 @@ def test_three_way_example_in_the_readme(tmp_path):
 
 
 def test_lines_decoded_at_once_join_as_lines_decoded_one_by_one(tmp_path, monkeypatch):
-    """Blocks of plain lines go through pyarrow's reader (connectors.json_columns), blocks with a bad line line by
-    line: the results and the refusals are the same either way, and both paths are taken here."""
+    """Blocks of plain lines go through pyarrow's reader (connectors.formats.json_columns), blocks with a bad line line
+    by line: the results and the refusals are the same either way, and both paths are taken here."""
     events = [json.dumps(e) for e in _events(900, seed=11)]
     events[300] = events[300].replace('"k": ', '"k": 1.5, "z": ')  # a float for an int: wrong_type, line by line
     events[700] = "{not json"

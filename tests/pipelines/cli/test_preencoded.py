@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from windjoin.connectors.stream_encoder import stream_encoder
+from windjoin.connectors.formats.stream_encoder import stream_encoder
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.workloads.b_model import Workload, WorkloadConfig
 from windjoin.pipelines.cli.preencoded import _columnar, encode_schedule, lead_s

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from tests.pipelines.proxy_helpers import TOKEN, TOKENS_FILE, Results, Server, access, make_spec, new_namespace
 from tests.support.proxy_metrics import wait_subscribers
-from windjoin.connectors import processes
-from windjoin.connectors.processes import free_port
+from windjoin.connectors.local import processes
+from windjoin.connectors.local.processes import free_port
 from windjoin.pipelines.cli.main import cli
 from windjoin.pipelines.proxy.app import create_app
 from windjoin.pipelines.proxy.feed import FeedConfig
@@ -204,7 +204,7 @@ def test_results_by_spec_with_redis_restarted_empty_answer_everything(
 def test_follow_resumes_from_parquet_when_redis_lost_what_it_had_not_read(redis_url: str, tmp_path: Path) -> None:
     """A subscriber stops after some rows; Redis loses everything and the job writes on; `windjoin query follow
     --cursor` gets 410 with a resume cursor, reads the lost batches from Parquet, then the feed: every row once."""
-    from windjoin.connectors.redis_sink import clear_task
+    from windjoin.connectors.redis.sink import clear_task
 
     live = Results(make_spec(redis_url, tmp_path / "parquet"), new_namespace(), redis_url, tmp_path / "parquet")
     for b in range(4):
@@ -231,7 +231,7 @@ def test_results_by_spec_with_redis_failing_mid_read_go_on_from_parquet_at_the_s
 ) -> None:
     """Redis answers the first pages, then fails: Parquet alone answers the rest, from the last page's cursor (signed
     by the first store, read back by the Parquet-only one), every row once."""
-    from windjoin.connectors.result_query import ResultStore
+    from windjoin.connectors.results.result_query import ResultStore
 
     one_time, calls = ResultStore.one_time, []
 

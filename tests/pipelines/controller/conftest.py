@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from windjoin.connectors.load_reports import LoadReports
+from windjoin.connectors.redis.load_reports import LoadReports
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from tests.support.controller_load import (
     skewed_outcome,
     spec_file,
 )
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.load_reports import LoadReports
+from windjoin.connectors.redis.control_decisions import DecisionStore
+from windjoin.connectors.redis.load_reports import LoadReports
 from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.partitioning import Group
 from windjoin.pipelines.controller.control_loop import Controller, recorded_moves, state_from_fields

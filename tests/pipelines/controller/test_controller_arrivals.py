@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.load_reports import LoadReports
+from windjoin.connectors.redis.control_decisions import DecisionStore
+from windjoin.connectors.redis.load_reports import LoadReports
 from windjoin.operators.control.config import parse_control_config
 from windjoin.pipelines.controller.control_loop import Controller
 from windjoin.pipelines.job.join_job import BatchOutcome

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from tests.support.controller_load import CONFIG, publish, spec_file
 from tests.support.leases import CandidateApi, World
-from windjoin.connectors.control_decisions import DecisionStore
+from windjoin.connectors.redis.control_decisions import DecisionStore
 from windjoin.pipelines.cli.controller import controller
 from windjoin.pipelines.controller import leader_election
 

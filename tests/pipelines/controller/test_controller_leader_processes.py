@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.controller_load import CONFIG, publish, spec_file
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.redis_client import ENV_PASSWORD_FILE
+from windjoin.connectors.redis.client import ENV_PASSWORD_FILE
+from windjoin.connectors.redis.control_decisions import DecisionStore
 
 LEASES = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases(?:/([^/?]+))?(?:\?.*)?$")
 

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from windjoin.connectors.kafka_source import ARROW_SCHEMA
+from windjoin.connectors.kafka.range_reader import ARROW_SCHEMA
 from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import JoinSpec

@@ -7,7 +7,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from windjoin.connectors.kafka_source import ARROW_SCHEMA
+from windjoin.connectors.kafka.range_reader import ARROW_SCHEMA
 from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
@@ -187,7 +187,7 @@ r_values = st.one_of(
     ratio=st.sampled_from([0, 0.5]),
 )
 def test_the_batch_decoding_adapts_exactly_as_record_by_record(values, topic, ratio):
-    """Whole batches decoded at once (connectors.json_columns) give the very rows the per-record path gives."""
+    """Whole batches decoded at once (connectors.formats.json_columns) give the very rows the per-record path gives."""
     adapter = Adapter(PUNCTUATED, RoutingTable.round_robin(16, 4), slot_labels=(12, 6, 2, 0))
     epoch = ControlEpoch(adapter.routing, shed_ratio=ratio)
     batch = _batch([(topic, v, NOW) for v in values])

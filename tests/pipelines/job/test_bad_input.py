@@ -25,12 +25,12 @@ from fastavro import parse_schema, schemaless_writer
 
 from tests.pipelines.dead_letter_helpers import describes, record_batch_bytes
 from tests.pipelines.pipeline_helpers import parquet_pairs, read_topic, redis_pairs
-from windjoin.connectors.dead_letter import DeadLetter, decode_dead_letter
-from windjoin.connectors.kafka_admin import create_topics
-from windjoin.connectors.kafka_producer import BatchProducer
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.stream_encoder import stream_encoder
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.formats.stream_encoder import stream_encoder
+from windjoin.connectors.kafka.admin import create_topics
+from windjoin.connectors.kafka.dead_letter import DeadLetter, decode_dead_letter
+from windjoin.connectors.kafka.producer import BatchProducer
+from windjoin.connectors.redis.sink import RedisSink
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import start_job

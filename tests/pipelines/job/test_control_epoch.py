@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from windjoin.connectors.move_store import MissingStateError, MovedGroup, MoveStore
+from windjoin.connectors.redis.move_store import MissingStateError, MovedGroup, MoveStore
 from windjoin.operators.control.job_epoch import ControlEpoch, ControlTarget, holder_changes, next_epoch, pieces
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec
@@ -152,7 +152,7 @@ def test_the_job_refuses_mini_groups_for_count_windows_and_n_way_tasks(window, t
     with pytest.raises(ValueError, match=refused):
         adapter.check_routing(_split3(START, 1, 0, 0, 1))
     # the job's driver plans the batch that would announce it, and stops there
-    from windjoin.connectors.kafka_source import KafkaSourceOptions
+    from windjoin.connectors.kafka.source_options import KafkaSourceOptions
     from windjoin.pipelines.job.adapted_source import AdaptedStreamReader
 
     class Feed:
@@ -217,7 +217,7 @@ def test_a_push_or_clean_up_forces_a_batch_once():
     ],
 )
 def test_the_job_refuses_pushes_for_count_windows_and_n_way_tasks(window, tasks, why):
-    from windjoin.connectors.kafka_source import KafkaSourceOptions
+    from windjoin.connectors.kafka.source_options import KafkaSourceOptions
     from windjoin.operators.control.memory import SpillRequest
     from windjoin.pipelines.job.adapted_source import AdaptedStreamReader
 

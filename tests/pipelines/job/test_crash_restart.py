@@ -60,12 +60,12 @@ from tests.pipelines.job_processes import (
     wait_until,
 )
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_closers, read_dead_letters, redis_pairs
-from windjoin.connectors.kafka_admin import create_topics
-from windjoin.connectors.kafka_producer import BatchProducer
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_client import redis_client
-from windjoin.connectors.redis_keys import meta_key
-from windjoin.connectors.redis_sink import RedisSink, clear_task
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.kafka.admin import create_topics
+from windjoin.connectors.kafka.producer import BatchProducer
+from windjoin.connectors.redis.client import redis_client
+from windjoin.connectors.redis.keys import meta_key
+from windjoin.connectors.redis.sink import RedisSink, clear_task
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
 KILLS = ("parquet_stage", "redis_stage", "commit", "after_sinks", "random")

@@ -16,9 +16,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from tests.pipelines.dead_letter_helpers import describes, record_batch_bytes
-from windjoin.connectors.dead_letter import CUT_MARK, MAX_DETAIL_CHARS, decode_dead_letter
-from windjoin.connectors.kafka_admin import create_topics
-from windjoin.connectors.kafka_producer import BatchProducer
+from windjoin.connectors.kafka.admin import create_topics
+from windjoin.connectors.kafka.dead_letter import CUT_MARK, MAX_DETAIL_CHARS, decode_dead_letter
+from windjoin.connectors.kafka.producer import BatchProducer
 from windjoin.pipelines.job.dead_letters import BROKER_DEFAULT_MAX_MESSAGE_BYTES, DeadLetterWriter
 
 BIG_PRODUCER = {"message.max.bytes": 8_000_000}  # the input topic takes records over librdkafka's 1 MB default

@@ -14,8 +14,8 @@ import pytest
 
 from tests.pipelines.pipeline_helpers import parquet_pairs, produce_events
 from tests.support.pipeline_events import pipeline_events, pipeline_spec
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.redis.sink import RedisSink
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import start_job

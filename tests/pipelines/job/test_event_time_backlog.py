@@ -19,10 +19,10 @@ import orjson
 import pytest
 
 from tests.pipelines.pipeline_helpers import parquet_pairs, redis_pairs
-from windjoin.connectors.kafka_admin import create_topics
-from windjoin.connectors.kafka_producer import produce
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.kafka.admin import create_topics
+from windjoin.connectors.kafka.producer import produce
+from windjoin.connectors.redis.sink import RedisSink
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import BatchOutcome, start_job

@@ -23,11 +23,11 @@ import pytest
 
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
 from tests.support.executor_scaling import ExecutorWatch, joined, scaling_events, wait
-from windjoin.connectors import processes
-from windjoin.connectors.control_decisions import DecisionStore, decision_key
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_client import redis_client
-from windjoin.connectors.spark_cluster import ClusterConfig, ClusterStartError, StandaloneCluster, start_cluster
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.local import processes
+from windjoin.connectors.redis.client import redis_client
+from windjoin.connectors.redis.control_decisions import DecisionStore, decision_key
+from windjoin.connectors.spark.cluster import ClusterConfig, ClusterStartError, StandaloneCluster, start_cluster
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
 

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from windjoin.connectors.control_decisions import DecisionStore, decision_key
-from windjoin.connectors.redis_client import redis_client
+from windjoin.connectors.redis.client import redis_client
+from windjoin.connectors.redis.control_decisions import DecisionStore, decision_key
 from windjoin.pipelines.cli.main import cli
 from windjoin.pipelines.job.executor_scaling import (
     ExecutorFollower,

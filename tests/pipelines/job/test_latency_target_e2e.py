@@ -7,9 +7,9 @@ import random
 import pytest
 
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
-from windjoin.connectors.batch_costs import BatchCosts
-from windjoin.connectors.kafka_source import KafkaSourceOptions
-from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.files.batch_costs import BatchCosts
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.kafka.source_options import KafkaSourceOptions
 from windjoin.operators.batch_size import FIT_SAMPLES
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
-from windjoin.connectors.load_reports import LoadReports, slot_batches
-from windjoin.connectors.redis_client import redis_client
+from windjoin.connectors.redis.client import redis_client
+from windjoin.connectors.redis.load_reports import LoadReports
+from windjoin.operators.control.load_entries import slot_batches
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import oracle_join

@@ -18,7 +18,7 @@ import pytest
 from tests.pipelines.control_helpers import in_process_control, run_with_one_replay
 from tests.pipelines.pipeline_helpers import parquet_pairs
 from tests.support.spill_workload import spill_workload
-from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.files.parquet_sink import ParquetSink
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.controller.control_loop import recorded_moves

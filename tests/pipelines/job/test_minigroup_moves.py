@@ -23,7 +23,7 @@ from tests.pipelines.control_helpers import assert_sinks_equal_the_oracle, run_h
 from tests.pipelines.pipeline_helpers import produce_closers
 from tests.support.join_tasks import TASKS, TRACKED
 from tests.support.pipeline_events import pipeline_events, pipeline_spec
-from windjoin.connectors.kafka_source import ARROW_SCHEMA
+from windjoin.connectors.kafka.range_reader import ARROW_SCHEMA
 from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.spec import parse_spec

@@ -12,10 +12,10 @@ import uuid
 import pytest
 
 from tests.pipelines.pipeline_helpers import produce_events
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink, clear_task
-from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.redis.sink import RedisSink, clear_task
+from windjoin.connectors.results.result_query import MAX_LIMIT, ResultStore
 from windjoin.operators.query.conditions import parse_condition
 from windjoin.operators.query.errors import Gone
 from windjoin.operators.spec import parse_spec

@@ -3,7 +3,7 @@ SIGKILL inside the driver's commit there, and after a restart the results in the
 served by the proxy, equal the brute-force oracle's pairs: none lost, none twice, no commit left half done.
 
 On an object store a commit copies the batch's pieces into its folder, then writes the marker that publishes it
-(`connectors/result_files.py`). The test watches the bucket and freezes the job (SIGSTOP) as soon as a batch
+(`connectors/files/result_files.py`). The test watches the bucket and freezes the job (SIGSTOP) as soon as a batch
 folder appears without its marker; if the marker is still missing then, the commit is under way and the job is
 killed; otherwise it is thawed and the next batch is tried. The Spark checkpoint stays local (an `s3a://`
 checkpoint needs Hadoop's AWS jars, which this machine cannot fetch).
@@ -31,10 +31,10 @@ from tests.pipelines.job_processes import (
 )
 from tests.pipelines.pipeline_helpers import parquet_pairs
 from tests.pipelines.proxy_helpers import AUTH, access, fetch_all
-from windjoin.connectors.kafka_admin import create_topics
-from windjoin.connectors.kafka_producer import BatchProducer
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.result_query import ResultStore
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.kafka.admin import create_topics
+from windjoin.connectors.kafka.producer import BatchProducer
+from windjoin.connectors.results.result_query import ResultStore
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.proxy.app import create_app

@@ -10,10 +10,10 @@ import uuid
 import pytest
 
 from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
-from windjoin.connectors.redis_sink import clear_task
-from windjoin.connectors.redis_tier import read_all
-from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.redis.sink import clear_task
+from windjoin.connectors.results.redis_tier import read_all
+from windjoin.connectors.results.result_query import MAX_LIMIT, ResultStore
 from windjoin.operators.query.conditions import parse_condition
 from windjoin.operators.query.errors import Gone
 from windjoin.operators.spec import parse_spec

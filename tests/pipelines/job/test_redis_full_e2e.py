@@ -14,11 +14,11 @@ import pytest
 
 from tests.pipelines.pipeline_helpers import produce_events, punctuated_events, punctuated_spec
 from tests.support.result_pages import all_pages
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_client import redis_client
-from windjoin.connectors.redis_keys import meta_key
-from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.redis.client import redis_client
+from windjoin.connectors.redis.keys import meta_key
+from windjoin.connectors.results.result_query import MAX_LIMIT, ResultStore
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import start_job

@@ -15,7 +15,7 @@ import pytest
 
 from tests.pipelines.control_helpers import in_process_control
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
-from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.files.parquet_sink import ParquetSink
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join

@@ -15,11 +15,11 @@ from fastavro import parse_schema, schemaless_writer
 
 from tests.pipelines.pipeline_helpers import parquet_pairs, read_dead_letters, redis_pairs
 from tests.registry_server import RegistryServer
-from windjoin.connectors.kafka_admin import create_topics
-from windjoin.connectors.kafka_producer import produce
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.stream_encoder import stream_encoder
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.formats.stream_encoder import stream_encoder
+from windjoin.connectors.kafka.admin import create_topics
+from windjoin.connectors.kafka.producer import produce
+from windjoin.connectors.redis.sink import RedisSink
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import start_job

@@ -14,10 +14,10 @@ import orjson
 
 from tests.pipelines.pipeline_helpers import produce_events
 from tests.support.redis_acl import acl_redis
-from windjoin.connectors.control_decisions import DecisionStore, routing_json
-from windjoin.connectors.redis_client import redis_client, spec_auth
-from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.redis_tier import read_all
+from windjoin.connectors.redis.client import redis_client, spec_auth
+from windjoin.connectors.redis.control_decisions import DecisionStore, routing_json
+from windjoin.connectors.redis.sink import RedisSink
+from windjoin.connectors.results.redis_tier import read_all
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.job.control_feed import RefusalCounts, refusals_path

@@ -36,12 +36,14 @@ import numpy as np
 import pytest
 
 from tests.pipelines.pipeline_helpers import produce_events
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.kafka_source import KafkaRange, KafkaSourceOptions, read_range, split_key
-from windjoin.connectors.load_reports import LoadReports
-from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.kafka.range_reader import read_range
+from windjoin.connectors.kafka.source_options import KafkaSourceOptions
+from windjoin.connectors.redis.control_decisions import DecisionStore
+from windjoin.connectors.redis.load_reports import LoadReports
 from windjoin.operators.control.config import parse_control_config
 from windjoin.operators.control.shedding import shed_mask, shed_ratio
+from windjoin.operators.offset_plan import KafkaRange, split_key
 from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.controller.control_loop import Controller
 from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job

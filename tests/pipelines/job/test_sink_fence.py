@@ -14,11 +14,11 @@ import pyarrow.dataset as ds
 import pytest
 
 from tests.connectors.sink_cases import SPEC
-from windjoin.connectors import redis_tier
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_keys import meta_key, owner_key, task_keys
-from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.redis.keys import meta_key, owner_key, task_keys
+from windjoin.connectors.redis.sink import RedisSink
+from windjoin.connectors.results import redis_tier
 from windjoin.operators.result_table import table_from_records
 from windjoin.operators.sink_owner import CheckpointId, OwnerRecordError
 from windjoin.pipelines.job.checkpoint_identity import RUN_FILE, checkpoint_identity, predates_run_ids

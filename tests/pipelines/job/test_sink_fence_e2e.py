@@ -23,10 +23,10 @@ from tests.pipelines.pipeline_helpers import (
     punctuated_spec,
     redis_pairs,
 )
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_keys import task_prefix
-from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.redis.keys import task_prefix
+from windjoin.connectors.redis.sink import RedisSink
 from windjoin.operators.result_table import result_schema
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join

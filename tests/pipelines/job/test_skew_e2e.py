@@ -46,7 +46,7 @@ import pytest
 from tests.pipelines.control_helpers import in_process_control, run_with_one_replay
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, produce_events
 from tests.support.skew_oracle import FIELDS, oracle_by_key, oracle_rows, sorted_rows
-from windjoin.connectors.parquet_sink import ParquetSink
+from windjoin.connectors.files.parquet_sink import ParquetSink
 from windjoin.operators.partitioning import partition_of
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.workloads.b_model import PartitionSkewedKeys

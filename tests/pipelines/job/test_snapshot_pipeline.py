@@ -18,10 +18,10 @@ from tests.pipelines.pipeline_helpers import (
     punctuated_spec,
     redis_pairs,
 )
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_keys import meta_key
-from windjoin.connectors.redis_sink import clear_task
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.redis.keys import meta_key
+from windjoin.connectors.redis.sink import clear_task
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.job.join_job import BatchOutcome, start_job

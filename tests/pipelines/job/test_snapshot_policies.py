@@ -11,12 +11,12 @@ import pyarrow as pa
 import pytest
 import redis
 
-from windjoin.connectors import redis_tier
-from windjoin.connectors.kafka_source import ARROW_SCHEMA
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_keys import meta_key
-from windjoin.connectors.redis_sink import RedisSink, clear_task
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.kafka.range_reader import ARROW_SCHEMA
+from windjoin.connectors.redis.keys import meta_key
+from windjoin.connectors.redis.sink import RedisSink, clear_task
+from windjoin.connectors.results import redis_tier
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.result_table import BATCH_ID, EMITTED_AT, table_from_records
 from windjoin.operators.spec import JoinSpec, parse_spec

@@ -18,9 +18,9 @@ import pytest
 from tests.pipelines.control_helpers import record_routing, run_with_one_replay
 from tests.pipelines.pipeline_helpers import parquet_pairs
 from tests.support.spill_workload import spill_workload
-from windjoin.connectors.control_decisions import DecisionStore
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.spill_files import SpillFiles
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.spill_files import SpillFiles
+from windjoin.connectors.redis.control_decisions import DecisionStore
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec

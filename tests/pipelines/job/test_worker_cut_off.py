@@ -28,9 +28,9 @@ import pytest
 from tests.pipelines.job.bridged_namespaces import BridgedNamespaces, NamespacesUnavailable, bridged_namespaces
 from tests.pipelines.pipeline_helpers import keyed_eq_spec, parquet_pairs, produce_events
 from tests.support.executor_scaling import ExecutorWatch, joined, scaling_events, wait
-from windjoin.connectors import processes, services
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.spark_cluster import ClusterConfig, ClusterStartError, StandaloneCluster, start_cluster
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.local import processes, services
+from windjoin.connectors.spark.cluster import ClusterConfig, ClusterStartError, StandaloneCluster, start_cluster
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
 # How fast a cut-off worker is noticed: the driver drops an executor after NETWORK_TIMEOUT without a heartbeat

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from tests.pipelines.proxy_helpers import AUTH, Results, Server, access, fetch_all, make_spec, new_namespace
 from tests.support.proxy_metrics import metric, wait_subscribers
-from windjoin.connectors.processes import free_port
-from windjoin.connectors.result_query import MAX_LIMIT, ResultStore
+from windjoin.connectors.local.processes import free_port
+from windjoin.connectors.results.result_query import MAX_LIMIT, ResultStore
 from windjoin.pipelines.cli.query import sse_events
 from windjoin.pipelines.proxy.app import create_app
 from windjoin.pipelines.proxy.feed import FeedConfig
@@ -50,7 +50,7 @@ def client(tiers: Results) -> TestClient:
 
 def test_the_boundary_is_real(tiers: Results) -> None:
     """Redis no longer holds all results (the old part is only in Parquet), yet holds some covered ones."""
-    from windjoin.connectors.redis_tier import read_all
+    from windjoin.connectors.results.redis_tier import read_all
 
     held = len(read_all(tiers.redis, "a", tiers.namespace, -(2**53), 2**53))
     assert 0 < held < len(tiers.rows["a"])
@@ -375,7 +375,7 @@ def test_a_parquet_only_proxy_serves_the_snapshots_and_refuses_streams(tiers: Re
 
 
 def test_a_cursor_older_than_the_feed_is_gone(live: Results) -> None:
-    from windjoin.connectors.redis_keys import feed_key
+    from windjoin.connectors.redis.keys import feed_key
 
     for b in range(5):
         live.write(3, t0=100 * b)

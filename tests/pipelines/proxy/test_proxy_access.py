@@ -30,8 +30,8 @@ from tests.pipelines.proxy_helpers import (
     make_spec,
     new_namespace,
 )
-from windjoin.connectors import processes
-from windjoin.connectors.processes import free_port
+from windjoin.connectors.local import processes
+from windjoin.connectors.local.processes import free_port
 from windjoin.pipelines.cli.main import cli
 from windjoin.pipelines.proxy.app import create_app
 from windjoin.pipelines.proxy.config import Bounds, Limits

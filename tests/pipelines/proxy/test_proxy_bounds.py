@@ -26,10 +26,10 @@ import httpx
 import numpy as np
 
 from tests.pipelines.proxy_helpers import AUTH, ProxyProcess, make_spec
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.redis_client import redis_client
-from windjoin.connectors.redis_sink import RedisSink
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.redis.client import redis_client
+from windjoin.connectors.redis.sink import RedisSink
 from windjoin.operators.result_table import table_from_columns
 
 MB = 1024 * 1024
@@ -187,7 +187,7 @@ def test_readyz_answers_within_a_second_under_a_query_storm(private_redis: str, 
 
 
 def test_errors_name_what_failed_not_where(tmp_path: Path) -> None:
-    from windjoin.connectors.processes import free_port
+    from windjoin.connectors.local.processes import free_port
 
     folder = tmp_path / "parquet"
     down = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there

@@ -19,8 +19,8 @@ import httpx
 import numpy as np
 
 from tests.pipelines.proxy_helpers import AUTH, ProxyProcess, make_spec
-from windjoin.connectors.parquet_sink import ParquetSink
-from windjoin.connectors.snapshots import SnapshotStore
+from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.snapshots import SnapshotStore
 from windjoin.operators.result_table import table_from_columns
 
 BATCHES, ROWS = 150, 10_000

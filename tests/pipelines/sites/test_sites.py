@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from tests.pipelines.sites_oracle import expected_edge_tuples, oracle_for
-from windjoin.connectors import processes
+from windjoin.connectors.local import processes
 from windjoin.operators.pmjoin.execution import ExecutionPlan
 from windjoin.pipelines.cli.sites import sites
 from windjoin.pipelines.sites.site import END_KEY, source_topic

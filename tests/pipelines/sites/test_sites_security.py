@@ -18,8 +18,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from windjoin.connectors import kafka_admin, kafka_producer
-from windjoin.connectors.kafka_security import PLAINTEXT, KafkaSecurity
+from windjoin.connectors.kafka import admin as kafka_admin
+from windjoin.connectors.kafka import producer as kafka_producer
+from windjoin.connectors.kafka.security import PLAINTEXT, KafkaSecurity
 from windjoin.pipelines.cli.sites import load_kafka_config, sites
 from windjoin.pipelines.sites import driver, site
 from windjoin.pipelines.sites.driver import SitesRunConfig, prepare, run_sites, start_sites
