@@ -15,7 +15,8 @@ from windjoin.operators.testing.feed import Joined, join_events
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+
+    from windjoin.pipelines.job.job_process import JobProcess
 
 __all__ = ["JoinSpec", "Joined", "SpecError", "join_events", "load_spec", "parse_spec", "query_results", "start_job"]
 
@@ -28,24 +29,29 @@ def start_job(
     available_now: bool = False,
     on_batch: Callable[[Any], None] | None = None,
     fresh_sinks: bool = False,
-) -> StreamingQuery:
+    control_redis: str | None = None,
+    control_namespace: str = DEFAULT_NAMESPACE,
+    metrics_port: int | None = None,
+) -> JobProcess:
     """Start the streaming join job: the spec's Kafka topics at `bootstrap`, its sinks (`sinks:`), exactly once.
 
-    Returns Spark's query (`awaitTermination()`, `stop()`). `spark` defaults to a local session with the job's
-    state settings; `available_now` stops once the topics' current records are joined; `on_batch` gets each
-    committed batch's outcome; `fresh_sinks` lets a new checkpoint take over sinks another one wrote.
+    Returns the job (`awaitTermination()`, `stop()`, as Spark's query; Spark's own is `.query`). `spark` defaults
+    to a local session with the job's state settings; `available_now` stops once the topics' current records are
+    joined; `on_batch` gets each committed batch's outcome; `fresh_sinks` lets a new checkpoint take over sinks
+    another one wrote. With a Redis sink the job reports its load for `windjoin controller`; `control_redis`
+    applies that controller's decisions (moves with their state, the shed ratio) recorded in its namespace;
+    `metrics_port` serves Prometheus metrics. As `windjoin run` does.
     """
-    from windjoin.connectors.spark.session import build_local_spark
-    from windjoin.pipelines.job.join_job import STATE_CONF
-    from windjoin.pipelines.job.join_job import start_job as start_streaming_query
-    from windjoin.pipelines.job.sinks import build_sinks
+    from windjoin.pipelines.job.job_process import JobProcessOptions, start_job_process
 
-    if spark is None:
-        spark = build_local_spark(app_name="windjoin-join", master="local[2]", conf=STATE_CONF)
-    sinks = build_sinks(spec)
-    return start_streaming_query(
-        spark, spec, bootstrap, sinks, available_now, on_batch=on_batch, fresh_sinks=fresh_sinks
+    options = JobProcessOptions(
+        available_now=available_now,
+        fresh_sinks=fresh_sinks,
+        control_redis=control_redis,
+        control_namespace=control_namespace,
+        metrics_port=metrics_port,
     )
+    return start_job_process(spec, bootstrap, options, spark=spark, on_batch=on_batch)
 
 
 def query_results(

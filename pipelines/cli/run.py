@@ -8,26 +8,16 @@ from pathlib import Path
 import click
 from redis.exceptions import RedisError
 
-from windjoin.connectors.files.checkpoint_layout import CheckpointLayoutError, check_layout
-from windjoin.connectors.redis.client import RedisAuthError, spec_auth
+from windjoin.connectors.files.checkpoint_layout import CheckpointLayoutError
+from windjoin.connectors.redis.client import RedisAuthError
 from windjoin.operators.batch_budget import budget_text
 from windjoin.operators.sink_owner import OwnerRecordError
 from windjoin.operators.spec import SpecError, load_spec
 from windjoin.pipelines.cli.options import BOOTSTRAP_OPTION, SPEC_ARGUMENT, STATE_DIR_OPTION, resolve_bootstrap
-from windjoin.pipelines.job.checkpoint_identity import checkpoint_identity, predates_run_ids
-from windjoin.pipelines.job.control_feed import RefusalCounts, refusals_path
-from windjoin.pipelines.job.executor_scaling import DEFAULT_REDIS_KEY, executor_count, start_following
-from windjoin.pipelines.job.join_job import (
-    BATCH_RUNNING,
-    STATE_CONF,
-    BatchOutcome,
-    ControlSource,
-    JobConfigError,
-    check_runnable,
-    start_job,
-)
-from windjoin.pipelines.job.sink_fence import SinkOwnerError, fence_sinks
-from windjoin.pipelines.job.sinks import build_sinks
+from windjoin.pipelines.job.executor_scaling import DEFAULT_REDIS_KEY
+from windjoin.pipelines.job.job_process import JobProcessOptions, start_job_process
+from windjoin.pipelines.job.join_job import BatchOutcome, JobConfigError
+from windjoin.pipelines.job.sink_fence import SinkOwnerError
 
 
 class Progress:
@@ -159,88 +149,40 @@ def run(
         raise click.BadParameter(f"expected KEY=VALUE, got {bad[0]!r}", param_hint="--spark-conf")
     if (executors or executors_from_redis) and spark_master.startswith("local"):
         raise click.UsageError(f"--executors/--executors-from-redis need a cluster --spark-master, got {spark_master}")
+    options = JobProcessOptions(
+        available_now=available_now,
+        spark_master=spark_master,
+        spark_conf=dict(c.split("=", 1) for c in spark_conf),
+        metrics_port=metrics_port,
+        executors=executors,
+        executors_from_redis=executors_from_redis,
+        executors_key=executors_key,
+        executors_hold_s=executors_hold,
+        control_redis=control_redis,
+        control_namespace=control_namespace,
+        fresh_sinks=fresh_sinks,
+    )
+    progress = Progress()
     try:
         spec = load_spec(spec_path)
-        check_runnable(spec)
-        checkpoint = Path(spec.checkpoint).resolve()
-        check_layout(spec, checkpoint)
-        sinks = build_sinks(spec)
-        tasks = [t.name for t in spec.tasks]
-        adopt = predates_run_ids(checkpoint)
-        for line in fence_sinks(sinks, tasks, checkpoint_identity(checkpoint), fresh_sinks, adopt):
-            click.echo(line, err=True)
-    except (SpecError, JobConfigError, CheckpointLayoutError, SinkOwnerError, OwnerRecordError, RedisAuthError) as err:
+    except SpecError as err:
+        raise click.ClickException(str(err)) from None
+    bootstrap = resolve_bootstrap(bootstrap, state_dir)
+    try:
+        job = start_job_process(
+            spec,
+            bootstrap,
+            options,
+            on_batch=lambda outcome: click.echo(progress.line(outcome), err=True),
+            say=lambda line: click.echo(line, err=True),
+        )
+    except (JobConfigError, CheckpointLayoutError, SinkOwnerError, OwnerRecordError, RedisAuthError) as err:
         raise click.ClickException(str(err)) from None
     except RedisError as err:
         raise click.ClickException(f"sinks.redis: {err}") from None
-    bootstrap = resolve_bootstrap(bootstrap, state_dir)
-    from windjoin.connectors.spark.session import build_local_spark
-
-    extra_conf = dict(c.split("=", 1) for c in spark_conf)
-    spark = build_local_spark(app_name="windjoin-join", master=spark_master, conf={**STATE_CONF, **extra_conf})
-    try:
-        follower = start_following(
-            spark.sparkContext,
-            executors,
-            executors_from_redis,
-            executors_key,
-            executors_hold,
-            on_change=lambda target, live, killed: click.echo(
-                f"executors: target {target}, live {len(live)} {live}" + (f", killing {killed}" if killed else ""),
-                err=True,
-            ),
-            auth=spec_auth(spec.sinks.redis),
-            between_batches=BATCH_RUNNING,
-        )
-    except ValueError as err:  # a local master, or dynamic allocation on
-        spark.stop()
-        raise click.ClickException(str(err)) from None
-    progress = Progress()
-    metrics = None
-    if metrics_port is not None:
-        from windjoin.pipelines.job.job_metrics import JobMetrics
-
-        sc = spark.sparkContext
-        refused = RefusalCounts(refusals_path(spec)).read if control_redis else None
-        metrics = JobMetrics(
-            streams=list(spec.streams),
-            tasks=[t.name for t in spec.tasks],
-            executors=lambda: executor_count(sc),
-            refused=refused,
-        )
-        metrics.serve(metrics_port)
-        click.echo(f"windjoin: metrics on :{metrics_port}/metrics", err=True)
-
-    load_publisher = None
-    if spec.sinks.redis is not None:  # per-slot and per-partition load for `windjoin controller`
-        from windjoin.connectors.redis.load_reports import LoadReports
-        from windjoin.pipelines.job.load_publisher import LoadPublisher
-
-        trigger_s = 0.0 if available_now else spec.trigger_ms / 1000
-        reports = LoadReports(spec.sinks.redis.url, auth=spec_auth(spec.sinks.redis))
-        load_publisher = LoadPublisher(reports, trigger_s)
-
-    def on_batch(outcome: BatchOutcome) -> None:
-        click.echo(progress.line(outcome), err=True)
-        if metrics is not None:
-            metrics.observe(outcome)
-        if load_publisher is not None:
-            load_publisher(outcome)
-
-    control = (
-        ControlSource(control_redis, control_namespace, spec_auth(spec.sinks.redis), refusals_path(spec))
-        if control_redis
-        else None
-    )
-    query = start_job(
-        spark, spec, bootstrap, sinks, available_now, on_batch=on_batch, control=control, fresh_sinks=fresh_sinks
-    )
     click.echo(f"windjoin: joining {', '.join(s.topic for s in spec.streams.values())} from {bootstrap}", err=True)
     try:
-        query.awaitTermination()
+        job.awaitTermination()
     except KeyboardInterrupt:
         click.echo("stopping (the checkpoint keeps the progress)", err=True)
-        query.stop()
-    finally:
-        if follower is not None:
-            follower.stop()
+        job.stop()

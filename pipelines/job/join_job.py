@@ -347,6 +347,17 @@ def build_stream(
     )
 
 
+def check_start(spec: JoinSpec, sinks: Sequence[Sink | AfterCommit], fresh_sinks: bool = False) -> list[str]:
+    """Everything a start checks before Spark runs: the spec's keys for Kafka, the checkpoint's state layout,
+    and the sinks' owner (sinks written by another checkpoint are refused, `sink_fence.SinkOwnerError`, unless
+    `fresh_sinks`, which clears them for this checkpoint's batches). Returns the fence's notices."""
+    check_runnable(spec)
+    checkpoint = Path(spec.checkpoint).resolve()
+    check_layout(spec, checkpoint)
+    tasks = [t.name for t in spec.tasks]
+    return fence_sinks(sinks, tasks, checkpoint_identity(checkpoint), fresh_sinks, predates_run_ids(checkpoint))
+
+
 def start_job(
     spark: SparkSession,
     spec: JoinSpec,
@@ -357,22 +368,29 @@ def start_job(
     control: ControlSource | None = None,
     fresh_sinks: bool = False,
 ) -> Any:
-    """Start the streaming query; returns it (await termination or stop it).
+    """Check the start (`check_start`, its notices logged), then start the streaming query; returns it."""
+    for line in check_start(spec, sinks, fresh_sinks):
+        log.warning("%s", line)
+    return start_query(spark, spec, bootstrap, sinks, available_now, on_batch, control)
 
-    Sinks written by another checkpoint are refused (`sink_fence.SinkOwnerError`) unless `fresh_sinks`, which
-    clears them for this checkpoint's batches. `sinks` as `build_sinks` makes them: each `Sink` is staged by the
-    executors and committed by the driver, each `AfterCommit` step runs after them; anything else is refused.
+
+def start_query(
+    spark: SparkSession,
+    spec: JoinSpec,
+    bootstrap: str,
+    sinks: Sequence[Sink | AfterCommit],
+    available_now: bool = False,
+    on_batch: Callable[[BatchOutcome], None] | None = None,
+    control: ControlSource | None = None,
+) -> Any:
+    """Start the streaming query of a start `check_start` passed; returns it (await termination or stop it).
+
+    `sinks` as `build_sinks` makes them: each `Sink` is staged by the executors and committed by the driver, each
+    `AfterCommit` step runs after them; anything else is refused.
     """
-    check_runnable(spec)
     staged, _ = split_sinks(sinks)
     security = KafkaSecurity.from_spec(spec.kafka)
     dead_letters = DeadLetterTarget(bootstrap, spec.dead_letter_topic, security) if spec.dead_letter_topic else None
-    checkpoint = Path(spec.checkpoint).resolve()
-    check_layout(spec, checkpoint)
-    tasks = [t.name for t in spec.tasks]
-    adopt = predates_run_ids(checkpoint)
-    for line in fence_sinks(sinks, tasks, checkpoint_identity(checkpoint), fresh_sinks, adopt):
-        log.warning("%s", line)
     for key, value in STATE_CONF.items():
         spark.conf.set(key, value)
     batch_sink = BatchSink(

@@ -1,7 +1,8 @@
 """The join job on a Redis with ACL users (real Kafka, Redis, Spark): it logs in as its own user from the spec's
 credential keys, follows a good decision the controller's user recorded, refuses a malformed and an out-of-range
 one through its real reading path (the source's planner process) and keeps running on the last good one; its
-results land in Redis, where the proxy's user reads them."""
+results land in Redis, where the proxy's user reads them. Started as a library user starts a controlled job
+(`windjoin.start_job(..., control_redis=...)`), which also publishes its load as the job's user."""
 
 from __future__ import annotations
 
@@ -12,17 +13,19 @@ from pathlib import Path
 
 import orjson
 
+import windjoin
 from tests.pipelines.pipeline_helpers import produce_events
 from tests.support.redis_acl import acl_redis
 from windjoin.connectors.redis.client import redis_client, spec_auth
 from windjoin.connectors.redis.control_decisions import DecisionStore, routing_json
+from windjoin.connectors.redis.load_reports import LoadReports
 from windjoin.connectors.redis.sink import RedisSink
 from windjoin.connectors.results.redis_tier import read_all
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.job.control_feed import RefusalCounts, refusals_path
 from windjoin.pipelines.job.job_metrics import JobMetrics
-from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
+from windjoin.pipelines.job.join_job import BatchOutcome
 
 PARTITIONS, SLOTS = 4, 2
 
@@ -90,8 +93,7 @@ def test_the_job_runs_as_its_redis_user_and_keeps_the_last_good_decision(spark, 
         ts0 = int(time.time() * 1000)
         events = [{"stream": "RS"[i % 2], "ts": ts0 + i, "k": i % 5, "x" if i % 2 == 0 else "a": i} for i in range(400)]
         produce_events(kafka_bootstrap, spec_dict, events[:200])
-        control = ControlSource(url, auth=auth, refusals=refusals_path(spec))
-        query = start_job(spark, spec, kafka_bootstrap, [sink], on_batch=on_batch, control=control)
+        query = windjoin.start_job(spec, kafka_bootstrap, spark=spark, on_batch=on_batch, control_redis=url)
         try:
             wait_for(200)
             refusals = RefusalCounts(refusals_path(spec))
@@ -120,3 +122,6 @@ def test_the_job_runs_as_its_redis_user_and_keeps_the_last_good_decision(spark, 
         sink.close()
         decisions.close()
         assert Path(refusals_path(spec)).parent == Path(spec.checkpoint).resolve()
+        reports = LoadReports(url, auth=auths["controller"])  # the load the controller reads, published as the job
+        assert {e.batch_id for e in reports.read()} >= {o.batch_id for o in outcomes}
+        reports.close()
