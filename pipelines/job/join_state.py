@@ -1,12 +1,12 @@
 """The stateful join inside Spark: one `transformWithStateInPandas` group per slot, windows kept as segments.
 
 Per slot and batch: a handful of state calls, never one per row. `JoinProcessor` composes the rooms of a slot's
-state: its metadata (`slot_meta`, one ValueState), its stored tuples and their expiry (`segment_store`, a
-MapState of Arrow IPC segments), its decoded windows cached between batches (`slot_windows`), holder changes
-(`hand_over`), disk pushes and clean-ups (`slot_spill`), the batch's rows (`slot_batch`) and its summary
-(`slot_stats`). Lateness and expiry (time windows) follow the batch's watermark, planned with its offsets over
-every input partition (operators.event_time) and the same at every slot, so a partition's pieces judge each tuple
-alike wherever they are held, and a replay judges as the first time.
+state (`slot_state`: Spark's, or any store with its calls): its metadata (`slot_meta`, one value), its stored
+tuples and their expiry (`segment_store`, Arrow IPC segments), its decoded windows cached between batches
+(`slot_windows`), holder changes (`hand_over`), disk pushes and clean-ups (`slot_spill`), the batch's rows
+(`slot_batch`) and its summary (`slot_stats`). Lateness and expiry (time windows) follow the batch's watermark,
+planned with its offsets over every input partition (operators.event_time) and the same at every slot, so a
+partition's pieces judge each tuple alike wherever they are held, and a replay judges as the first time.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from windjoin.pipelines.job.slot_meta import SlotMeta
 from windjoin.pipelines.job.slot_output import SlotOutputs, current_batch_id, write_slot
 from windjoin.pipelines.job.slot_pieces import open_pieces
 from windjoin.pipelines.job.slot_spill import SlotSpill, SpillReport
+from windjoin.pipelines.job.slot_state import SlotState, SparkSlotState
 from windjoin.pipelines.job.slot_stats import BatchWork, slot_stats
 from windjoin.pipelines.job.slot_windows import cached_windows, keep_windows
 from windjoin.pipelines.job.window_cache import WindowFiles
@@ -63,11 +64,15 @@ class JoinProcessor(StatefulProcessor):
         self.schema = adapter_schema(spec)  # the layout of the rows in the slot's pieces
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        self.open(SparkSlotState(handle))
+
+    def open(self, state: SlotState) -> None:
+        """Build the slot's rooms over its state (Spark's, or another `SlotState`)."""
         # this job's shared window files (pipelines.job.window_cache), named after its state folders; made here,
         # in the Python worker, as their folder is the worker machine's
         self.window_files = WindowFiles(f"{self.move_root}|{self.spill_root}")
-        self.meta_state = handle.getValueState("meta", "meta binary")
-        self.segments = SegmentStore(self.spec, handle.getMapState("segments", "id long", "data binary"))
+        self.state = state
+        self.segments = SegmentStore(self.spec, state)
         self.moves = HandOver(self.spec, self.initial_routing, self.move_root, self.segments)
         self.spill = SlotSpill(self.spec, self.spill_root, self.segments)
 
@@ -76,7 +81,8 @@ class JoinProcessor(StatefulProcessor):
         index = self.slot_index.get(slot, slot)
         table = open_pieces((p for f in rows for p in f["piece"]), self.schema)
         started, cpu_started = time.perf_counter(), time.process_time()
-        meta = SlotMeta.from_stored(self.meta_state.get()[0]) if self.meta_state.exists() else SlotMeta()
+        stored = self.state.meta()
+        meta = SlotMeta() if stored is None else SlotMeta.from_stored(stored)
         windows = cached_windows(slot, meta.nonce, self.window_files) or self.segments.windows(meta)
         phases = {"state_load_ms": (time.perf_counter() - started) * 1000}
         batch = SlotBatch.classify(table)
@@ -120,7 +126,7 @@ class JoinProcessor(StatefulProcessor):
         write_started = time.perf_counter()
         self.segments.expire(meta, windows, horizon)
         meta.nonce = windows.nonce = uuid.uuid4().hex
-        self.meta_state.update((meta.to_stored(),))
+        self.state.set_meta(meta.to_stored())
         keep_windows(slot, windows, self.window_files)
         phases["state_write_ms"] += (time.perf_counter() - write_started) * 1000
         seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started

@@ -1,6 +1,6 @@
-"""A slot's stored tuples as segments in Spark state, and their expiry.
+"""A slot's stored tuples as segments in its state (`slot_state`), and their expiry.
 
-Per batch, the slot's accepted tuples are appended as one Arrow IPC *segment* (MapState, keyed by segment id);
+Per batch, the slot's accepted tuples are appended as one Arrow IPC *segment* (keyed by segment id);
 the slot's meta lists the live segments with the zone facts that decide their expiry (per partition: event-time
 range, and per stream the arrival count through its last tuple). A segment expires whole once no future tuple
 of any of its partitions can join it. While a partition has pushed generations (paper 004), segments that may
@@ -10,8 +10,6 @@ arrival, and the clean-up reads them from the segments.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,19 +17,20 @@ import pyarrow.compute as pc
 from windjoin.operators.partitioning import Group
 from windjoin.operators.spec import CountWindow, JoinSpec
 from windjoin.pipelines.job.slot_meta import PartKey, SegmentInfo, SlotMeta
+from windjoin.pipelines.job.slot_state import SlotState
 from windjoin.pipelines.job.slot_windows import SlotWindows, new_windows
 from windjoin.pipelines.job.stored_rows import from_ipc, segment_schema, stored_mini_bits, to_ipc
 
 
 class SegmentStore:
-    """The slot's segments (a MapState of id -> IPC bytes), listed and described by its `SlotMeta`."""
+    """The slot's segments (id -> IPC bytes in its `SlotState`), listed and described by its `SlotMeta`."""
 
-    def __init__(self, spec: JoinSpec, state: Any) -> None:
+    def __init__(self, spec: JoinSpec, state: SlotState) -> None:
         self.spec = spec
         self.state = state
 
     def _read(self, segment: SegmentInfo) -> pa.Table:
-        return from_ipc(self.state.getValue((segment.id,))[0])
+        return from_ipc(self.state.segment(segment.id))
 
     def windows(self, meta: SlotMeta) -> SlotWindows:
         """The slot's windows rebuilt from its segments and positions, for the stored state version."""
@@ -50,7 +49,7 @@ class SegmentStore:
         seg_id = meta.next_segment
         meta.next_segment += 1
         table = kept.select(segment_schema(self.spec).names)
-        self.state.updateValue((seg_id,), (to_ipc(table),))
+        self.state.put_segment(seg_id, to_ipc(table))
         spans = table.group_by("part").aggregate([("ts", "max"), ("ts", "min")]).to_pylist()
         streams = table.group_by(["part", "stream"]).aggregate([]).to_pylist()
         ends: dict[str, dict[str, int]] = {}
@@ -111,14 +110,14 @@ class SegmentStore:
             rest = table.filter(pa.array(~left))
             if rest.num_rows:
                 rests.append(rest)
-                self.state.updateValue((segment.id,), (to_ipc(rest),))
+                self.state.put_segment(segment.id, to_ipc(rest))
                 by_part = rest.group_by("part").aggregate([("ts", "max"), ("ts", "min")]).to_pydict()
                 segment.max_ts = {str(p): int(t) for p, t in zip(by_part["part"], by_part["ts_max"], strict=True)}
                 segment.min_ts = {str(p): int(t) for p, t in zip(by_part["part"], by_part["ts_min"], strict=True)}
                 segment.ends = {p: v for p, v in segment.ends.items() if p in segment.max_ts}
                 kept_segments.append(segment)
             else:
-                self.state.removeKey((segment.id,))
+                self.state.drop_segment(segment.id)
         meta.segments = kept_segments
         return rows_by_piece, rests
 
@@ -152,7 +151,7 @@ class SegmentStore:
             if needed:
                 live.append(segment)
             else:
-                self.state.removeKey((segment.id,))
+                self.state.drop_segment(segment.id)
         meta.segments = live
 
     def _owed_to_cleanup(self, meta: SlotMeta, part: PartKey, segment: SegmentInfo) -> bool:

@@ -1,4 +1,4 @@
-"""The slot's stateful join run in this process: Spark's state calls answered by dicts, its pieces made by the
+"""The slot's stateful join run in this process: its state in dicts (`tests.support.slot_state`), its pieces made by the
 real adapter and packer, its results caught by an in-memory sink. Milliseconds a batch, no Spark."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from tests.support.slot_state import MemorySlotState
 from windjoin.connectors.kafka.range_reader import ARROW_SCHEMA
 from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.partitioning import RoutingTable
@@ -19,44 +20,6 @@ from windjoin.pipelines.job.adapter import Adapter
 from windjoin.pipelines.job.join_state import JoinProcessor
 from windjoin.pipelines.job.slot_output import SlotOutputs
 from windjoin.pipelines.job.slot_pieces import PieceBuffer
-
-
-class ValueState:
-    def __init__(self) -> None:
-        self.value: tuple | None = None
-
-    def exists(self) -> bool:
-        return self.value is not None
-
-    def get(self) -> tuple | None:
-        return self.value
-
-    def update(self, value: Sequence[Any]) -> None:
-        self.value = tuple(value)
-
-
-class MapState:
-    def __init__(self) -> None:
-        self.values: dict[tuple, tuple] = {}
-
-    def getValue(self, key: tuple) -> tuple:  # noqa: N802 - Spark's names
-        return self.values[key]
-
-    def updateValue(self, key: tuple, value: Sequence[Any]) -> None:  # noqa: N802
-        self.values[key] = tuple(value)
-
-    def removeKey(self, key: tuple) -> None:  # noqa: N802
-        self.values.pop(key, None)
-
-
-class Handle:
-    """One slot's state, as `StatefulProcessorHandle` gives it (Spark keys it by the grouping key)."""
-
-    def getValueState(self, *args: Any, **kwargs: Any) -> ValueState:  # noqa: N802
-        return ValueState()
-
-    def getMapState(self, *args: Any, **kwargs: Any) -> MapState:  # noqa: N802
-        return MapState()
 
 
 class MemorySink:
@@ -92,7 +55,7 @@ class SlotRun:
         self.slots = {}
         for label in slot_labels:
             processor = JoinProcessor(spec, slot_labels, self.routing, outputs=SlotOutputs((self.sink,)))
-            processor.init(Handle())
+            processor.open(MemorySlotState())
             self.slots[label] = processor
         self.batch_id = 0
         self.offsets: dict[str, int] = {}
@@ -127,15 +90,13 @@ class SlotRun:
 
     def save(self) -> Any:
         """The slots' state and positions, as Spark's checkpoint holds them after a committed batch."""
-        return copy.deepcopy(
-            ([(p.meta_state.value, p.segments.state.values) for p in self.slots.values()], self.offsets, self.batch_id)
-        )
+        return copy.deepcopy(([p.state.saved() for p in self.slots.values()], self.offsets, self.batch_id))
 
     def restore(self, saved: Any) -> None:
         """Roll the state back to `saved` (a batch failed after its slots ran; Spark runs it again)."""
         states, offsets, batch_id = copy.deepcopy(saved)
-        for processor, (meta, segments) in zip(self.slots.values(), states, strict=True):
-            processor.meta_state.value, processor.segments.state.values = meta, segments
+        for processor, state in zip(self.slots.values(), states, strict=True):
+            processor.open(state)
         self.offsets, self.batch_id = offsets, batch_id
 
     def _kafka_batch(self, stream: str, records: list[Mapping[str, Any]], offsets: dict[str, int]) -> pa.RecordBatch:
