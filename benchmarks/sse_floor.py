@@ -3,7 +3,7 @@
 It serves the same stream path with the same server (uvicorn, sse_starlette's EventSourceResponse) and the same
 events as the proxy (1000-row "results" events of the benchmark's rows, framed by `Kept.frame`), but each second's
 events are one pre-encoded event sent `rate / 1000` times, its emitted_at stamped once per batch: no store read, no
-row decoding, no selection, no JSON encoding. The clients are the fan-out's (`queries.follow`, in the benchmark's
+row decoding, no selection, no JSON encoding. The clients are the fan-out's (`sse_clients.follow`, in the benchmark's
 process). Where this floor cannot keep K subscribers up at a rate, the proxy cannot either: what is left is the
 sockets, the event loops and the clients on the same cores.
 
@@ -21,6 +21,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+
+from benchmarks.sse_clients import follow, round_result
 
 PAGE_ROWS = 1000  # rows per event, the proxy's default page
 _STAMP = b"9999999999999"  # a 13-digit emitted_at placeholder, replaced by each batch's time in ms
@@ -93,8 +95,6 @@ def app(rate: float, seconds: int) -> Any:
 async def floor_round(port: int, rate: float, k: int, seconds: float, lag_limit_ms: float) -> dict[str, Any]:
     """K of the benchmark's subscribers on a fresh floor server for `seconds` batches; the fan-out's verdict."""
     import aiohttp
-
-    from benchmarks.queries import follow, round_result
 
     server = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.sse_floor", "--port", str(port), "--rate", str(rate)]

@@ -12,6 +12,7 @@ import logging
 import pickle
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -218,6 +219,13 @@ class AdaptedStreamReader(KafkaStreamReader):
         yield from pieces.flush()  # packing the last pieces is an IPC write: a copy, left out of the timing
 
 
+def adapted_options(options: Any, adapter: Adapter) -> KafkaSourceOptions:
+    """The reader's options: Spark's string options for the broker, the spec's own batch limit (an int, straight
+    from the spec the adapter carries; Spark asks for it back as the default read limit)."""
+    parsed = KafkaSourceOptions.from_options(options)
+    return replace(parsed, max_offsets_per_trigger=adapter.spec.max_offsets_per_trigger or None)
+
+
 class AdaptedKafkaSource(KafkaDataSource):
     """``format("windjoin_adapted_kafka")``: the Kafka source options plus ``windjoin.adapter``."""
 
@@ -247,7 +255,7 @@ class AdaptedKafkaSource(KafkaDataSource):
         )
         marks_path, costs_path = self.options.get(MARKS_OPTION), self.options.get(COSTS_OPTION)
         return AdaptedStreamReader(
-            KafkaSourceOptions.from_options(self.options),
+            adapted_options(self.options, adapter),
             adapter,
             feed,
             MarkReports(marks_path) if marks_path else None,

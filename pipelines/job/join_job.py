@@ -331,8 +331,6 @@ def build_stream(
         "read.tasks": str(spark.sparkContext.defaultParallelism),  # a read task per core, not per partition
     }
     options.update(KafkaSecurity.from_spec(spec.kafka).to_options())
-    if spec.max_offsets_per_trigger:
-        options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
     if control is not None:
         options.update(control.options())
     return (

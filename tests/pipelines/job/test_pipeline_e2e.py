@@ -16,16 +16,20 @@ from windjoin.connectors.files.parquet_sink import ParquetSink
 from windjoin.connectors.redis.sink import RedisSink
 from windjoin.operators.spec import parse_spec
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
-from windjoin.pipelines.job.join_job import ControlSource, start_job
+from windjoin.pipelines.job.join_job import BatchOutcome, ControlSource, start_job
 
 
 def _run(spark, spec_dict: dict, bootstrap: str, redis_url: str, tmp_path) -> tuple[list, list]:
     spec = parse_spec(spec_dict)
     parquet = ParquetSink(tmp_path / "parquet")
     redis = RedisSink(redis_url, retain_ms=10**12, namespace=f"t{uuid.uuid4().hex[:8]}")
-    query = start_job(spark, spec, bootstrap, [parquet, redis], available_now=True)
+    outcomes: list[BatchOutcome] = []
+    query = start_job(spark, spec, bootstrap, [parquet, redis], available_now=True, on_batch=outcomes.append)
     query.awaitTermination(timeout=600)
     assert query.exception() is None
+    limit = spec.max_offsets_per_trigger
+    if limit:  # the spec's batch limit reached the reader: every batch within it, and planned with it
+        assert outcomes and all(o.records <= limit and o.batch_limit == limit for o in outcomes if o.records)
     return parquet_pairs(parquet, spec_dict), redis_pairs(redis, spec_dict)
 
 
