@@ -33,7 +33,7 @@ def test_output_path_benchmark_quick_run(tmp_path):
 def test_latency_benchmark_quick_run(tmp_path):
     out = tmp_path / "pipeline.json"
     out.write_text('{"benchmark": "pipeline"}')  # the latency key joins the pipeline results, which stay
-    short = ["--seconds", "6", "--warmup", "2", "--floor-seconds", "4"]  # a smoke run: every phase, briefly
+    short = ["--seconds", "4", "--warmup", "1", "--floor-seconds", "2"]  # a smoke run: every phase, briefly
     result, _ = run_benchmark("latency", out, "--quick", *short, timeout=720)  # 3 variants and 2 built-in runs
     latency = result["latency"]
     assert result["benchmark"] == "pipeline"

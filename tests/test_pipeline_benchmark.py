@@ -14,14 +14,14 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         "--prefill-events": "30000",
         "--prefill-rate": "6000",
         "--window-s": "1",
-        "--keys": "1000",  # a small domain, so that a 4 s paced run surely has pairs
+        "--keys": "1000",  # a small domain, so that a 3 s paced run surely has pairs
         "--max-offsets": "10000",
         "--sweep-offsets": "10000",
         "--stage-batches": "2",
-        "--paced-seconds": "4",
+        "--paced-seconds": "3",
         "--paced-warmup-s": "1",
-        "--catchup-events": "20000",
-        "--floor-seconds": "4",
+        "--catchup-events": "10000",
+        "--floor-seconds": "2",
     }
     args = [arg for pair in tiny.items() for arg in pair]
     result, _ = run_benchmark("pipeline", out, "--quick", *args, timeout=720)  # both built-in configurations

@@ -83,20 +83,27 @@ def slot_labels(spark: SparkSession, slots: int) -> tuple[int, ...]:
     """Grouping-key values for the slots that Spark's hash partitioner sends to distinct partitions.
 
     Spark places a key by pmod(murmur3(key), shuffle partitions); labels 0..n-1 can collide, so slot s gets
-    the (s div n)-th smallest label landing on partition (s mod n), asked of Spark itself.
+    the (s div n)-th smallest label landing on partition (s mod n), asked of Spark itself (once per process and
+    shape: the placement depends on nothing else).
     """
     n = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    rows = (
-        spark.range(0, 64 * max(n, slots))
-        .select(F.col("id").cast("int").alias("label"))
-        .select("label", F.expr(f"pmod(hash(label), {n})").alias("p"))
-        .groupBy("p")
-        .agg(F.sort_array(F.collect_list("label")).alias("labels"))
-        .collect()
-    )
-    by_partition = {r["p"]: r["labels"] for r in rows}
-    # Slots beyond n share Spark partitions (and run after one another there), never a label.
-    return tuple(by_partition[s % n][s // n] for s in range(slots))
+    key = (n, slots)
+    if key not in _LABELS:
+        rows = (
+            spark.range(0, 64 * max(n, slots))
+            .select(F.col("id").cast("int").alias("label"))
+            .select("label", F.expr(f"pmod(hash(label), {n})").alias("p"))
+            .groupBy("p")
+            .agg(F.sort_array(F.collect_list("label")).alias("labels"))
+            .collect()
+        )
+        by_partition = {r["p"]: r["labels"] for r in rows}
+        # Slots beyond n share Spark partitions (and run after one another there), never a label.
+        _LABELS[key] = tuple(by_partition[s % n][s // n] for s in range(slots))
+    return _LABELS[key]
+
+
+_LABELS: dict[tuple[int, int], tuple[int, ...]] = {}  # (shuffle partitions, slots) -> labels, this process's
 
 
 @dataclass(frozen=True)
