@@ -44,6 +44,7 @@ from windjoin.pipelines.job.join_state import OUTPUT_DDL, JoinProcessor
 from windjoin.pipelines.job.sink_fence import fence_sinks
 from windjoin.pipelines.job.sinks import AfterCommit, Sink, split_sinks
 from windjoin.pipelines.job.slot_output import DeadLetterTarget, SlotOutputs
+from windjoin.pipelines.job.slot_stats import SlotReport
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class BatchOutcome:
     punctuations: int = 0  # punctuation records in the batch (each closes a snapshot of every task)
     snapshots: list[Snapshot] = field(default_factory=list)  # snapshots closed after this batch
     dead_by_reason: dict[str, int] = field(default_factory=dict)  # refused rows by reason, dead-lettered or not
-    stats: list[dict] = field(default_factory=list)
+    stats: list[SlotReport] = field(default_factory=list)  # each slot's report (`slot_stats.SlotReport`)
     # Production delay of the batch's pairs: emission minus the later tuple's event time (ms), as an exact
     # histogram. With event time stamped at arrival (as the generator does) this is the paper's production delay.
     delays_ms: Delays = field(default_factory=Delays)

@@ -8,7 +8,7 @@ disk pushes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -16,6 +16,50 @@ from windjoin.operators.partitioning import Group
 from windjoin.pipelines.job.slot_batch import SlotBatch
 from windjoin.pipelines.job.slot_meta import SlotMeta
 from windjoin.pipelines.job.slot_spill import SpillReport
+
+
+class SlotReport(TypedDict):
+    """A slot's report of one batch, every key the driver, the metrics and the controller read (`slot_stats`
+    fills the slot's part, `slot_output.write_slot` the output's, the driver adds `slot`)."""
+
+    slot_index: int  # the slot's index (its grouping-key value is `slot`)
+    routing_version: int
+    shed_ratio: float
+    shed: dict[str, int]  # records shed per stream
+    moved_in: list[int]  # partitions whose state (or part of it) moved
+    moved_out: list[int]
+    moved_in_groups: list[list[int]]  # exactly which units or pieces, as [partition, depth, pattern]
+    moved_out_groups: list[list[int]]
+    rows: int  # rows read
+    joined: int  # live rows joined
+    dead: int
+    punctuations: int
+    segments: int
+    clock_seq: int | None  # event time: the batch's plan
+    batch_limit: int | None  # the record limit the batch was planned with
+    batch_waiting: int | None  # records left in the topics when it was planned
+    watermark: int | None
+    marks: dict[str, list[int]]  # per input partition, the oldest and newest event time read here
+    state_span_ms: int
+    held_span_ms: int
+    window_tuples: int
+    state_bytes: int
+    outputs: int
+    seconds: float
+    phases: dict[str, float]  # milliseconds per phase of the slot's work
+    read_tasks: list[dict[str, Any]]  # the read tasks' timings (reported by the first slot)
+    cpu_seconds: float
+    groups: dict[str, list[Any]]  # per hash partition, columns slot_load.GROUP_FIELDS
+    spill: dict[str, Any]  # disk pushes (paper 004): SpillReport.with_totals and the last request taken
+    # the slot's output (slot_output.write_slot)
+    emitted_at: NotRequired[int]
+    pairs: NotRequired[dict[str, list[int]]]  # per task: pairs staged, largest result time
+    delays: NotRequired[list[list[int]]]  # production delays as [values, counts]
+    dead_by_reason: NotRequired[dict[str, int]]
+    dead_letters: NotRequired[int]
+    order_seconds: NotRequired[float]
+    stage_seconds: NotRequired[float]
+    slot: NotRequired[int]  # added by the driver: the slot's grouping-key value
 
 
 @dataclass
@@ -33,7 +77,7 @@ class BatchWork:
     spill: SpillReport
 
 
-def slot_stats(index: int, batch: SlotBatch, meta: SlotMeta, work: BatchWork, history_ms: int | None) -> dict[str, Any]:
+def slot_stats(index: int, batch: SlotBatch, meta: SlotMeta, work: BatchWork, history_ms: int | None) -> SlotReport:
     """The batch's summary at slot `index` (see the module docstring)."""
     epoch, clock, groups = batch.epoch, batch.clock, work.groups
     spans = _state_spans(meta, work.horizon, history_ms)
