@@ -41,7 +41,7 @@ from collections.abc import Collection, Mapping
 
 import pyarrow as pa
 
-from windjoin.connectors.files.result_files import ResultFiles, result_files
+from windjoin.connectors.files.result_layout import BATCH_DIR, ResultLayout
 from windjoin.operators.result_table import (
     BATCH_ID,
     EMITTED_AT,
@@ -55,9 +55,7 @@ from windjoin.operators.sink_owner import CheckpointId, OwnerRecordError, stale_
 
 OWNER_FILE = "_owner.json"
 GROUP_BYTES = 8 << 20
-_BATCH_DIR = re.compile(r"batch=([0-9]+)")  # fullmatch: "batch=1\n" is no batch
 _HIDDEN_DIR = re.compile(r"\.batch=([0-9]+)\.(pending|tmp-[0-9a-f]+)")  # pending, or left by older versions
-_PART = re.compile(r"part-([0-9]+)\.parquet")
 
 
 def group_rows(table: pa.Table) -> int:
@@ -85,31 +83,18 @@ def part_name(piece: int) -> str:
     return f"part-{check_piece(piece)}.parquet"
 
 
-class ParquetSink:
+class ParquetSink(ResultLayout):
     """Result tables under `path` (a folder or a URL), one hive partition per task and batch id; idempotent per
     (task, batch id)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.files: ResultFiles = result_files(path)
+        super().__init__(path)
         self._last: dict[str, int | None] = {}  # last committed batch id per task, read on first use
 
     @property
     def name(self) -> str:
         """The sink, for messages and metric labels."""
         return f"Parquet {self.files.url}"
-
-    def location(self, task: str) -> str:
-        """Where `task`'s results are, for messages."""
-        return f"Parquet {self.task_dir(task)}"
-
-    def task_dir(self, task: str) -> str:
-        return self.files.join(f"task={check_identifier('task name', task)}")
-
-    def batch_dir(self, task: str, batch_id: int) -> str:
-        return f"{self.task_dir(task)}/batch={check_batch_id(batch_id)}"
-
-    def pending_dir(self, task: str, batch_id: int) -> str:
-        return f"{self.task_dir(task)}/.batch={check_batch_id(batch_id)}.pending"
 
     def write(self, batch_id: int, tables: Mapping[str, pa.Table]) -> dict[str, int]:
         """Stage each task's result table for `batch_id` as piece 0 and commit it; returns rows written per task
@@ -202,47 +187,13 @@ class ParquetSink:
         task_dir = self.task_dir(task)
         published = set(self.files.published_names(task_dir))  # one listing, not a request per batch folder
         for entry in self.files.names(task_dir):
-            hidden, batch = _HIDDEN_DIR.fullmatch(entry), _BATCH_DIR.fullmatch(entry)
+            hidden, batch = _HIDDEN_DIR.fullmatch(entry), BATCH_DIR.fullmatch(entry)
             stale_hidden = hidden and (
                 int(hidden.group(1)) < batch_id or hidden.group(2) != "pending" and int(hidden.group(1)) == batch_id
             )
             unpublished = batch and int(batch.group(1)) < batch_id and entry not in published
             if stale_hidden or unpublished:
                 self.files.remove_tree(f"{task_dir}/{entry}")
-
-    def batch_pieces(self, task: str, batch_id: int) -> list[tuple[int, str]]:
-        """(piece, file) of a committed batch of `task`, in piece order (the batch's row order)."""
-        folder = self.batch_dir(task, batch_id)
-        found = ((_PART.fullmatch(name), name) for name in self.files.names(folder))
-        return sorted((int(m.group(1)), f"{folder}/{name}") for m, name in found if m)
-
-    def batch_files(self, task: str, batch_id: int) -> list[str]:
-        """The files of a committed batch of `task`, in row order (readers concatenate them)."""
-        return [file for _, file in self.batch_pieces(task, batch_id)]
-
-    def committed_batches(self, task: str) -> list[int]:
-        """The committed batch ids of `task`, ascending."""
-        found = (_BATCH_DIR.fullmatch(name) for name in self.files.published_names(self.task_dir(task)))
-        return sorted(int(m.group(1)) for m in found if m)
-
-    def last_committed(self, task: str) -> int | None:
-        """The largest committed batch id of `task`, or None before its first batch."""
-        batches = self.committed_batches(task)
-        return batches[-1] if batches else None
-
-    def read(self, task: str) -> pa.Table:
-        """All committed results of `task`, in batch order then row order, with the result table's schema.
-
-        Raises FileNotFoundError when the task has no committed batch.
-        """
-        batches = self.committed_batches(task)
-        if not batches:
-            raise FileNotFoundError(f"{self.task_dir(task)}: no committed batch of task {task!r}")
-        tables = [self.files.read_table(f) for b in batches for f in self.batch_files(task, b)]
-        table = pa.concat_tables(tables)
-        if BATCH_ID not in table.column_names:
-            raise ValueError(f"{self.task_dir(task)}: files without a {BATCH_ID} column")
-        return table
 
     def owner(self, task: str) -> CheckpointId | None:
         """The checkpoint that claimed `task`'s folder, or None when none did."""

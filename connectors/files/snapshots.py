@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, fields
 import orjson
 import pyarrow.compute as pc
 
-from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.result_layout import ResultLayout
 from windjoin.operators.result_table import stream_timestamps
 
 SNAPSHOTS_DIR = "_snapshots"
@@ -55,7 +55,7 @@ class SnapshotStore:
     """The snapshots of every task under a Parquet sink's `parquet_path`."""
 
     def __init__(self, parquet_path: str | os.PathLike[str]) -> None:
-        self.parquet = ParquetSink(parquet_path)  # used for its layout only; this store writes no batch
+        self.parquet = ResultLayout(parquet_path)
         self.files = self.parquet.files
 
     def snapshots_dir(self, task: str) -> str:

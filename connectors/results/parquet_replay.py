@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.result_layout import ResultLayout
 from windjoin.connectors.files.snapshots import SnapshotStore
 from windjoin.connectors.results.parquet_scan import Footers, readable
 from windjoin.operators.query.cursors import FEED_END as _END
@@ -25,7 +25,7 @@ from windjoin.operators.result_table import EMITTED_AT, PIECE_ROW_BITS, row_byte
 class ParquetReplay:
     """Reads the committed batches of the tasks under a Parquet sink's path, in commit order."""
 
-    def __init__(self, parquet: ParquetSink, snapshots: SnapshotStore) -> None:
+    def __init__(self, parquet: ResultLayout, snapshots: SnapshotStore) -> None:
         self.parquet = parquet
         self.snapshots = snapshots
         self.footers = Footers(parquet)  # each batch's files and footers, read once (one-time queries share it)

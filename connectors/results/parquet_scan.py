@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from windjoin.connectors.files.parquet_sink import ParquetSink
 from windjoin.connectors.files.result_files import ResultFiles
+from windjoin.connectors.files.result_layout import ResultLayout
 from windjoin.connectors.results.span_scan import Part
 from windjoin.operators.query.errors import Damaged
 from windjoin.operators.result_table import PIECE_ROW_BITS, stream_timestamps
@@ -124,7 +124,7 @@ class Footers:
     (`ResultFiles.version`), and is read again. At most `max_batches` folders are kept, the least recently used
     leaving first; queries share it from several threads."""
 
-    def __init__(self, parquet: ParquetSink, max_batches: int = 4096) -> None:
+    def __init__(self, parquet: ResultLayout, max_batches: int = 4096) -> None:
         self.parquet = parquet
         self.files = parquet.files
         self.max_batches = max_batches

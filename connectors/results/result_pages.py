@@ -14,9 +14,9 @@ from typing import Any
 
 import redis
 
-from windjoin.connectors.redis.sink import DEFAULT_NAMESPACE
 from windjoin.connectors.results.result_query import ResultStore
 from windjoin.operators.query.conditions import parse_condition
+from windjoin.operators.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.spec import JoinSpec
 
 log = logging.getLogger(__name__)

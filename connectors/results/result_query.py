@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import redis
 
-from windjoin.connectors.files.parquet_sink import ParquetSink
+from windjoin.connectors.files.result_layout import ResultLayout
 from windjoin.connectors.files.snapshots import Snapshot, SnapshotStore
 from windjoin.connectors.redis import feed as redis_feed
 from windjoin.connectors.redis.client import RedisAuth, redis_client, spec_auth
@@ -137,7 +137,7 @@ class ResultStore:
         self._probe = (
             None if redis_url is None else redis_client(redis_url, auth, socket_timeout=1.0, socket_connect_timeout=1.0)
         )
-        self._parquet = None if parquet_path is None else ParquetSink(parquet_path)
+        self._parquet = None if parquet_path is None else ResultLayout(parquet_path)
         self.snapshot_store = None if parquet_path is None else SnapshotStore(parquet_path)
         self._replay = None if self._parquet is None else ParquetReplay(self._parquet, self.snapshot_store)
         self.parquet_tail = parquet_tail
