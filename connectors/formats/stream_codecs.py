@@ -7,7 +7,6 @@ from pathlib import Path
 
 from windjoin.connectors.formats.avro_codec import SchemaRegistry
 from windjoin.connectors.formats.codec import Codec, codec_for
-from windjoin.connectors.kafka.schema_registry import RegistryConnection, RegistrySchemas
 from windjoin.operators.spec import JoinSpec
 
 
@@ -17,6 +16,9 @@ def stream_codec(spec: JoinSpec, stream: str) -> Codec:
     if s.format == "json":
         return codec_for("json")
     if spec.schema_registry is not None:
+        # imported here: the registry client (with its HTTP and JOSE stack) costs every process ~0.4 s to import
+        from windjoin.connectors.kafka.schema_registry import RegistryConnection, RegistrySchemas
+
         schemas = RegistrySchemas(RegistryConnection.from_spec(spec.schema_registry))
         return codec_for("avro", registry=schemas, schema_id=None)
     path = Path(s.schema_file)
