@@ -17,7 +17,7 @@ def stream_codec(spec: JoinSpec, stream: str) -> Codec:
         return codec_for("json")
     if spec.schema_registry is not None:
         # imported here: the registry client (with its HTTP and JOSE stack) costs every process ~0.4 s to import
-        from windjoin.connectors.kafka.schema_registry import RegistryConnection, RegistrySchemas
+        from windjoin.connectors.formats.schema_registry import RegistryConnection, RegistrySchemas
 
         schemas = RegistrySchemas(RegistryConnection.from_spec(spec.schema_registry))
         return codec_for("avro", registry=schemas, schema_id=None)

@@ -29,7 +29,7 @@ from fastavro.validation import ValidationError, validate
 from windjoin.connectors.formats.avro_codec import SchemaRegistry
 from windjoin.connectors.formats.codec import Codec, codec_for
 from windjoin.connectors.formats.codec_errors import EncodeError
-from windjoin.connectors.kafka.schema_registry import RegistryConnection
+from windjoin.connectors.formats.schema_registry import RegistryConnection
 from windjoin.operators.schema import RecordError, StreamSchema
 from windjoin.operators.spec import JoinSpec, StreamSpec
 

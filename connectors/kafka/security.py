@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from windjoin.connectors.local.secret_files import read_secret
+from windjoin.connectors.secret_files import read_secret
 
 OPTION_PREFIX = "windjoin.kafka."  # Spark source options carrying these settings (lower-cased by Spark)
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from windjoin.connectors.local.secret_files import read_secret
+from windjoin.connectors.secret_files import read_secret
 
 ENV_USERNAME = "WINDJOIN_REDIS_USERNAME"
 ENV_PASSWORD_FILE = "WINDJOIN_REDIS_PASSWORD_FILE"

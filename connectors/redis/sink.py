@@ -287,15 +287,6 @@ class RedisSink:
                 committed.append(task)
         return committed
 
-    def query(self, task: str, t_from: int, t_to: int) -> list[dict[str, Any]]:
-        """Every committed result with result time in [t_from, t_to], ordered by (result time, batch id, row), as
-        `{"task", <stream>: {...}, ... (one per joined stream), "batch_id", "emitted_at", "result_time"}` (for
-        tests and tools: the whole answer in memory; queries page with `result_query`)."""
-        from windjoin.connectors.results.redis_tier import read_all
-
-        rows = read_all(self.client, task, self.namespace, t_from, t_to)
-        return [{"task": task, **{k: v for k, v in row.items() if k != "row"}} for row in rows]
-
     def last_committed(self, task: str) -> int | None:
         """The last batch id committed for `task`, or None before its first batch."""
         value = self.client.hget(meta_key(task, self.namespace), "committed")

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.connectors.tiers import TiersLayout
+from tests.support.redis_rows import redis_rows
 from windjoin.connectors.results.redis_tier import read_all
 from windjoin.connectors.results.result_query import MAX_LIMIT
 from windjoin.operators.query.conditions import parse_condition
@@ -91,7 +92,7 @@ def test_schema_member_and_result_time_of_a_three_way_result(tiers_factory) -> N
     stored = read_all(tiers.redis.client, "tri", tiers.namespace, 0, 100)
     assert [r["result_time"] for r in stored] == [50, 60, 70]
     assert all(list(r)[:3] == JOIN for r in stored)  # one object per stream, in join order
-    assert [canonical(r) for r in tiers.redis.query("tri", 55, 100)] == [canonical(c) for c in combos[1:]]
+    assert [canonical(r) for r in redis_rows(tiers.redis, "tri", 55, 100)] == [canonical(c) for c in combos[1:]]
     with tiers.store() as store:
         rows, _ = store.follow("tri", from_ms=0, count=10)
         assert got(rows) == sorted(tiers.written, key=lambda w: w[1:3])

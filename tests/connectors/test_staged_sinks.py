@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.connectors.sink_cases import SPEC
+from tests.support.redis_rows import redis_rows
 from windjoin.connectors.files import parquet_sink
 from windjoin.connectors.files.parquet_sink import ParquetSink
 from windjoin.connectors.files.snapshots import SnapshotStore
@@ -108,11 +109,11 @@ def test_redis_pieces_are_invisible_until_the_commit(redis_sink: RedisSink) -> N
     assert redis_sink.stage(4, 0, {"a": pieces[0]}) == {"a": 2}
     staged = [piece_key("a", 4, p, redis_sink.namespace) for p in (0, 1)]
     assert redis_sink.client.exists(*staged) == 2  # staged pieces are stored, but no reader returns them
-    assert redis_sink.count("a") == 0 and redis_sink.query("a", 0, 10**6) == []
+    assert redis_sink.count("a") == 0 and redis_rows(redis_sink, "a", 0, 10**6) == []
     assert read_all(redis_sink.client, "a", redis_sink.namespace, 0, 10**6) == []
     assert read_feed(redis_sink.client, "a", redis_sink.namespace, None, 100, None).to_pylist() == []
     assert commit(redis_sink, 4, pieces) == ["a"]
-    rows = redis_sink.query("a", 0, 10**6)
+    rows = redis_rows(redis_sink, "a", 0, 10**6)
     assert [r["R"]["ts"] for r in rows] == [1, 2, 10, 11, 12]
     span = read_all(redis_sink.client, "a", redis_sink.namespace, 0, 10**6)
     assert [(r["batch_id"], r["row"]) for r in span] == [(4, 0), (4, 1), (4, 2**32), (4, 2**32 + 1), (4, 2**32 + 2)]
@@ -134,7 +135,7 @@ def test_redis_replays_stage_and_commit_nothing_twice(redis_sink: RedisSink) -> 
     assert redis_sink.stage(1, 1, {"a": piece(1, [3], emitted_at=99)}) == {}
     assert commit(redis_sink, 1, first) == []
     assert redis_sink.count("a") == 4
-    assert {r["emitted_at"] for r in redis_sink.query("a", 0, 10**6)} == {7}
+    assert {r["emitted_at"] for r in redis_rows(redis_sink, "a", 0, 10**6)} == {7}
     assert len(redis_sink.client.xrange(f"{redis_sink.namespace}:{{a}}:feed")) == 3
 
 
@@ -169,7 +170,7 @@ def test_a_redis_lost_between_stage_and_commit_holds_whole_batches_from_the_next
     assert commit(redis_sink, 2, {0: piece(2, [4])}) == ["a"]
     coverage = feed_coverage(redis_sink.client, "a", redis_sink.namespace)
     assert (coverage.committed, coverage.serves_from) == (2, 2)
-    assert [r["batch_id"] for r in redis_sink.query("a", 0, 10**6)] == [2]
+    assert [r["batch_id"] for r in redis_rows(redis_sink, "a", 0, 10**6)] == [2]
 
 
 def test_a_pickled_redis_sink_stages_with_its_own_client(redis_sink: RedisSink) -> None:

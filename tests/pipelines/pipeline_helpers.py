@@ -10,6 +10,7 @@ from pathlib import Path
 import orjson
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from tests.support.redis_rows import redis_rows
 from windjoin.connectors.kafka.admin import create_topics
 from windjoin.connectors.kafka.dead_letter import DeadLetter, decode_dead_letter
 from windjoin.connectors.kafka.producer import produce
@@ -146,7 +147,7 @@ def redis_pairs(sink, spec: dict) -> list[tuple]:
     out = []
     for task in spec["tasks"]:
         left, right = task["join"]
-        for row in sink.query(task["name"], 0, 2**53):
+        for row in redis_rows(sink, task["name"], 0, 2**53):
             out.append((task["name"], row[left], row[right]))
     return out
 

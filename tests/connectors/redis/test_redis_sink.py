@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.connectors.sink_cases import large_table
+from tests.support.redis_rows import redis_rows
 from tests.support.result_tables import canonical, make_table, pair, result_time
 from windjoin.connectors.redis import pieces as redis_pieces
 from windjoin.connectors.redis.client import redis_client
@@ -29,7 +30,7 @@ small_times = st.integers(0, 1000)
 
 def stored(sink: RedisSink, task: str) -> list[dict[str, Any]]:
     """Everything stored for a task, as plain pairs (streams only) in query order."""
-    return [{"R": q["R"], "S": q["S"]} for q in sink.query(task, 0, MAX_TIME)]
+    return [{"R": q["R"], "S": q["S"]} for q in redis_rows(sink, task, 0, MAX_TIME)]
 
 
 @pytest.fixture
@@ -89,7 +90,7 @@ def test_rows_written_are_rows_read_back_in_result_time_order(sink_factory, pair
     sink = sink_factory()
     assert sink.write(3, {"a": make_table("a", 3, pairs)}) == {"a": len(pairs)}
     order = sorted(range(len(pairs)), key=lambda i: (result_time(pairs[i]), i))
-    got = sink.query("a", 0, MAX_TIME)
+    got = redis_rows(sink, "a", 0, MAX_TIME)
     assert [canonical({"R": q["R"], "S": q["S"]}) for q in got] == [canonical(pairs[i]) for i in order]
     assert [q["result_time"] for q in got] == [result_time(pairs[i]) for i in order]
     assert all(q["task"] == "a" and q["batch_id"] == 3 and q["emitted_at"] == 7 for q in got)
@@ -140,11 +141,11 @@ def test_retention_drops_the_pieces_wholly_older_than_the_bound(sink_factory) ->
 
     sink.write(0, {"a": make_table("a", 0, times(0, 40))})
     sink.write(1, {"a": make_table("a", 1, times(49, 99, 150))})  # bound 150 - 100 = 50: batch 0 (max 40) leaves
-    assert [q["result_time"] for q in sink.query("a", 0, MAX_TIME)] == [49, 99, 150]
+    assert [q["result_time"] for q in redis_rows(sink, "a", 0, MAX_TIME)] == [49, 99, 150]
     sink.write(2, {"a": make_table("a", 2, times(120, 200))})  # bound 100: batch 1 (max 150) stays whole
-    assert [q["result_time"] for q in sink.query("a", 0, MAX_TIME)] == [49, 99, 120, 150, 200]
+    assert [q["result_time"] for q in redis_rows(sink, "a", 0, MAX_TIME)] == [49, 99, 120, 150, 200]
     assert sink.write(3, {"a": make_table("a", 3, times(30, 10))}) == {"a": 2}  # added, then dropped by the bound
-    assert [q["result_time"] for q in sink.query("a", 0, MAX_TIME)] == [49, 99, 120, 150, 200]
+    assert [q["result_time"] for q in redis_rows(sink, "a", 0, MAX_TIME)] == [49, 99, 120, 150, 200]
     assert sink.max_time("a") == 200 and sink.count("a") == 5
     assert int(sink.client.hget(f"{sink.namespace}:{{a}}:meta", "dropped_upto")) == 3
 
@@ -157,7 +158,7 @@ def test_retention_by_bytes_drops_the_oldest_pieces_but_never_the_newest_batch(s
             for i in range(5)
         ]
         sink.write(batch, {"a": make_table("a", batch, pairs)})
-        assert {q["batch_id"] for q in sink.query("a", 0, MAX_TIME)} == {batch}  # only the newest batch stays
+        assert {q["batch_id"] for q in redis_rows(sink, "a", 0, MAX_TIME)} == {batch}  # only the newest batch stays
     sizes = [int(sink.client.hget(f"{sink.namespace}:{{a}}:piece:2:0", "bytes"))]
     assert sink.held_bytes("a") == sizes[0] and sink.count("a") == 5
     big = sink_factory(max_bytes=sizes[0] * 2 + 1)
@@ -167,7 +168,7 @@ def test_retention_by_bytes_drops_the_oldest_pieces_but_never_the_newest_batch(s
             for i in range(5)
         ]
         big.write(batch, {"a": make_table("a", batch, pairs)})
-    assert sorted({q["batch_id"] for q in big.query("a", 0, MAX_TIME)}) == [2, 3]
+    assert sorted({q["batch_id"] for q in redis_rows(big, "a", 0, MAX_TIME)}) == [2, 3]
 
 
 @SETTINGS
@@ -192,7 +193,7 @@ def test_retention_and_query_against_an_oracle(
         kept = []
     assert [canonical(p) for p in stored(sink, "a")] == [canonical(item[3]) for item in kept]
     t_from, t_to = span
-    got = sink.query("a", t_from, t_to)
+    got = redis_rows(sink, "a", t_from, t_to)
     want = [item for item in kept if t_from <= item[0] <= t_to]
     assert [(q["result_time"], q["batch_id"]) for q in got] == [item[:2] for item in want]
     assert [canonical({"R": q["R"], "S": q["S"]}) for q in got] == [canonical(item[3]) for item in want]
@@ -207,7 +208,7 @@ def test_two_tasks_are_kept_apart(sink_factory) -> None:
     assert sink.write(1, {"a": make_table("a", 1, pa_), "b": make_table("b", 1, pb)}) == {"b": 1}
     assert stored(sink, "a") == pa_
     assert stored(sink, "b") == pb
-    assert [q["task"] for q in sink.query("b", 0, MAX_TIME)] == ["b"]
+    assert [q["task"] for q in redis_rows(sink, "b", 0, MAX_TIME)] == ["b"]
     assert (sink.last_committed("a"), sink.last_committed("b")) == (1, 1)
 
 
@@ -216,7 +217,7 @@ def test_namespaces_are_kept_apart(sink_factory) -> None:
     pairs = [{"R": {"ts": 1, "k": 1, "x": 1.0, "z": "a"}, "S": {"t": 1, "k": 1, "d": True}}]
     one.write(0, {"a": make_table("a", 0, pairs)})
     assert two.last_committed("a") is None
-    assert two.query("a", 0, MAX_TIME) == []
+    assert redis_rows(two, "a", 0, MAX_TIME) == []
 
 
 def test_racing_writers_commit_a_batch_once(sink_factory, redis_url: str) -> None:
@@ -239,7 +240,7 @@ def test_bad_names_and_mismatched_tables_are_refused(sink_factory, redis_url: st
     with pytest.raises(ValueError, match="task name"):
         sink.write(2, {"a b": table})
     with pytest.raises(ValueError, match="task name"):
-        sink.query("a}:x", 0, 1)
+        redis_rows(sink, "a}:x", 0, 1)
     with pytest.raises(ValueError, match="handed over as task"):
         sink.write(2, {"b": table})
     one = [{"R": {"ts": 1, "k": 1, "x": 1.0, "z": ""}, "S": {"t": 1, "k": 1, "d": True}}]
@@ -293,7 +294,7 @@ def test_a_batch_of_100k_rows_in_one_write(sink_factory) -> None:
     times = np.sort(result_times(table))
     # a span of 1000 pairs drawn from every chunk (the rows are in random time order)
     t_from, t_to = int(times[1000]), int(times[1999])
-    got = sink.query("a", t_from, t_to)
+    got = redis_rows(sink, "a", t_from, t_to)
     assert [q["result_time"] for q in got] == times[(times >= t_from) & (times <= t_to)].tolist()
     rows = {q["R"]["ts"]: q for q in got}
     for i in np.flatnonzero(np.isin(sides["R"]["ts"], list(rows)))[:50]:

@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from tests.pipelines.pipeline_helpers import produce_events
+from tests.support.redis_rows import redis_rows
 from windjoin.connectors.files.parquet_sink import ParquetSink
 from windjoin.connectors.files.snapshots import SnapshotStore
 from windjoin.connectors.redis.sink import RedisSink, clear_task
@@ -198,7 +199,7 @@ def test_three_way_count_window_on_one_partition(spark, kafka_bootstrap, redis_u
         assert len(expected) > 300
         join = tasks[0]["join"]
         assert as_multiset(_combos(parquet.read("tri").to_pylist(), "tri", join)) == as_multiset(expected)
-        assert as_multiset(_combos(redis_sink.query("tri", 0, 2**53), "tri", join)) == as_multiset(expected)
+        assert as_multiset(_combos(redis_rows(redis_sink, "tri", 0, 2**53), "tri", join)) == as_multiset(expected)
         with ResultStore(spec, redis_url, namespace, None) as store:
             rows, _ = _one_time(store, "tri", 0, 2**53 - 1, [], MAX_LIMIT)
             assert as_multiset(_combos(rows, "tri", join)) == as_multiset(expected)

@@ -26,7 +26,7 @@ from fastavro import parse_schema
 
 from windjoin.connectors.formats.avro_codec import MAX_SCHEMA_ID, SchemaRegistry
 from windjoin.connectors.formats.codec_errors import UNKNOWN_SCHEMA_ID, DecodeError
-from windjoin.connectors.local.secret_files import read_secret
+from windjoin.connectors.secret_files import read_secret
 
 UNKNOWN_RETRY_S = 10.0  # an id the registry did not know is asked again after this long
 LOOKUPS_PER_S = 20.0  # lookups of unseen ids a decoder makes at most (a burst of as many)

@@ -15,11 +15,11 @@ import pytest
 from fastavro import parse_schema, schemaless_writer
 
 from tests.registry_server import RegistryServer
+from windjoin.connectors.formats import schema_registry
 from windjoin.connectors.formats.codec_errors import DecodeError
+from windjoin.connectors.formats.schema_registry import RegistryConnection, RegistrySchemas, RegistryUnavailable
 from windjoin.connectors.formats.stream_codecs import stream_codec
 from windjoin.connectors.formats.stream_encoder import stream_encoder
-from windjoin.connectors.kafka import schema_registry
-from windjoin.connectors.kafka.schema_registry import RegistryConnection, RegistrySchemas, RegistryUnavailable
 from windjoin.operators.spec import SpecError, parse_spec
 
 V1 = {"type": "record", "name": "A", "fields": [{"name": "ts", "type": "long"}, {"name": "k", "type": "long"}]}
