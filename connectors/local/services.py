@@ -272,7 +272,7 @@ def _argv(name: str, config: ServicesConfig, port: int, state_dir: Path) -> list
         config.redis_maxmemory,
         "--maxmemory-policy",
         "noeviction",
-        "--busy-reply-threshold",  # why this value: redis_functions' docstring
+        "--busy-reply-threshold",  # why this value: connectors.redis.functions' docstring
         str(BUSY_REPLY_MS),
         "--daemonize",
         "no",

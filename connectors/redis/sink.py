@@ -3,14 +3,14 @@
 Data layout per task (key names: `connectors.redis.keys`; `ns:{T}:` is the task's prefix):
 
 - `ns:{T}:piece:<batch>:<piece>` - hash, one slot's results of one batch: fields `c0`, `c1`, ... the piece's
-  chunks (compressed Arrow IPC of bounded size, `redis_pieces`), then what describes them: `batch`, `emitted_at`,
+  chunks (compressed Arrow IPC of bounded size, `redis.pieces`), then what describes them: `batch`, `emitted_at`,
   `rows`, `bytes` (the chunks' total), `max` (largest result time), `width` (widest chunk's time range),
   `chunks`, `index` (the chunks' entries, space-separated). The fields after the chunks are written last: a piece
   is staged once they are there.
 - `ns:{T}:index` - sorted set of the committed chunks' entries (`batch:piece:seq:min:max:offset:rows:emitted_at`),
   scored by their smallest result time: a time span's chunks are one range read from (from - width) to `to`.
 - `ns:{T}:pieces` - sorted set of the committed pieces (`batch:piece`) scored by their largest result time: what
-  retention walks (`redis_retention`).
+  retention walks (`redis.retention`).
 - `ns:{T}:meta` - hash: `committed` (last committed batch id), `max_time` (largest result time seen), `since`
   (the batch of the first commit into this database: a Redis that restarted empty, was flushed, or refused a
   batch for memory holds the task's batches from there on), `bytes` and `rows` held, `width` (widest committed

@@ -69,7 +69,7 @@ class _Groups(_Report):
         return self
 
 
-# what the controller folds by partition (control_loop, memory_reports); "cpu" falls back to "seconds"
+# what the controller folds by partition (control_loop, memory_history); "cpu" falls back to "seconds"
 _NEEDED = ("tuples_in", "outputs", "window_tuples", "state_bytes", "seconds")
 
 
