@@ -5,17 +5,19 @@ Wiring only: the join is `operators`, the state handling `join_state`, the sinks
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import mmh3
 import orjson
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from windjoin.connectors.files.batch_costs import BatchCosts
 from windjoin.connectors.files.checkpoint_layout import check_layout
@@ -81,30 +83,25 @@ def check_runnable(spec: JoinSpec) -> None:
 
 
 def slot_labels(spark: SparkSession, slots: int) -> tuple[int, ...]:
-    """Grouping-key values for the slots that Spark's hash partitioner sends to distinct partitions.
+    """Grouping-key values for the slots that Spark's hash partitioner sends to distinct partitions."""
+    return hash_partition_labels(int(spark.conf.get("spark.sql.shuffle.partitions")), slots)
 
-    Spark places a key by pmod(murmur3(key), shuffle partitions); labels 0..n-1 can collide, so slot s gets
-    the (s div n)-th smallest label landing on partition (s mod n), asked of Spark itself (once per process and
-    shape: the placement depends on nothing else).
+
+@functools.cache
+def hash_partition_labels(partitions: int, slots: int) -> tuple[int, ...]:
+    """Slot s gets the (s div n)-th smallest int landing on partition (s mod n) of n `partitions`.
+
+    Spark places an int key on pmod(hash(key), n), its Murmur3Hash with seed 42 over the key's four little-endian
+    bytes: murmur3_x86_32, which mmh3 computes without a Spark job (one cost a new process ~4 s). Labels 0..n-1
+    can collide; slots beyond n share Spark partitions (and run after one another there), never a label.
     """
-    n = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    key = (n, slots)
-    if key not in _LABELS:
-        rows = (
-            spark.range(0, 64 * max(n, slots))
-            .select(F.col("id").cast("int").alias("label"))
-            .select("label", F.expr(f"pmod(hash(label), {n})").alias("p"))
-            .groupBy("p")
-            .agg(F.sort_array(F.collect_list("label")).alias("labels"))
-            .collect()
-        )
-        by_partition = {r["p"]: r["labels"] for r in rows}
-        # Slots beyond n share Spark partitions (and run after one another there), never a label.
-        _LABELS[key] = tuple(by_partition[s % n][s // n] for s in range(slots))
-    return _LABELS[key]
+    by_partition: dict[int, list[int]] = defaultdict(list)
+    for label in range(64 * max(partitions, slots)):
+        by_partition[mmh3.hash(label.to_bytes(4, "little", signed=True), SPARK_HASH_SEED) % partitions].append(label)
+    return tuple(by_partition[s % partitions][s // partitions] for s in range(slots))
 
 
-_LABELS: dict[tuple[int, int], tuple[int, ...]] = {}  # (shuffle partitions, slots) -> labels, this process's
+SPARK_HASH_SEED = 42  # org.apache.spark.sql.catalyst.expressions.Murmur3Hash's default seed
 
 
 @dataclass(frozen=True)
