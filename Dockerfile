@@ -14,7 +14,7 @@
 #   The Parquet results need none of it: pyarrow reads s3://, gs:// and abfs:// itself.
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
-# Stage 1: the virtualenv (pip, wheels and build files stay in this stage).
+# Stage 1: the dependencies' virtualenv (wheels and build files stay in this stage).
 FROM ${BASE_IMAGE} AS venv
 ARG PYTHON=python
 ENV PIP_NO_CACHE_DIR=1 \
@@ -25,7 +25,7 @@ WORKDIR /opt/windjoin/src
 COPY pyproject.toml ./
 RUN /opt/windjoin/venv/bin/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
         > requirements.txt \
-    && /opt/windjoin/venv/bin/pip install -r requirements.txt
+    && /opt/windjoin/venv/bin/pip install --no-compile -r requirements.txt
 # Optional S3A jars into pyspark's jars folder (the header above); empty HADOOP_AWS_VERSION: none, nothing fetched.
 COPY docker/hadoop_aws.py ./
 ARG HADOOP_AWS_VERSION=""
@@ -33,16 +33,8 @@ ARG MAVEN_REPOSITORY=https://repo1.maven.org/maven2
 RUN if [ -n "${HADOOP_AWS_VERSION}" ]; then \
         /opt/windjoin/venv/bin/python hadoop_aws.py "${HADOOP_AWS_VERSION}" --repository "${MAVEN_REPOSITORY}"; \
     fi
-COPY README.md setup.py ./
-COPY windjoin windjoin
-COPY operators operators
-COPY connectors connectors
-COPY pipelines pipelines
-RUN /opt/windjoin/venv/bin/pip install --no-deps . \
-    && /opt/windjoin/venv/bin/pip uninstall --yes pip \
-    && find /opt/windjoin/venv -name __pycache__ -prune -exec rm -rf {} +
 
-# Stage 2: the runtime: Java, tini, procps and the virtualenv.
+# Stage 2: the runtime: Java, tini, procps, the virtualenv and windjoin.
 FROM ${BASE_IMAGE}
 ARG DEBIAN_FRONTEND=noninteractive
 # Unpinned on purpose: the base image's Debian release fixes the versions and security updates still apply.
@@ -57,7 +49,19 @@ ENV JAVA_HOME=/opt/java \
     PATH=/opt/windjoin/venv/bin:$PATH \
     PYTHONUNBUFFERED=1
 
+# The dependencies' venv (1.5 GB) is a layer of its own, cached while pyproject.toml stays; windjoin's code is
+# installed into it after, so a change to the code rebuilds only these small layers.
 COPY --from=venv /opt/windjoin/venv /opt/windjoin/venv
+WORKDIR /opt/windjoin/src
+COPY pyproject.toml README.md setup.py ./
+COPY windjoin windjoin
+COPY operators operators
+COPY connectors connectors
+COPY pipelines pipelines
+RUN PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 pip install --no-deps --no-compile . \
+    && pip uninstall --yes pip \
+    && cd / && rm -rf /opt/windjoin/src
+WORKDIR /
 RUN python -c "import windjoin.pipelines.cli.main, pyspark" \
     && ln -s "$(python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" /opt/spark
 
