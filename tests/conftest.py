@@ -14,7 +14,8 @@ pytest_plugins = ["tests.services_fixtures", "tests.spark_fixtures", "tests.s3_s
 pytest.register_assert_rewrite("tests.support")
 # The suite's JVMs (Spark's driver, cluster and executors, Flink) live seconds to minutes: compiled by C1 alone they
 # spend ~25% less CPU than with C2 on top (two `windjoin run` starts: 56-58 CPU-s, 41-46 with it), and the suite is
-# CPU-bound on 2 cores. Every JVM the tests start inherits it; the product's JVMs and benchmark runs outside the suite keep the default.
+# CPU-bound on 2 cores. Every JVM the tests start inherits it; the product's JVMs and benchmark runs outside the
+# suite keep the default.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 
