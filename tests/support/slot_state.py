@@ -1,9 +1,18 @@
 """A slot's state in dicts (`pipelines.job.slot_state.SlotState`), for running the slot without Spark; copied
-whole to stand for what Spark's checkpoint holds after a committed batch."""
+whole to stand for what Spark's checkpoint holds after a committed batch. With stored-layout rows and a batch's
+store, for the tests of the slot's rooms over it."""
 
 from __future__ import annotations
 
 import copy
+
+import pyarrow as pa
+
+from windjoin.operators.spec import JoinSpec
+from windjoin.pipelines.job.adapter import field_column
+from windjoin.pipelines.job.segment_store import SegmentStore
+from windjoin.pipelines.job.slot_meta import SlotMeta
+from windjoin.pipelines.job.stored_rows import segment_schema
 
 
 class MemorySlotState:
@@ -31,3 +40,25 @@ class MemorySlotState:
     def saved(self) -> MemorySlotState:
         """A copy, as a checkpoint keeps it."""
         return copy.deepcopy(self)
+
+
+def stored_rows(spec: JoinSpec, *tuples: tuple[int, str, int], key: int = 7) -> pa.Table:
+    """Stored-layout rows (partition, stream, event time) of a spec whose streams have a `k` field: every tuple's
+    `k` is `key`, its other fields its event time."""
+    columns: dict[str, list] = {name: [] for name in segment_schema(spec).names}
+    for part, stream, ts in tuples:
+        columns["part"].append(part)
+        columns["stream"].append(stream)
+        columns["ts"].append(ts)
+        for name, s in spec.streams.items():
+            for f in s.fields:
+                columns[field_column(name, f)].append(None if name != stream else key if f == "k" else ts)
+    return pa.table(columns, schema=segment_schema(spec))
+
+
+def store_batch(store: SegmentStore, meta: SlotMeta, rows: pa.Table) -> None:
+    """As a batch does: count the arrivals, then append them as one segment."""
+    for part, stream in zip(rows.column("part").to_pylist(), rows.column("stream").to_pylist(), strict=True):
+        counts = meta.counts.setdefault(str(part), dict.fromkeys(store.spec.streams, 0))
+        counts[stream] += 1
+    store.append(meta, rows)
