@@ -53,10 +53,16 @@ def floor(
     return out
 
 
-def measured_progress(query: Any, seconds: float, warmup: int = 2, at_least: int = 5) -> list[dict]:
-    """The query's progress reports after its first `warmup` batches (their start-up is not the floor), once it
-    ran `seconds` and made at least `at_least` more, or after 6x `seconds` at most (a slow machine's first
-    transformWithState batches can take most of a short probe); then the query stops."""
+def measured_progress(
+    query: Any, seconds: float, warmup: int = 2, at_least: int = 5, startup_s: float = 180.0
+) -> list[dict]:
+    """The query's progress reports after its first `warmup` batches (their start-up is not the floor, and is
+    waited for apart, up to `startup_s`: a busy machine's first transformWithState batches can take longer than a
+    short probe), once it ran `seconds` more and made at least `at_least` more, or after 6x `seconds` at most;
+    then the query stops."""
+    started = time.monotonic()
+    while len(query.recentProgress) < warmup and query.isActive and time.monotonic() - started < startup_s:
+        time.sleep(0.5)
     deadline = time.monotonic() + seconds
     give_up = time.monotonic() + 6 * seconds
     while time.monotonic() < deadline or (len(query.recentProgress) < warmup + at_least and time.monotonic() < give_up):

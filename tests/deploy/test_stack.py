@@ -48,7 +48,8 @@ from windjoin.connectors.results.result_query import MAX_LIMIT
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.proxy.tokens import token_hash
 
-pytestmark = pytest.mark.slow
+# One stack at a time on a host (the chart's Redis binds port 6379), so its tests share one worker's `stack`.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "windjoin"
