@@ -127,7 +127,7 @@ class ResultWriter:
 
     def write(self, rows: int, t0_ms: int, span_ms: int = 1000) -> np.ndarray:
         """Commit one batch of `rows` results spanning `span_ms` of result time; returns its join keys."""
-        from windjoin.connectors.results import redis_tier
+        from windjoin.connectors.redis.retention import advance_snapshot
         from windjoin.operators.result_table import table_from_columns
 
         ts_r = np.sort(self.rng.integers(t0_ms, t0_ms + span_ms, rows))
@@ -144,7 +144,7 @@ class ResultWriter:
             snap = self.snapshots.commit(TASK, self.batch_id, "periodic", int(time.time() * 1000))
             if snap is not None:
                 cutoff = (self.redis.max_time(TASK) or 0) - self.retain_ms
-                redis_tier.advance_snapshot(self.redis.client, TASK, "windjoin", snap.id, snap.last_batch, cutoff)
+                advance_snapshot(self.redis.client, TASK, "windjoin", snap.id, snap.last_batch, cutoff)
         self.batch_id += 1
         return keys
 

@@ -15,7 +15,7 @@ Data layout per task (key names: `connectors.redis.keys`; `ns:{T}:` is the task'
   (the batch of the first commit into this database: a Redis that restarted empty, was flushed, or refused a
   batch for memory holds the task's batches from there on), `bytes` and `rows` held, `width` (widest committed
   chunk), `dropped_upto` (newest batch retention dropped a piece of), `full_batches` (batches Redis refused for
-  memory); with Parquet snapshots also `snapshot` / `snapshot_batch` (`connectors.results.redis_tier.advance_snapshot`).
+  memory); with Parquet snapshots also `snapshot` / `snapshot_batch` (`connectors.redis.retention.advance_snapshot`).
 - `ns:{T}:feed` - stream, the continuous-query feed: one entry per committed piece, id `<batch_id>-<piece + 1>`
   (commit order; a (batch, row) cursor maps onto entry ids), fields `emitted_at`, `rows`, `chunks`; readers take
   the rows from the piece hash. Capped with `MAXLEN ~ feed_batches * pieces`.
@@ -36,7 +36,7 @@ append it to the feed, and set `committed`, `max_time`, `bytes`, `rows`, `width`
 index and the feed, so a staged piece is invisible until its batch commits, and an answer is a union of whole
 committed batches. A batch id below `committed` is refused (`StaleBatchError`). Without Parquet (`trim=True`) the
 sink then drops the pieces wholly older than `max_time - retain_ms` and the oldest beyond `max_bytes`; with Parquet
-the snapshot committer does (`connectors.results.redis_tier.advance_snapshot`).
+the snapshot committer does (`connectors.redis.retention.advance_snapshot`).
 
 Redis full (maxmemory reached, `noeviction`): a slot whose piece Redis refuses removes what it wrote and marks the
 piece refused (a few bytes, allowed past maxmemory); the commit then leaves the whole batch to Parquet as after a
@@ -105,7 +105,7 @@ class RedisSink:
         auth: RedisAuth | None = None,
     ) -> None:
         """`trim=False`: Parquet holds every batch, so the sink drops nothing itself (Parquet snapshots move results
-        out, see `connectors.results.redis_tier.advance_snapshot`) and a batch Redis refuses for memory is left to
+        out, see `connectors.redis.retention.advance_snapshot`) and a batch Redis refuses for memory is left to
         Parquet;
         `feed_batches`: how many batches the continuous-query feed keeps (about: Redis trims whole stream nodes)."""
         for key, value in (("retain_ms", retain_ms), ("feed_batches", feed_batches), ("max_bytes", max_bytes)):

@@ -2,15 +2,15 @@
 time span's chunks, in short paced calls.
 
 The keys are the ones `connectors.redis.sink` writes (see its docstring). When Parquet snapshots are configured, the
-Redis sink
-does not drop anything (RedisSink(trim=False)); instead, after a snapshot's manifest is committed, the driver calls
-`advance_snapshot`, which records `snapshot` / `snapshot_batch` in the meta hash and then drops the pieces that are
-both inside the snapshot (batch id <= its last batch) and wholly older than the Redis retention (or the oldest
-beyond `max_bytes`, or, after Redis refused a batch for memory, all of them). Hence the invariant readers rely on:
-Redis holds every result of every batch newer than the recorded `snapshot_batch`, and the recorded snapshot's
-manifest exists. A one-time query reads the chunk entries of the span in steps (`RedisSpan`: at most
-`SPAN_STEP` entries a Lua call, each with the recorded snapshot; a snapshot that moves between steps, or a chunk
-dropped meanwhile, makes it read again: `SpanMoved`), then the chunks it needs, one per call.
+Redis sink does not drop anything (RedisSink(trim=False)); instead, after a snapshot's manifest is committed, the
+driver calls `connectors.redis.retention.advance_snapshot`, which records `snapshot` / `snapshot_batch` in the meta
+hash and then drops the pieces that are both inside the snapshot (batch id <= its last batch) and wholly older than
+the Redis retention (or the oldest beyond `max_bytes`, or, after Redis refused a batch for memory, all of them).
+Hence the invariant readers rely on: Redis holds every result of every batch newer than the recorded
+`snapshot_batch`, and the recorded snapshot's manifest exists. A one-time query reads the chunk entries of the span
+in steps (`RedisSpan`: at most `SPAN_STEP` entries a Lua call, each with the recorded snapshot; a snapshot that
+moves between steps, or a chunk dropped meanwhile, makes it read again: `SpanMoved`), then the chunks it needs,
+one per call.
 
 Redis lost (restarted without persistence, flushed) or full: the meta hash comes back without the snapshot marker,
 and `since` names the first batch this database holds whole. Readers then never trust Redis for what it did not
@@ -34,11 +34,10 @@ import redis
 from windjoin.connectors.redis.functions import fcall
 from windjoin.connectors.redis.keys import index_key, meta_key, piece_key
 from windjoin.connectors.redis.pieces import ChunkEntry, decode_chunk
-from windjoin.connectors.redis.retention import drop_pieces
 from windjoin.connectors.results.span_scan import Part
 from windjoin.operators.query.errors import Damaged
 from windjoin.operators.query.fields import as_rows, table_rows
-from windjoin.operators.result_table import check_batch_id, result_times, row_bytes
+from windjoin.operators.result_table import result_times, row_bytes
 
 T = TypeVar("T")
 SPAN_STEP = 1000  # chunk entries per index step: a step holds Redis for well under a millisecond
@@ -51,34 +50,6 @@ REPLY_S_PER_BYTE = 1e-9
 # work), their scripts measured 103 ms: ~160 us a call (an EVAL of `return 1` alone costs ~40 us).
 CALL_S = 160e-6
 KEEP_CHUNKS = 4  # chunks a span read keeps (each about 1 MiB at most)
-
-
-def advance_snapshot(
-    client: redis.Redis,
-    task: str,
-    namespace: str,
-    snapshot_id: int,
-    last_batch: int,
-    cutoff_ms: int | None,
-    max_bytes: int | None = None,
-) -> int:
-    """Record snapshot `snapshot_id` (covering batches <= `last_batch`) as the task's Redis/Parquet boundary, then
-    drop the pieces of batches <= `last_batch` wholly older than `cutoff_ms` and the oldest of them while the tier
-    holds more than `max_bytes` (all of them when Redis refused a batch for memory since the last snapshot).
-
-    Only moves forward: a snapshot id at or below the recorded one (or a last batch below the recorded one)
-    changes nothing and returns -1. `cutoff_ms=None` drops nothing by time. Returns the number of pieces dropped.
-    """
-    snapshot_id = check_batch_id(snapshot_id)
-    last_batch = check_batch_id(last_batch)
-    if cutoff_ms is not None and (isinstance(cutoff_ms, bool) or not isinstance(cutoff_ms, int)):
-        raise ValueError(f"cutoff_ms {cutoff_ms!r} is not an int (epoch ms) or None")
-    moved = int(fcall(client, "windjoin_advance", [meta_key(task, namespace)], [snapshot_id, last_batch]))
-    if moved < 0:
-        return -1
-    return drop_pieces(
-        client, task, namespace, upto=last_batch, cutoff_ms=cutoff_ms, max_bytes=max_bytes, everything=moved == 2
-    )
 
 
 class SpanMoved(Exception):

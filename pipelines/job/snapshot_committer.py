@@ -6,7 +6,7 @@ started) reaches `every_ms` (reason "periodic"). The snapshot store decides what
 disk, so a replayed or restarted batch never closes a second snapshot over the same batches.
 
 With a Redis sink (which then does not trim by itself), each snapshot is then handed to Redis with
-`connectors.results.redis_tier.advance_snapshot`: Redis records the snapshot as the tier boundary, then the pieces of
+`connectors.redis.retention.advance_snapshot`: Redis records the snapshot as the tier boundary, then the pieces of
 batches inside
 the snapshot whose results are all older than the task's max result time - the Redis sink's `retain_ms` leave it,
 and the oldest of them while it holds more than `max_bytes` (after Redis refused a batch for memory: all of them).
@@ -100,11 +100,11 @@ class SnapshotCommitter:
         return (None if value is None else int(value)), full is not None
 
     def _advance_redis(self, snapshot: Snapshot) -> None:
-        from windjoin.connectors.results import redis_tier
+        from windjoin.connectors.redis.retention import advance_snapshot
 
         max_time = self.redis.max_time(snapshot.task)
         cutoff = None if max_time is None else max_time - self.redis.retain_ms  # None: no results, none to drop
-        redis_tier.advance_snapshot(
+        advance_snapshot(
             self.redis.client,
             snapshot.task,
             self.redis.namespace,

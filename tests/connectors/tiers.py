@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from windjoin.connectors.files.parquet_sink import ParquetSink
 from windjoin.connectors.files.snapshots import SnapshotStore
+from windjoin.connectors.redis.retention import advance_snapshot
 from windjoin.connectors.redis.sink import RedisSink
-from windjoin.connectors.results.redis_tier import advance_snapshot
 from windjoin.connectors.results.result_query import ResultStore
 from windjoin.operators.query.cursors import CursorCodec
 from windjoin.operators.spec import JoinSpec

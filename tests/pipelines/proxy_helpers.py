@@ -22,8 +22,8 @@ from windjoin.connectors.files.snapshots import SnapshotStore
 from windjoin.connectors.local import processes
 from windjoin.connectors.local.processes import free_port
 from windjoin.connectors.redis.client import redis_client
+from windjoin.connectors.redis.retention import advance_snapshot
 from windjoin.connectors.redis.sink import RedisSink
-from windjoin.connectors.results.redis_tier import advance_snapshot
 from windjoin.connectors.results.result_query import ResultStore
 from windjoin.operators.query.cursors import CursorCodec
 from windjoin.operators.result_table import table_from_records

@@ -22,9 +22,10 @@ from windjoin.connectors.redis.feed import (
     read_feed,
 )
 from windjoin.connectors.redis.keys import feed_key, meta_key
+from windjoin.connectors.redis.retention import advance_snapshot
 from windjoin.connectors.redis.sink import RedisSink
 from windjoin.connectors.results import span_scan
-from windjoin.connectors.results.redis_tier import Pace, RedisSpan, advance_snapshot, read_all
+from windjoin.connectors.results.redis_tier import Pace, RedisSpan, read_all
 from windjoin.operators.query.cursors import FEED_END, needed_batch
 from windjoin.operators.sink_owner import StaleBatchError
 

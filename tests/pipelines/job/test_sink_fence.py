@@ -17,8 +17,8 @@ from tests.connectors.sink_cases import SPEC
 from windjoin.connectors.files.parquet_sink import ParquetSink
 from windjoin.connectors.files.snapshots import SnapshotStore
 from windjoin.connectors.redis.keys import meta_key, owner_key, task_keys
+from windjoin.connectors.redis.retention import advance_snapshot
 from windjoin.connectors.redis.sink import RedisSink
-from windjoin.connectors.results import redis_tier
 from windjoin.operators.result_table import table_from_records
 from windjoin.operators.sink_owner import CheckpointId, OwnerRecordError
 from windjoin.pipelines.job.checkpoint_identity import RUN_FILE, checkpoint_identity, predates_run_ids
@@ -182,7 +182,7 @@ def snapshot_stores_and_markers(sink: ParquetSink | RedisSink, tmp_path: Path) -
         SnapshotStore(sink.files.root).commit("a", 3, "periodic", 1)
         assert (Path(sink.task_dir("a")) / "_snapshots").is_dir()
     else:
-        redis_tier.advance_snapshot(sink.client, "a", sink.namespace, 1, 3, None)
+        advance_snapshot(sink.client, "a", sink.namespace, 1, 3, None)
         assert sink.client.hget(meta_key("a", sink.namespace), "snapshot") == b"1"
 
 
