@@ -95,20 +95,46 @@ def start_job_process(
     """Check the start, then start Spark (`spark`, or a session at `options.spark_master`) and the job.
 
     Raises what the checks raise (`JobConfigError`, `CheckpointLayoutError`, `SinkOwnerError`, Redis errors) before
-    Spark starts. `say` gets the notices a user should see (sinks cleared or adopted, executors changed, where the
-    metrics are)."""
+    Spark starts. A start that fails after Spark started stops the executor follower and the session it built (not
+    a session the caller passed), then raises. `say` gets the notices a user should see (sinks cleared or adopted,
+    executors changed, where the metrics are)."""
     sinks = build_sinks(spec)
     for line in check_start(spec, sinks, options.fresh_sinks):
         say(line)
+    built = spark is None
     if spark is None:
         from windjoin.connectors.spark.session import build_local_spark
 
         spark = build_local_spark(
             app_name="windjoin-join", master=options.spark_master, conf={**STATE_CONF, **options.spark_conf}
         )
-    auth = spec_auth(spec.sinks.redis)
+    follower: ExecutorFollower | None = None
     try:
-        follower = start_following(
+        follower = _follow_executors(spark, spec, options, say)
+        query = start_query(
+            spark,
+            spec,
+            bootstrap,
+            sinks,
+            options.available_now,
+            _observers(spec, spark, options, on_batch, say),
+            _control(spec, options),
+        )
+    except BaseException:
+        if follower is not None:
+            follower.stop()
+        if built:
+            spark.stop()
+        raise
+    return JobProcess(query, follower)
+
+
+def _follow_executors(
+    spark: SparkSession, spec: JoinSpec, options: JobProcessOptions, say: Callable[[str], None]
+) -> ExecutorFollower | None:
+    """Follow a fixed or the controller's executor count (None: neither asked)."""
+    try:
+        return start_following(
             spark.sparkContext,
             options.executors,
             options.executors_from_redis,
@@ -117,12 +143,21 @@ def start_job_process(
             on_change=lambda target, live, killed: say(
                 f"executors: target {target}, live {len(live)} {live}" + (f", killing {killed}" if killed else "")
             ),
-            auth=auth,
+            auth=spec_auth(spec.sinks.redis),
             between_batches=BATCH_RUNNING,
         )
     except ValueError as err:  # a local master, or dynamic allocation on
-        spark.stop()
         raise JobConfigError(str(err)) from None
+
+
+def _observers(
+    spec: JoinSpec,
+    spark: SparkSession,
+    options: JobProcessOptions,
+    on_batch: Callable[[BatchOutcome], None] | None,
+    say: Callable[[str], None],
+) -> Callable[[BatchOutcome], None]:
+    """What each batch's outcome goes to: the caller's `on_batch`, the metrics, the controller's load reports."""
     observers = [on_batch] if on_batch is not None else []
     if options.metrics_port is not None:
         observers.append(_serve_metrics(spec, spark, options, say))
@@ -131,19 +166,22 @@ def start_job_process(
         from windjoin.pipelines.job.load_publisher import LoadPublisher
 
         trigger_s = 0.0 if options.available_now else spec.trigger_ms / 1000
-        observers.append(LoadPublisher(LoadReports(spec.sinks.redis.url, auth=auth), trigger_s))
-    control = (
-        ControlSource(options.control_redis, options.control_namespace, auth, refusals_path(spec))
-        if options.control_redis
-        else None
-    )
+        observers.append(LoadPublisher(LoadReports(spec.sinks.redis.url, auth=spec_auth(spec.sinks.redis)), trigger_s))
 
     def observe(outcome: BatchOutcome) -> None:
         for observer in observers:
             observer(outcome)
 
-    query = start_query(spark, spec, bootstrap, sinks, options.available_now, observe, control)
-    return JobProcess(query, follower)
+    return observe
+
+
+def _control(spec: JoinSpec, options: JobProcessOptions) -> ControlSource | None:
+    """The controller's decisions to follow, when `options.control_redis` names them."""
+    if not options.control_redis:
+        return None
+    return ControlSource(
+        options.control_redis, options.control_namespace, spec_auth(spec.sinks.redis), refusals_path(spec)
+    )
 
 
 def _serve_metrics(

@@ -33,3 +33,36 @@ def test_a_spec_without_topics_or_checkpoint_is_refused_before_spark_starts(monk
         start_job_process(parse_spec(SPEC), "127.0.0.1:1", say=said.append)
     assert "streams.R.topic" in str(refused.value) and "checkpoint" in str(refused.value)
     assert said == []
+
+
+class _Session:
+    """Stands for a SparkSession in a start that fails before it is used (no JVM)."""
+
+    sparkContext = None  # noqa: N815 - SparkSession's name
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.mark.parametrize("caller_session", [False, True])
+def test_a_start_that_fails_after_spark_stops_the_session_it_built_only(monkeypatch, tmp_path, caller_session):
+    spec = parse_spec(
+        {
+            **SPEC,
+            "streams": {name: {**s, "topic": name.lower()} for name, s in SPEC["streams"].items()},
+            "checkpoint": str(tmp_path / "checkpoint"),
+        }
+    )
+    session = _Session()
+    monkeypatch.setattr("windjoin.connectors.spark.session.build_local_spark", lambda **_: session)
+
+    def broken_start(*_args, **_kwargs):
+        raise RuntimeError("the query did not start")
+
+    monkeypatch.setattr("windjoin.pipelines.job.job_process.start_query", broken_start)
+    with pytest.raises(RuntimeError, match="did not start"):
+        start_job_process(spec, "127.0.0.1:1", spark=session if caller_session else None)
+    assert session.stopped is not caller_session  # the caller's session is the caller's to stop
