@@ -15,8 +15,10 @@ group (`pick`):
 A supplier holding a single group yields nothing (moving its only group moves the hot spot): it is reported as
 hot, the case for a SplitJoin spread (control.hot). So is, with "balance", a supplier holding a whole partition
 whose work alone is over th_sup (`heavy`): no slot can carry it without becoming a supplier, so moving it would
-only chase the hot spot from slot to slot; it is spread instead, dividing its work. Groups still in flight from
-an earlier move, groups held by damping (`unmovable`) and spread partitions stay put.
+only chase the hot spot from slot to slot; it is spread instead, dividing its work. And so is, with "balance", a
+supplier none of whose groups narrows the gap while its heaviest partition weighs at least the gap
+(`stuck_partition`): with each slot's fixed work, no slot carries that partition better than the supplier.
+Groups still in flight from an earlier move, groups held by damping (`unmovable`) and spread partitions stay put.
 """
 
 from __future__ import annotations
@@ -86,6 +88,18 @@ def pick_balancing(
     return min(lighter, key=lambda g: (abs(weights.get(g, 0.0) - gap / 2), weights.get(g, 0.0)), default=None)
 
 
+def stuck_partition(
+    groups: list[Group], weights: Mapping[Group, float], gap: float, spread: Collection[Group]
+) -> Group | None:
+    """A supplier's heaviest whole partition when it weighs at least the gap to its consumer: moving it would leave
+    the consumer as busy as the supplier was (the hot spot chased from slot to slot), so when no group narrows
+    the gap it is spread instead, though its work alone is not over th_sup (each slot's own fixed work makes it
+    too heavy for any slot). None if the heaviest is lighter than the gap."""
+    whole = [g for g in sorted(groups) if g.depth == 0 and g not in spread and weights.get(g, 0.0) > 0]
+    heaviest = max(whole, key=lambda g: (weights.get(g, 0.0), -g.partition), default=None)
+    return heaviest if heaviest is not None and weights.get(heaviest, 0.0) >= gap > 0 else None
+
+
 def work_occupancy(weights: Mapping[Group, float], occupancy: Mapping[int, float]) -> dict[Group, float]:
     """Each group's work in occupancy units: its share of all the work times the slots' summed occupancy (what a
     slot would carry holding it alone), comparable with the occupancy gap between two slots. Global, not per slot:
@@ -146,6 +160,10 @@ def plan_reorganisation(
             chosen: Group | None = pick_group(movable, seed, epoch, supplier)
         else:
             chosen = pick_balancing(movable, in_occupancy, occupancy[supplier], occupancy[consumer])
+            stuck = stuck_partition(movable, in_occupancy, occupancy[supplier] - occupancy[consumer], spread)
+            if chosen is None and stuck is not None:
+                hot.append(supplier)
+                heavy.append(stuck)
         if chosen is not None:
             moves.append(Move(chosen, supplier, consumer))
     new_routing = routing.with_moves({m.group: m.target for m in moves}) if moves else routing

@@ -48,8 +48,7 @@ from windjoin.connectors.results.result_query import MAX_LIMIT
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 from windjoin.pipelines.proxy.tokens import token_hash
 
-# One stack at a time on a host (the chart's Redis binds port 6379), so its tests share one worker's `stack`.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "windjoin"
@@ -327,7 +326,23 @@ def stack(podman_ready, helm, tmp_path_factory) -> StackRun:
         runner.remove_files()
 
 
-def test_results_over_http_equal_the_oracle_across_a_driver_kill(stack, capsys):
+def test_the_stack_joins_exactly_and_is_watched(stack, capsys):
+    """One test over the one stack run: the chart binds Redis' port 6379 on the host, so two test workers must never
+    each start a stack (pytest-xdist may hand a module's tests to both). Every check runs; their failures together."""
+    failures = []
+    for check in (
+        _results_equal_the_oracle_across_a_driver_kill,
+        _prometheus_scrapes_the_pods_the_pod_monitor_selects,
+        _every_dashboard_panel_returns_data_from_prometheus,
+    ):
+        try:
+            check(stack, capsys)
+        except AssertionError as err:
+            failures.append(f"{check.__name__}: {err}")
+    assert not failures, "\n".join(failures)
+
+
+def _results_equal_the_oracle_across_a_driver_kill(stack: StackRun, capsys: pytest.CaptureFixture) -> None:
     with capsys.disabled():
         print(
             f"\npairs: {len(stack.expected)} expected, {len(stack.rows)} read from the proxy; the driver was "
@@ -340,7 +355,7 @@ def test_results_over_http_equal_the_oracle_across_a_driver_kill(stack, capsys):
     assert got == want, f"lost {lost}, extra {extra} of {len(stack.expected)}"
 
 
-def test_prometheus_scrapes_the_pods_the_pod_monitor_selects(stack):
+def _prometheus_scrapes_the_pods_the_pod_monitor_selects(stack: StackRun, _capsys: pytest.CaptureFixture) -> None:
     up = {(t["labels"]["pod"], t["labels"]["endpoint"]): t["health"] for t in stack.targets}
     assert up == {
         (f"{FULL}-driver-stack", "metrics"): "up",
@@ -359,7 +374,7 @@ def _panels() -> list[tuple[str, str, str]]:
     return out
 
 
-def test_every_dashboard_panel_returns_data_from_prometheus(stack, capsys):
+def _every_dashboard_panel_returns_data_from_prometheus(stack: StackRun, capsys: pytest.CaptureFixture) -> None:
     statuses, peaks = [], {}
     for dashboard, title, expr in _panels():
         result = _prom_query(stack.prometheus, expr.replace("$slot", ".*"))

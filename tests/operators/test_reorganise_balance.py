@@ -35,6 +35,22 @@ def test_balance_plan_by_hand():
         plan_reorganisation(table, {0: 0.85, 1: 0.15}, 0.6, 0.4, epoch=0, pick="heaviest")  # type: ignore[arg-type]
 
 
+def test_a_supplier_whose_heaviest_partition_weighs_the_gap_and_nothing_narrows_it_is_hot():
+    # 8 slots, each with fixed work of its own beside its partitions': slot 4 holds p4, p12 and p8 (moved in earlier).
+    # p8 weighs 0.13 of the work, under th_sup (0.15) but over the gap to the idlest consumer (0.2 - 0.09), and
+    # slot 4's other partitions are idle: nothing narrows the gap, and moving p8 would leave slot 3 at 0.22, busier
+    # than slot 4 was. Spreading it is what helps.
+    table = RoutingTable.round_robin(16, 8).with_moves({Group(8): 4})
+    occupancy = {0: 0.12, 1: 0.12, 2: 0.12, 3: 0.09, 4: 0.2, 5: 0.12, 6: 0.12, 7: 0.11}
+    weights = {Group(p): 0.87 / 13 for p in range(16)} | {Group(8): 0.13, Group(4): 0.0, Group(12): 0.0}
+    plan = plan_reorganisation(table, occupancy, 0.15, 0.1, epoch=0, pick="balance", weights=weights)
+    assert plan.moves == () and plan.hot == (4,) and plan.heavy == (Group(8),)
+    # the same with a partition of slot 4 that narrows the gap: it moves, nothing is hot
+    weights[Group(12)] = 0.05
+    plan = plan_reorganisation(table, occupancy, 0.15, 0.1, epoch=0, pick="balance", weights=weights)
+    assert [(m.group, m.source, m.target) for m in plan.moves] == [(Group(12), 4, 3)] and plan.hot == ()
+
+
 def settle(pick: str, weights: np.ndarray, slots: int, epochs: int) -> list[float]:
     """Slowest slot over the mean after each epoch, when a slot's occupancy is its share of the weights."""
     table = RoutingTable.round_robin(len(weights), slots)

@@ -30,8 +30,6 @@ from windjoin.connectors.redis.control_decisions import DecisionStore, decision_
 from windjoin.connectors.spark.cluster import ClusterConfig, ClusterStartError, StandaloneCluster, start_cluster
 from windjoin.operators.testing.oracle import as_multiset, oracle_join
 
-pytestmark = pytest.mark.xdist_group("spark_cluster")  # one worker starts the module's cluster, for all its tests
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
