@@ -8,7 +8,7 @@ import copy
 
 import pyarrow as pa
 
-from windjoin.operators.spec import JoinSpec
+from windjoin.operators.spec import JoinSpec, parse_spec
 from windjoin.pipelines.job.adapter import field_column
 from windjoin.pipelines.job.segment_store import SegmentStore
 from windjoin.pipelines.job.slot_meta import SlotMeta
@@ -40,6 +40,22 @@ class MemorySlotState:
     def saved(self) -> MemorySlotState:
         """A copy, as a checkpoint keeps it."""
         return copy.deepcopy(self)
+
+
+def keyed_spec(size_ms: int, partitions: int = 4) -> JoinSpec:
+    """R(k, x) and S(k, a) keyed by k, joined on k over a time window of `size_ms`, one slot."""
+    return parse_spec(
+        {
+            "window": {"kind": "time", "size_ms": size_ms},
+            "streams": {
+                "R": {"fields": {"k": "int", "x": "int"}, "topic": "r", "key": "k"},
+                "S": {"fields": {"k": "int", "a": "int"}, "topic": "s", "key": "k"},
+            },
+            "tasks": [{"name": "t", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
+            "partitions": partitions,
+            "slots": 1,
+        }
+    )
 
 
 def stored_rows(spec: JoinSpec, *tuples: tuple[int, str, int], key: int = 7) -> pa.Table:

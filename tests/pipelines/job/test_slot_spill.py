@@ -5,25 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.slot_state import MemorySlotState, store_batch, stored_rows
+from tests.support.slot_state import MemorySlotState, keyed_spec, store_batch, stored_rows
 from windjoin.connectors.files.spill_files import SpillFiles
-from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.job.segment_store import SegmentStore
 from windjoin.pipelines.job.slot_meta import SlotMeta
 from windjoin.pipelines.job.slot_spill import SlotSpill, SpillReport
 
-SPEC = parse_spec(
-    {
-        "window": {"kind": "time", "size_ms": 1000},
-        "streams": {
-            "R": {"fields": {"k": "int", "x": "int"}, "topic": "r", "key": "k"},
-            "S": {"fields": {"k": "int", "a": "int"}, "topic": "s", "key": "k"},
-        },
-        "tasks": [{"name": "t", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
-        "partitions": 4,
-        "slots": 1,
-    }
-)
+SPEC = keyed_spec(1000)
 
 
 def test_a_push_then_a_clean_up_emit_each_pair_across_generations_once(tmp_path):

@@ -11,25 +11,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tests.support.slot_state import stored_rows
+from tests.support.slot_state import keyed_spec, stored_rows
 from windjoin.operators.partitioning import partition_of
-from windjoin.operators.spec import parse_spec
 from windjoin.pipelines.job.slot_batch import StreamColumns
 from windjoin.pipelines.job.slot_meta import SlotMeta
 from windjoin.pipelines.job.slot_windows import PartitionWindows, PooledWindows, SlotWindows
 
-SPEC = parse_spec(
-    {
-        "window": {"kind": "time", "size_ms": 300},
-        "streams": {
-            "R": {"fields": {"k": "int", "x": "int"}, "topic": "r", "key": "k"},
-            "S": {"fields": {"k": "int", "a": "int"}, "topic": "s", "key": "k"},
-        },
-        "tasks": [{"name": "t", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
-        "partitions": 4,
-        "slots": 1,
-    }
-)
+SPEC = keyed_spec(300)
 
 
 def _batches(seed: int) -> list[pa.Table]:
