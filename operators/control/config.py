@@ -128,7 +128,8 @@ class FineTuningConfig(_Strict):
 
 class HotConfig(_Strict):
     """SplitJoin: spread a hot partition (a supplier holding only it, or, with pick "balance", a partition whose
-    work alone is over th_sup) over k slots, k = ceil(its work / th_con) within [2, max_width]; gather a spread
+    work alone is over th_sup, or the heaviest of a supplier that no move can even: `reorganise.stuck_partition`)
+    over k slots, k = ceil(its work / th_con) within [2, max_width]; gather a spread
     partition back to its home slot once its work is under th_con. Only for two-stream tasks over time windows
     (the job refuses spreads otherwise)."""
 
