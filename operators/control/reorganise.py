@@ -88,14 +88,13 @@ def pick_balancing(
     return min(lighter, key=lambda g: (abs(weights.get(g, 0.0) - gap / 2), weights.get(g, 0.0)), default=None)
 
 
-def stuck_partition(
-    groups: list[Group], weights: Mapping[Group, float], gap: float, spread: Collection[Group]
-) -> Group | None:
+def stuck_partition(groups: list[Group], weights: Mapping[Group, float], gap: float) -> Group | None:
     """A supplier's heaviest whole partition when it weighs at least the gap to its consumer: moving it would leave
     the consumer as busy as the supplier was (the hot spot chased from slot to slot), so when no group narrows
     the gap it is spread instead, though its work alone is not over th_sup (each slot's own fixed work makes it
-    too heavy for any slot). None if the heaviest is lighter than the gap."""
-    whole = [g for g in sorted(groups) if g.depth == 0 and g not in spread and weights.get(g, 0.0) > 0]
+    too heavy for any slot). `groups` are the movable ones (spread partitions are not). None if the heaviest is
+    lighter than the gap."""
+    whole = [g for g in sorted(groups) if g.depth == 0 and weights.get(g, 0.0) > 0]
     heaviest = max(whole, key=lambda g: (weights.get(g, 0.0), -g.partition), default=None)
     return heaviest if heaviest is not None and weights.get(heaviest, 0.0) >= gap > 0 else None
 
@@ -160,7 +159,7 @@ def plan_reorganisation(
             chosen: Group | None = pick_group(movable, seed, epoch, supplier)
         else:
             chosen = pick_balancing(movable, in_occupancy, occupancy[supplier], occupancy[consumer])
-            stuck = stuck_partition(movable, in_occupancy, occupancy[supplier] - occupancy[consumer], spread)
+            stuck = stuck_partition(movable, in_occupancy, occupancy[supplier] - occupancy[consumer])
             if chosen is None and stuck is not None:
                 hot.append(supplier)
                 heavy.append(stuck)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from windjoin.connectors.redis.client import spec_auth
+from windjoin.connectors.redis.client import RedisAuth, spec_auth
 from windjoin.operators.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.job.control_feed import RefusalCounts, refusals_path
@@ -108,17 +108,18 @@ def start_job_process(
         spark = build_local_spark(
             app_name="windjoin-join", master=options.spark_master, conf={**STATE_CONF, **options.spark_conf}
         )
+    auth = spec_auth(spec.sinks.redis)
     follower: ExecutorFollower | None = None
     try:
-        follower = _follow_executors(spark, spec, options, say)
+        follower = _follow_executors(spark, options, auth, say)
         query = start_query(
             spark,
             spec,
             bootstrap,
             sinks,
             options.available_now,
-            _observers(spec, spark, options, on_batch, say),
-            _control(spec, options),
+            _observers(spec, spark, options, auth, on_batch, say),
+            _control(spec, options, auth),
         )
     except BaseException:
         if follower is not None:
@@ -130,7 +131,7 @@ def start_job_process(
 
 
 def _follow_executors(
-    spark: SparkSession, spec: JoinSpec, options: JobProcessOptions, say: Callable[[str], None]
+    spark: SparkSession, options: JobProcessOptions, auth: RedisAuth, say: Callable[[str], None]
 ) -> ExecutorFollower | None:
     """Follow a fixed or the controller's executor count (None: neither asked)."""
     try:
@@ -143,7 +144,7 @@ def _follow_executors(
             on_change=lambda target, live, killed: say(
                 f"executors: target {target}, live {len(live)} {live}" + (f", killing {killed}" if killed else "")
             ),
-            auth=spec_auth(spec.sinks.redis),
+            auth=auth,
             between_batches=BATCH_RUNNING,
         )
     except ValueError as err:  # a local master, or dynamic allocation on
@@ -154,6 +155,7 @@ def _observers(
     spec: JoinSpec,
     spark: SparkSession,
     options: JobProcessOptions,
+    auth: RedisAuth,
     on_batch: Callable[[BatchOutcome], None] | None,
     say: Callable[[str], None],
 ) -> Callable[[BatchOutcome], None]:
@@ -166,7 +168,7 @@ def _observers(
         from windjoin.pipelines.job.load_publisher import LoadPublisher
 
         trigger_s = 0.0 if options.available_now else spec.trigger_ms / 1000
-        observers.append(LoadPublisher(LoadReports(spec.sinks.redis.url, auth=spec_auth(spec.sinks.redis)), trigger_s))
+        observers.append(LoadPublisher(LoadReports(spec.sinks.redis.url, auth=auth), trigger_s))
 
     def observe(outcome: BatchOutcome) -> None:
         for observer in observers:
@@ -175,13 +177,11 @@ def _observers(
     return observe
 
 
-def _control(spec: JoinSpec, options: JobProcessOptions) -> ControlSource | None:
+def _control(spec: JoinSpec, options: JobProcessOptions, auth: RedisAuth) -> ControlSource | None:
     """The controller's decisions to follow, when `options.control_redis` names them."""
     if not options.control_redis:
         return None
-    return ControlSource(
-        options.control_redis, options.control_namespace, spec_auth(spec.sinks.redis), refusals_path(spec)
-    )
+    return ControlSource(options.control_redis, options.control_namespace, auth, refusals_path(spec))
 
 
 def _serve_metrics(
