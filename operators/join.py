@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -25,22 +25,26 @@ from windjoin.operators.lateness import in_arrival_order, running_max_late
 from windjoin.operators.metrics import TaskCounters
 from windjoin.operators.predicates import ProbePredicate
 from windjoin.operators.schema import StreamSchema
-from windjoin.operators.spec import CountWindow, JoinSpec, TaskSpec
+from windjoin.operators.spec import JoinSpec, TaskSpec
+from windjoin.operators.system_columns import SEQ, SSEQ, WSTART
 from windjoin.operators.unpaired import Lone, below, close, first_pairs, mark_paired, recall_paired
-from windjoin.operators.window import SEQ, SSEQ, TS, Block, WindowStore
+from windjoin.operators.window import Block, WindowStore
+from windjoin.operators.windows import ProbeView, WindowKind
 
 
 @dataclass(frozen=True)
 class Pairs:
     """One task's results for a chunk, in emission order (later arrival, then earlier arrival).
 
-    `sides` maps each joined stream to the columns of its tuple in every pair (timestamp included).
+    `sides` maps each joined stream to the columns of its tuple in every pair (timestamp included); `windows`, for
+    a kind whose tuples stand in windows of their own (tumbling, hopping), each pair's (window_start, window_end).
     """
 
     task: str
     sides: dict[str, dict[str, np.ndarray]]
     later_seq: np.ndarray
     earlier_seq: np.ndarray
+    windows: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.later_seq)
@@ -63,9 +67,10 @@ class _TaskRuntime:
         self.name = task.name
         self.streams = tuple(task.join)
         self.preds = {s: tuple(ProbePredicate.orient(p, s) for p in task.on) for s in self.streams}
-        self.bounds = None if isinstance(spec.window, CountWindow) else spec.bounds(task)
+        self.bounds = spec.bounds(task) if spec.window.event_time else None
         self.type = task.type
         self.tracked = task.tracked
+        self.copies = spec.window.copies  # a tuple stands in windows of its own: its copies share its seq
         self.counters = TaskCounters(tuples_in=dict.fromkeys(self.streams, 0))
 
     def opposite(self, stream: str) -> str:
@@ -77,7 +82,7 @@ class _TaskRuntime:
             probes = batches.get(stream)
             if probes is None or len(probes) == 0:
                 continue
-            self.counters.tuples_in[stream] += len(probes)
+            self.counters.tuples_in[stream] += len(np.unique(probes.seq)) if self.copies else len(probes)
             yield stream, probes
 
 
@@ -100,9 +105,9 @@ class WindowJoin:
             name: WindowStore(
                 spec.window,
                 lateness_ms=spec.allowed_lateness_ms,
-                history_ms=None
-                if isinstance(spec.window, CountWindow)
-                else (spec.recall_history_ms(name) if keep_partners else spec.history_ms(name)),
+                history_ms=(spec.recall_history_ms(name) if keep_partners else spec.history_ms(name))
+                if spec.window.event_time
+                else None,
             )
             for name in spec.streams
             if name in joined
@@ -115,6 +120,10 @@ class WindowJoin:
         self.keep_partners = keep_partners
 
     @property
+    def kind(self) -> WindowKind:
+        return self.spec.window
+
+    @property
     def counters(self) -> dict[str, TaskCounters]:
         return {t.name: t.counters for t in self.tasks}
 
@@ -125,8 +134,8 @@ class WindowJoin:
 
     @property
     def watermark_ms(self) -> int | None:
-        """Event time below which a tuple is late (time windows), or None before any tuple (or any watermark)."""
-        if isinstance(self.spec.window, CountWindow):
+        """Event time below which a tuple is late (event-time windows), or None before any tuple (or watermark)."""
+        if not self.kind.event_time:
             return None
         if self._given_watermark:
             return self._watermark
@@ -164,12 +173,12 @@ class WindowJoin:
     def expire(self, horizon_watermark_ms: int | None) -> None:
         """Drop the blocks no tuple at or after `horizon_watermark_ms` can join: the caller knows no later tuple
         will be accepted below it (it is at most every later watermark), without judging lateness by it."""
-        if horizon_watermark_ms is not None and not isinstance(self.spec.window, CountWindow):
+        if horizon_watermark_ms is not None and self.kind.event_time:
             self._close(horizon_watermark_ms)
             self._expire(horizon_watermark_ms)
 
     def _expire(self, watermark_ms: int | None) -> None:
-        if isinstance(self.spec.window, CountWindow):
+        if self.kind.counts_arrivals:
             for stream, first in self.first_kept().items():
                 self.stores[stream].keep_from(first)
         else:
@@ -211,11 +220,11 @@ class WindowJoin:
             batches[stream] = self._stamp(stream, columns, order, arrival_ns)
             if arrivals.stored is not None:  # in the stamped (arrival) order, as _stamp sorts
                 probe_only[stream] = ~np.asarray(arrivals.stored, dtype=bool)[rows][np.argsort(order, kind="stable")]
-        if probe_only and (isinstance(self.spec.window, CountWindow) or self.n_way or self._tracking):
+        if probe_only and (self.kind.spreads is not None or self.n_way or self._tracking):
             raise ValueError(
-                "probe-only tuples need a two-stream inner join over a time window: a count window numbers every "
-                "stored arrival, an n-way combination's earlier tuples may be stored in different joins, and an "
-                "outer, semi or anti task must see every pair of the tuples it remembers"
+                "probe-only tuples need a two-stream inner join over a time window: an n-way combination's earlier "
+                "tuples may be stored in different joins, an outer, semi or anti task must see every pair of the "
+                f"tuples it remembers, and with a {self.kind.kind} window {self.kind.spreads or 'they are fine'}"
             )
         counts_before = {s: store.count for s, store in self.stores.items()}
         for stream, tuples in batches.items():
@@ -248,24 +257,23 @@ class WindowJoin:
                 continue  # emitted at the first pair; nothing at the end
             for stream in task.tracked:
                 store = self.stores[stream]
-                if final:
-                    closing = below(TS, np.inf)
-                elif isinstance(self.spec.window, CountWindow):
-                    closing = below(SSEQ, store.count - self.spec.window.size)
-                elif watermark_ms is None:
+                closing = self._closed_by(task, stream, watermark_ms, final)
+                if closing is None:
                     continue
-                else:
-                    closing = self._closed_by(task, stream, watermark_ms)
                 found = close(task.name, task.streams, stream, store, closing, after)
                 if found is not None:
                     task.counters.outputs += len(found)
-                    self._lone.append(found)
+                    self._lone.append(self._windowed_lone(found))
 
-    @staticmethod
-    def _closed_by(task: _TaskRuntime, stream: str, watermark_ms: int) -> Callable[[Block], np.ndarray | None]:
-        """The closing test of a time window's tracked `stream` at `watermark_ms` (see `unpaired`)."""
-        lower, upper = task.bounds
-        return below(TS, watermark_ms - upper if stream == task.streams[0] else watermark_ms + lower)
+    def _closed_by(
+        self, task: _TaskRuntime, stream: str, watermark_ms: int | None, final: bool = False
+    ) -> Callable[[Block], np.ndarray | None] | None:
+        """The closing test of a tracked `stream` at `watermark_ms` (see `unpaired`; `final`: every tuple)."""
+        if final:
+            return below(SEQ, np.inf)
+        first = stream == task.streams[0]
+        limit = self.kind.closing(first, task.bounds, watermark_ms, self.stores[stream].count)
+        return None if limit is None else below(*limit)
 
     def recall_flags(self, watermark_ms: int | None) -> None:
         """Set the flags of outer, semi and anti tasks on a window rebuilt from its stored tuples
@@ -278,33 +286,27 @@ class WindowJoin:
             return
         if not self.keep_partners:
             raise ValueError("recall_flags needs a join built with keep_partners=True")
-        counted = isinstance(self.spec.window, CountWindow)
         for task in self.tasks:
             for stream in task.tracked:
                 partner = task.opposite(stream)
-                reach = self._count_reach(stream, partner) if counted else self._time_reach(task, stream)
+                counted = self.kind.counts_arrivals
+                reach = self._count_reach(stream, partner) if counted else self._kind_reach(task, stream)
                 recall_paired(
                     task.name, self.stores[stream], self.stores[partner], task.preds[stream], reach, self.use_indexes
                 )
                 if task.type == "semi":
                     continue
-                if counted:
-                    closing = below(SSEQ, self.stores[stream].count - self.spec.window.size)
-                elif watermark_ms is not None:
-                    closing = self._closed_by(task, stream, watermark_ms)
-                else:
-                    continue
-                close(task.name, task.streams, stream, self.stores[stream], closing, -1)  # emitted before the rebuild
+                closing = self._closed_by(task, stream, watermark_ms)
+                if closing is not None:  # emitted before the rebuild
+                    close(task.name, task.streams, stream, self.stores[stream], closing, -1)
 
-    @staticmethod
-    def _time_reach(task: _TaskRuntime, stream: str) -> Callable[[Block], list[tuple[RangeFilter, ...]]]:
-        """A time window's partners of a tracked tuple: partner.ts - ts within the task's bounds, seen from
-        `stream`."""
-        lower, upper = task.bounds if stream == task.streams[0] else (-task.bounds[1], -task.bounds[0])
+    def _kind_reach(self, task: _TaskRuntime, stream: str) -> Callable[[Block], list[tuple[RangeFilter, ...]]]:
+        """An event-time window's partners of a tracked tuple, as if it probed for them from `stream`."""
+        first = stream == task.streams[0]
 
         def reach(block: Block) -> list[tuple[RangeFilter, ...]]:
-            ts = block.tuples.ts.astype(np.int64)
-            return [(RangeFilter(TS, ts + lower, ts + upper),)]
+            starts = block.tuples.columns.get(WSTART)
+            return [(RangeFilter(*self.kind.partners(ProbeView(block.tuples.ts, starts, first, task.bounds))),)]
 
         return reach
 
@@ -326,21 +328,28 @@ class WindowJoin:
     def _stamp(
         self, stream: str, columns: Mapping[str, np.ndarray], order: np.ndarray, arrival_ns: np.ndarray
     ) -> TupleBatch:
-        """Tuples in arrival order with their global and per-stream arrival numbers."""
+        """Tuples in arrival order with their global and per-stream arrival numbers; with a kind whose tuples stand
+        in windows of their own, a copy per window (sharing the tuple's `seq`, each with its own `sseq`) whose
+        window start is the column WSTART."""
         by_arrival = np.argsort(order, kind="stable")
         ts_field = self.spec.streams[stream].timestamp
+        stamped = {name: np.asarray(col)[by_arrival] for name, col in columns.items()}
+        if self.kind.copies:
+            rows, stamped[WSTART] = self.kind.window_starts(stamped[ts_field])
+            by_arrival = by_arrival[rows]
+            stamped = {name: col[rows] if name != WSTART else col for name, col in stamped.items()}
         return TupleBatch(
-            {name: np.asarray(col)[by_arrival] for name, col in columns.items()},
+            stamped,
             ts_field,
             self._next_seq + np.asarray(order, dtype=np.int64)[by_arrival],
-            self.stores[stream].count + np.arange(len(order), dtype=np.int64),
+            self.stores[stream].count + np.arange(len(by_arrival), dtype=np.int64),
             np.asarray(arrival_ns, dtype=np.int64)[by_arrival],
         )
 
     def _split_late(self, chunk: Mapping[str, Arrivals]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Per stream, the chunk rows accepted and those late against the running max event time."""
         everything = {s: np.arange(len(a)) for s, a in chunk.items()}
-        if isinstance(self.spec.window, CountWindow) or not chunk:
+        if not self.kind.event_time or not chunk:
             return everything, {s: np.zeros(0, dtype=np.int64) for s in chunk}
         streams = list(chunk)
         ts, owner, row = in_arrival_order(chunk, {s: self.spec.streams[s].timestamp for s in streams})
@@ -371,7 +380,7 @@ class WindowJoin:
             first = first_pairs(task.name, task.streams, self.stores[task.streams[0]], sides[0], pairs.later_seq)
             if len(first):
                 task.counters.outputs += len(first)
-                self._lone.append(first)
+                self._lone.append(self._windowed_lone(first))
         else:
             for stream, side in zip(task.streams, sides, strict=True):
                 if stream in task.tracked:
@@ -392,21 +401,15 @@ class WindowJoin:
         """Stored partners must have arrived earlier and lie inside the probe's window."""
         inf = np.iinfo(np.int64).max
         earlier = RangeFilter(SEQ, np.full(len(probes), -inf), probes.seq - 1)
-        window = self.spec.window
-        other = task.opposite(stream)
-        if isinstance(window, CountWindow):
+        seen = None
+        if self.kind.counts_arrivals:
+            other = task.opposite(stream)
             other_batch = batches.get(other)
             seen = np.full(len(probes), counts_before[other], dtype=np.int64)  # opposite arrivals before each probe
             if other_batch is not None:
                 seen += np.searchsorted(other_batch.seq, probes.seq)
-            # stored partners arrived before the probe exactly when their sseq < seen: the same bound as `earlier`,
-            # on the column a count window's index is ordered by
-            return earlier, RangeFilter(SSEQ, seen - window.size, seen - 1)
-        ts = probes.ts.astype(np.int64)
-        lower, upper = task.bounds
-        if stream == task.streams[0]:  # the probe is the first: lower <= partner.ts - ts <= upper
-            return earlier, RangeFilter(TS, ts + lower, ts + upper)
-        return earlier, RangeFilter(TS, ts - upper, ts - lower)
+        view = ProbeView(probes.ts, probes.columns.get(WSTART), stream == task.streams[0], task.bounds, seen)
+        return earlier, RangeFilter(*self.kind.partners(view))
 
     def _assemble(
         self, task: _TaskRuntime, parts: list[tuple[str, TupleBatch, TupleBatch]]
@@ -417,7 +420,7 @@ class WindowJoin:
             sides = {s: StreamSchema(self.spec.streams[s]).to_columns([]) for s in task.streams}
             none = np.zeros(0, np.int64)
             empty = tuple(TupleBatch(sides[s], self.spec.streams[s].timestamp, none, none, none) for s in task.streams)
-            return Pairs(task.name, sides, none, none), empty
+            return Pairs(task.name, sides, none, none, (none, none) if self.kind.copies else None), empty
         by_side: dict[str, list[TupleBatch]] = {left: [], right: []}
         later, earlier = [], []
         for probe_stream, probed, stored in parts:
@@ -429,4 +432,16 @@ class WindowJoin:
         emit = np.lexsort((earlier_seq, later_seq))
         ordered = tuple(TupleBatch.concat(by_side[s]).take(emit) for s in task.streams)
         sides = {s: dict(side.columns) for s, side in zip(task.streams, ordered, strict=True)}
-        return Pairs(task.name, sides, later_seq[emit], earlier_seq[emit]), ordered
+        windows = None
+        if self.kind.copies:
+            starts = [side.pop(WSTART) for side in sides.values()][0]
+            windows = (starts, starts + self.kind.window_ms)
+        return Pairs(task.name, sides, later_seq[emit], earlier_seq[emit], windows), ordered
+
+    def _windowed_lone(self, lone: Lone) -> Lone:
+        """Rows of one side alone with their window (kinds whose tuples stand in windows of their own)."""
+        if not self.kind.copies:
+            return lone
+        columns = dict(lone.columns)
+        starts = columns.pop(WSTART)
+        return replace(lone, columns=columns, windows=(starts, starts + self.kind.window_ms))

@@ -8,12 +8,13 @@ import numpy as np
 
 from windjoin.operators.index import BlockIndex, IndexPlan, WindowOrder
 from windjoin.operators.predicates import ProbePredicate
-from windjoin.operators.window import SSEQ, TS, Block
+from windjoin.operators.system_columns import SSEQ, TS, WSTART
+from windjoin.operators.window import Block
 
 MAX_CANDIDATES = 1 << 21  # candidate pairs expanded at once: bounds memory on hot keys
 TILE_PROBES = 16  # nested-loop tile: TILE_PROBES x TILE_ROWS temporaries stay in L2
 TILE_ROWS = 4096
-WINDOW_COLUMNS = (TS, SSEQ)  # system columns a window bounds (time, count): an index may be ordered by them
+WINDOW_COLUMNS = (TS, SSEQ, WSTART)  # system columns a window bounds (time, count, windows): an index may order by them
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 

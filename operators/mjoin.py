@@ -22,7 +22,7 @@ from windjoin.operators.join import WindowJoin, _TaskRuntime
 from windjoin.operators.kernel import Probe, RangeFilter, probe_block
 from windjoin.operators.probe_order import SelectivityOrder, check_fixed_orders, connecting
 from windjoin.operators.schema import StreamSchema
-from windjoin.operators.spec import CountWindow, JoinSpec
+from windjoin.operators.spec import JoinSpec
 from windjoin.operators.window import SEQ, SSEQ, TS
 
 _INF = np.iinfo(np.int64).max
@@ -163,7 +163,7 @@ class MJoin(WindowJoin):
         """A stored tuple must precede the last arrival and fit the window with every tuple joined so far."""
         earlier = RangeFilter(SEQ, np.full(len(partial), -_INF), partial.last_seq - 1)
         window = self.spec.window
-        if isinstance(window, CountWindow):
+        if window.counts_arrivals:
             seen = np.full(len(partial), counts_before[other], dtype=np.int64)  # arrivals before the last one
             other_batch = batches.get(other)
             if other_batch is not None:

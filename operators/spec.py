@@ -23,6 +23,9 @@ from windjoin.operators.predicate_ops import op_named, op_names
 from windjoin.operators.results_url import check_results_url
 from windjoin.operators.sink_configs import register_sink_config, sink_config_model, sink_kinds
 from windjoin.operators.task_graph import components
+from windjoin.operators.windows import Window
+from windjoin.operators.windows.count import CountWindow  # noqa: F401 - the kinds by their old address
+from windjoin.operators.windows.time import TimeWindow
 
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
 FieldType = Literal["int", "float", "string", "bool"]
@@ -47,60 +50,6 @@ class SpecError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-MAX_BOUND_MS = 10 * 365 * 86_400_000  # ten years: event times plus a bound stay far inside int64
-
-
-class TimeWindow(_Strict):
-    """Which event times pair: within `size_ms` of each other (|Δts| <= size_ms; 0 pairs equal times only), or with
-    asymmetric bounds as Flink's interval join `between(lower, upper)`: lower_ms <= second.ts - first.ts <= upper_ms,
-    first and second in the task's `join` order."""
-
-    kind: Literal["time"]
-    size_ms: Annotated[int, Field(ge=0)] | None = None
-    lower_ms: Annotated[int, Field(ge=-MAX_BOUND_MS, le=MAX_BOUND_MS)] | None = None
-    upper_ms: Annotated[int, Field(ge=-MAX_BOUND_MS, le=MAX_BOUND_MS)] | None = None
-
-    @model_validator(mode="after")
-    def _one_form(self) -> TimeWindow:
-        given = [key for key in ("lower_ms", "upper_ms") if getattr(self, key) is not None]
-        if self.size_ms is not None and given:
-            raise ValueError(
-                f"give size_ms (|Δts| <= size_ms) or lower_ms and upper_ms, not both (got size_ms, {given})"
-            )
-        if self.size_ms is None and len(given) < 2:
-            missing = [key for key in ("lower_ms", "upper_ms") if key not in given]
-            raise ValueError(
-                f"a time window needs size_ms, or both lower_ms and upper_ms (missing {missing}; accepted: "
-                "{kind: time, size_ms: 10000} or {kind: time, lower_ms: -300000, upper_ms: 60000})"
-            )
-        if self.lower_ms is not None and self.upper_ms is not None and self.lower_ms > self.upper_ms:
-            raise ValueError(
-                f"lower_ms: {self.lower_ms} is above upper_ms ({self.upper_ms}); accepted: lower_ms <= upper_ms"
-            )
-        return self
-
-    @property
-    def bounds(self) -> tuple[int, int]:
-        """(lower, upper) on second.ts - first.ts."""
-        if self.size_ms is not None:
-            return -self.size_ms, self.size_ms
-        assert self.lower_ms is not None and self.upper_ms is not None
-        return self.lower_ms, self.upper_ms
-
-    @property
-    def symmetric(self) -> bool:
-        lower, upper = self.bounds
-        return lower == -upper
-
-
-class CountWindow(_Strict):
-    kind: Literal["count"]
-    size: Annotated[int, Field(gt=0)]
-
-
-Window = Annotated[TimeWindow | CountWindow, Field(discriminator="kind")]
 
 
 TOPIC = r"^[A-Za-z0-9._-]{1,249}$"  # Kafka's legal topic names
@@ -437,16 +386,19 @@ class JoinSpec(_Strict):
         return problems
 
     def _window_problems(self, where: str, task: TaskSpec) -> list[str]:
-        """A task's own bounds need a time window; n-way tasks join within the spec's symmetric window."""
-        if task.window is not None and isinstance(self.window, CountWindow):
-            return [f"{where}.window: a task's own bounds need the spec's window to be a time window (kind: time)"]
+        """A task's own bounds need a kind that takes them; n-way tasks join within the spec's symmetric window."""
+        kind = self.window.kind
+        if task.window is not None and not self.window.task_bounds:
+            return [f"{where}.window: a task's own bounds need the spec's window to be a time window (got kind {kind})"]
         if len(task.join) <= 2:
             return []
+        if not self.window.n_way:
+            return [f"{where}.join: tasks of three or more streams need a time or count window (got kind {kind})"]
         if task.type != "inner":
             return [f"{where}.type: {task.type!r} joins two streams; tasks of three or more streams are 'inner'"]
         if task.window is not None:
             return [f"{where}.window: tasks of three or more streams join within the spec's window; remove it"]
-        if isinstance(self.window, TimeWindow) and not self.window.symmetric:
+        if self.window.event_time and self.window.bounds[0] != -self.window.bounds[1]:
             return [
                 f"{where}.join: tasks of three or more streams need a symmetric window (size_ms); lower_ms/upper_ms "
                 "bound two-stream tasks only"
@@ -454,10 +406,8 @@ class JoinSpec(_Strict):
         return []
 
     def bounds(self, task: TaskSpec) -> tuple[int, int]:
-        """A time-window task's (lower, upper) on second.ts - first.ts: its own window's, else the spec's."""
-        window = task.window or self.window
-        assert isinstance(window, TimeWindow), "count windows have no bounds"
-        return window.bounds
+        """An event-time task's (lower, upper) on second.ts - first.ts: its own window's, else the spec's."""
+        return (task.window or self.window).bounds
 
     def history_ms(self, stream: str) -> int:
         """How far below the watermark a stored tuple of `stream` may still pair with a later tuple (time windows):
@@ -465,8 +415,8 @@ class JoinSpec(_Strict):
         reach = [0]
         for task in self.tasks:
             if stream in task.join:
-                lower, upper = self.bounds(task)
-                reach.append(-lower if len(task.join) == 2 and stream == task.join[1] else upper)
+                second = len(task.join) == 2 and stream == task.join[1]
+                reach.append(self.window.history_ms(self.bounds(task), second))
         return max(reach)
 
     def recall_history_ms(self, stream: str) -> int:

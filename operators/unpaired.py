@@ -38,6 +38,7 @@ class Lone:
     seq: np.ndarray  # each tuple's arrival number
     after: np.ndarray  # the arrival after which each row is emitted (its place among the chunk's pairs)
     at_close: bool  # emitted as its tuples could pair no more (after the chunk's pairs), not at a first pair
+    windows: tuple[np.ndarray, np.ndarray] | None = None  # each row's (window_start, window_end): tumbling, hopping
 
     def __len__(self) -> int:
         return len(self.seq)

@@ -14,10 +14,9 @@ import numpy as np
 from windjoin.operators.batch import TupleBatch
 from windjoin.operators.index import BlockIndex, IndexPlan, WindowOrder, choose_plan
 from windjoin.operators.predicates import ProbePredicate
-from windjoin.operators.spec import CountWindow, TimeWindow
+from windjoin.operators.system_columns import SEQ, SSEQ, TS, WSTART
+from windjoin.operators.windows import WindowKind
 
-# Names of the arrival and event-time columns as filters see them; '@' keeps them apart from user fields.
-SEQ, SSEQ, TS = "@seq", "@sseq", "@ts"
 MAX_BLOCK_ROWS = 1 << 18
 PAIRED, CLOSED = "paired", "closed"  # the flags of `Block.flag`
 
@@ -28,7 +27,8 @@ class Block:
 
     def __init__(self, tuples: TupleBatch, flags: dict[tuple[str, str], np.ndarray] | None = None) -> None:
         self.tuples = tuples
-        self.zone = {name: (int(self.column(name).min()), int(self.column(name).max())) for name in (SEQ, SSEQ, TS)}
+        zoned = (SEQ, SSEQ, TS, WSTART) if WSTART in tuples.columns else (SEQ, SSEQ, TS)
+        self.zone = {name: (int(self.column(name).min()), int(self.column(name).max())) for name in zoned}
         self._plans: dict[tuple[tuple[ProbePredicate, ...], WindowOrder | None], IndexPlan | None] = {}
         self._indexes: dict[tuple[object, ...], BlockIndex] = {}
         self.flags = {} if flags is None else flags
@@ -85,20 +85,22 @@ class WindowStore:
 
     def __init__(
         self,
-        window: TimeWindow | CountWindow,
+        window: WindowKind,
         max_block_rows: int = MAX_BLOCK_ROWS,
         lateness_ms: int = 0,
         history_ms: int | None = None,
     ) -> None:
-        """`history_ms` (time windows, required): how far below the watermark a stored tuple may still pair with a
+        """`history_ms` (event-time windows, required): how far below the watermark a stored tuple may still pair with a
         later one (`JoinSpec.history_ms`)."""
         self.window = window
-        if isinstance(window, CountWindow):
+        if window.counts_arrivals:
             self.max_block_rows = max(1024, min(max_block_rows, window.size // 8))
             self.max_block_span_ms = None
         else:
             if history_ms is None:
-                raise ValueError("history_ms: a time window's store needs it (JoinSpec.history_ms of its stream)")
+                raise ValueError(
+                    "history_ms: an event-time window's store needs it (JoinSpec.history_ms of its stream)"
+                )
             self.history_ms = history_ms
             self.max_block_rows = max_block_rows
             # A block expires whole, so its span is how long a stale tuple may outlive expiry: an eighth of the
@@ -185,7 +187,7 @@ class WindowStore:
 
     def expire(self, watermark_ms: int | None) -> None:
         """Drop blocks no future tuple can join: by count, or (time) wholly older than watermark - history."""
-        if isinstance(self.window, CountWindow):
+        if self.window.counts_arrivals:
             self.keep_from(self.count - self.window.size)
         elif watermark_ms is not None:
             oldest_needed = watermark_ms - self.history_ms
