@@ -3,7 +3,7 @@
 Splitting by one field per stream is exact when every task's streams are linked by equating predicates (`eq`)
 between those fields: all tuples of a result then hold equal values there, so they land in the same split. A
 stream's declared `key` is its field (the spec already demands `eq` between keys); an unkeyed stream takes
-a field it is equated on. Count windows cannot be split: they number every arrival of a stream.
+a field it is equated on. A window kind that numbers every arrival (count) cannot be split.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from windjoin.operators.predicate_ops import op_named
-from windjoin.operators.spec import CountWindow, JoinSpec, TaskSpec
+from windjoin.operators.spec import JoinSpec, TaskSpec
 from windjoin.operators.task_graph import components
 
 MAX_CHOICES = 4096  # field assignments tried before giving up
@@ -28,8 +28,8 @@ class CoPartition:
 
 def co_partition(spec: JoinSpec) -> CoPartition:
     """One field per joined stream that splits every task exactly, or the reason there is none."""
-    if isinstance(spec.window, CountWindow):
-        return CoPartition(None, "a count window numbers every arrival of a stream, so it cannot be split")
+    if spec.window.splits:
+        return CoPartition(None, spec.window.splits)
     typed = [t.name for t in spec.tasks if t.type != "inner"]
     if typed:  # exact, but their unpaired rows would come in another order than one join's
         return CoPartition(None, f"task(s) {typed} emit unpaired rows, which one join orders by the whole input")

@@ -36,7 +36,8 @@ from typing import Any, Protocol
 
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.partitioning import Group, RoutingTable
-from windjoin.operators.spec import CountWindow, JoinSpec
+from windjoin.operators.spec import JoinSpec
+from windjoin.operators.spec_support import refusals
 
 Holders = tuple[int, ...]
 
@@ -154,16 +155,11 @@ def _routing_step(current: ControlEpoch, target: ControlTarget | None) -> Contro
 
 
 def check_spillable(spec: JoinSpec) -> None:
-    """Refuse disk pushes and clean-ups for what they do not support: count windows (a pushed tuple's place in
-    the arrival count is lost to the clean-up) and n-way tasks (the job emits pairs only)."""
-    problems = []
-    if isinstance(spec.window, CountWindow):
-        problems.append("a count window numbers every arrival, the clean-up merges generations out of order")
-    n_way = [t.name for t in spec.tasks if len(t.join) != 2]
-    if n_way:
-        problems.append(f"n-way task(s) {n_way}: the clean-up emits two-stream pairs only")
-    if problems:
-        raise ValueError("spill/cleanup: disk pushes are not supported for this spec: " + "; ".join(problems))
+    """Refuse disk pushes and clean-ups for what they do not support (`spec_support`, by the spec's shape: a
+    tracked task's refusal is the controller's, which never asks it)."""
+    why = refusals(spec, "spill").shape
+    if why:
+        raise ValueError("spill/cleanup: disk pushes are not supported for this spec: " + "; ".join(why))
 
 
 def unit_holders(table: RoutingTable) -> dict[Group, Holders]:

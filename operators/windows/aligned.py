@@ -16,7 +16,10 @@ import numpy as np
 from windjoin.operators.system_columns import WSTART
 from windjoin.operators.windows.base import ProbeView, Reach, WindowKind
 
-NOT_YET = "window copies of a tuple are not cut over slots or onto disk yet (moves of whole partitions are fine)"
+NOT_YET = (
+    "a tumbling or hopping window's copies of a tuple are not cut over slots or onto disk yet (moves of whole "
+    "partitions and splits by key are fine)"
+)
 
 
 class AlignedWindow(WindowKind):

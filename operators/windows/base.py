@@ -50,7 +50,7 @@ class WindowKind(BaseModel):
     copies: ClassVar[bool] = False  # each tuple stands in windows of its own: results carry window_start/end
     task_bounds: ClassVar[bool] = False  # a task may give its own bounds (`TaskSpec.window`)
     n_way: ClassVar[bool] = False  # tasks of three or more streams (MJoin) run over it
-    # What the job may do with a partition's state (`operators.spec_support` says why not, by key).
+    # What the job may do with a partition's state: why it may not, naming the kind (`operators.spec_support`).
     splits: ClassVar[str | None] = None  # why its tuples cannot be split over slots by key hash (None: they can)
     spreads: ClassVar[str | None] = None  # why its tuples cannot be stored at one slot and probed at several
     spills: ClassVar[str | None] = None  # why its tuples cannot be pushed to disk and cleaned up later

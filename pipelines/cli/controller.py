@@ -13,7 +13,8 @@ import click
 import yaml
 
 from windjoin.operators.control.config import ControlConfig, ControlConfigError, parse_control_config
-from windjoin.operators.spec import CountWindow
+from windjoin.operators.spec import JoinSpec
+from windjoin.operators.spec_support import CONTROLLER_CUTS, refusals
 from windjoin.pipelines.cli.options import (
     BOOTSTRAP_OPTION,
     SPEC_ARGUMENT,
@@ -172,24 +173,7 @@ def controller(
     durations to lead and fails if it does not."""
     spec = load_spec_or_fail(spec_path)
     config = load_control_config(config_path)
-    # Spreads and mini-groups cut a partition's window over slots, disk pushes cut it in generations: only
-    # pairwise time windows survive that (the job refuses them otherwise), so refuse here before any decision.
-    if isinstance(spec.window, CountWindow) or any(len(t.join) > 2 for t in spec.tasks):
-        cutting = (("hot.spread", config.hot.spread), ("fine_tuning.enabled", config.fine_tuning.enabled))
-        # disk pushes: the clean-up merges generations out of arrival order and emits pairs only
-        for key, on in (*cutting, ("memory.enabled", config.memory.enabled)):
-            if on:
-                raise click.UsageError(
-                    f"{config_path}: {key}: true needs two-stream tasks over a time window ({spec_path} has a "
-                    "count window or an n-way task); accepted here: false"
-                )
-    if spec.tracking:  # outer, semi and anti tasks must see every pair of the tuples they remember
-        for key, on in (("hot.spread", config.hot.spread), ("memory.enabled", config.memory.enabled)):
-            if on:
-                raise click.UsageError(
-                    f"{config_path}: {key}: true cuts a partition's tuples over slots or onto disk, which the outer, "
-                    f"semi or anti tasks of {spec_path} cannot follow; accepted here: false (moves and splits are fine)"
-                )
+    refuse_cuts(spec, config, spec_path, config_path)
     if redis_url is None:
         if spec.sinks.redis is None:
             raise click.UsageError("the spec has no Redis sink: pass --redis-url")
@@ -286,3 +270,23 @@ def controller(
             click.echo(f"leader election: lease {'released' if released else 'not held'}", err=True)
         reports.close()
         decisions.close()
+
+
+def refuse_cuts(spec: JoinSpec, config: ControlConfig, spec_path: Path, config_path: Path | None) -> None:
+    """Refuse, before any decision, a switch that cuts state in a way the job cannot follow on this spec
+    (`operators.spec_support`): spreads and mini-groups cut a partition's window over slots, disk pushes cut it in
+    generations."""
+    switches = {"hot.spread": config.hot.spread, "fine_tuning.enabled": config.fine_tuning.enabled}
+    switches["memory.enabled"] = config.memory.enabled
+    for key, cut in CONTROLLER_CUTS.items():
+        why = refusals(spec, cut) if switches[key] else None
+        if why and why.shape:
+            raise click.UsageError(
+                f"{config_path}: {key}: true needs two-stream tasks over a time window ({spec_path}: {why}); "
+                "accepted here: false"
+            )
+        if why:
+            raise click.UsageError(
+                f"{config_path}: {key}: true cuts a partition's tuples over slots or onto disk, which {spec_path} "
+                f"cannot follow ({why}); accepted here: false (moves and splits are fine)"
+            )

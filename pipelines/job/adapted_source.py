@@ -41,7 +41,6 @@ from windjoin.operators.event_time import (
     next_event_time,
 )
 from windjoin.operators.offset_plan import KafkaRange
-from windjoin.operators.spec import TimeWindow
 from windjoin.pipelines.job.adapter import Adapter
 from windjoin.pipelines.job.control_feed import REFUSALS_OPTION, DecisionFeed, RefusalCounts, auth_from_options
 from windjoin.pipelines.job.slot_pieces import PIECE_SCHEMA, PieceBuffer
@@ -83,8 +82,8 @@ class ControlledPartition(KafkaInputPartition):
 
 
 def event_time_config(spec: Any) -> EventTimeConfig | None:
-    """The spec's event-time settings; None for count windows (no event time, nothing is late)."""
-    if not isinstance(spec.window, TimeWindow):
+    """The spec's event-time settings; None for a window kind without event time (count: nothing is late)."""
+    if not spec.window.event_time:
         return None
     return EventTimeConfig(spec.allowed_lateness_ms, spec.idle_timeout_ms, spec.alignment_ms)
 

@@ -33,7 +33,8 @@ from windjoin.operators.control.shedding import record_hash, shed_mask_of_hashes
 from windjoin.operators.partitioning import RoutingTable, key_hash, partition_of_hash
 from windjoin.operators.result_table import ARROW_TYPES
 from windjoin.operators.schema import FUTURE_TIMESTAMP, RecordError, StreamSchema
-from windjoin.operators.spec import CountWindow, JoinSpec
+from windjoin.operators.spec import JoinSpec
+from windjoin.operators.spec_support import refusals
 
 UNKNOWN_TOPIC = "unknown_topic"
 PUNCTUATION = "punctuation"  # the reason of a punctuation row: counted, not joined, not a dead letter
@@ -109,12 +110,7 @@ class Adapter:
         """Refuse mini-group routing where this job cannot cut a partition's window over slots exactly."""
         if not routing.split:
             return
-        why = []
-        if isinstance(self.spec.window, CountWindow):
-            why.append("a count window numbers every arrival of a partition, so one slot must see them all")
-        wide = [t.name for t in self.spec.tasks if len(t.join) > 2]
-        if wide:
-            why.append(f"n-way task(s) {wide} run MJoin, whose state hand-over is whole-partition only")
+        why = refusals(self.spec, "split").shape
         unkeyed = [name for name, s in self.spec.streams.items() if s.key is None]
         if unkeyed:
             why.append(f"stream(s) {unkeyed} have no key whose hash could choose a mini-group")

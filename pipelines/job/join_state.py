@@ -25,7 +25,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from windjoin.operators.control.slot_load import PartState
 from windjoin.operators.partitioning import Group, RoutingTable
 from windjoin.operators.schema import LATE
-from windjoin.operators.spec import JoinSpec, TimeWindow
+from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.job.adapter import adapter_schema
 from windjoin.pipelines.job.hand_over import HandOver, check_held
 from windjoin.pipelines.job.segment_store import SegmentStore, expiry_watermark
@@ -141,7 +141,7 @@ class JoinProcessor(StatefulProcessor):
             cpu_seconds=cpu_seconds,
             spill=spill_report,
         )
-        history = self.spec.max_history_ms if isinstance(self.spec.window, TimeWindow) else None
+        history = self.spec.max_history_ms if self.spec.window.event_time else None
         stats = slot_stats(index, batch, meta, work, history)
         stats.update(output)
         yield pd.DataFrame([(slot, orjson.dumps(stats))], columns=["slot", "stats"])

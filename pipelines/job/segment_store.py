@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windjoin.operators.partitioning import Group
-from windjoin.operators.spec import CountWindow, JoinSpec
+from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.job.slot_meta import PartKey, SegmentInfo, SlotMeta
 from windjoin.pipelines.job.slot_state import SlotState
 from windjoin.pipelines.job.slot_windows import SlotWindows, new_windows
@@ -134,10 +134,10 @@ class SegmentStore:
         (`JoinSpec.max_history_ms`: a segment holds every stream)."""
         window = self.spec.window
         windows.expire(watermark)
-        first_kept = windows.first_kept(meta) if isinstance(window, CountWindow) else {}
+        first_kept = windows.first_kept(meta) if window.counts_arrivals else {}
         live = []
         for segment in meta.segments:
-            if isinstance(window, CountWindow):
+            if window.counts_arrivals:
                 needed = any(
                     end > first_kept.get(p, {}).get(s, meta.counts[p][s] - window.size)
                     for p, ends in segment.ends.items()

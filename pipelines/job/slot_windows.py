@@ -30,7 +30,8 @@ import pyarrow.compute as pc
 from windjoin.operators.control.slot_load import GroupLoadMeter, PartState, partition_state, pooled_state
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.mjoin import join_operator
-from windjoin.operators.spec import JoinSpec, TimeWindow
+from windjoin.operators.spec import JoinSpec
+from windjoin.operators.spec_support import pooled
 from windjoin.pipelines.job.slot_batch import StreamColumns, lone_table, pairs_table, rows_by_partition
 from windjoin.pipelines.job.slot_meta import SlotMeta
 from windjoin.pipelines.job.stored_rows import by_stream, operator_columns, preload
@@ -109,8 +110,7 @@ class SlotWindows(ABC):
 
 def new_windows(spec: JoinSpec, nonce: str) -> SlotWindows:
     """Empty windows in the layout the spec allows (see the module docstring)."""
-    pooled = isinstance(spec.window, TimeWindow) and all(len(t.join) == 2 for t in spec.tasks)
-    return PooledWindows(spec, nonce) if pooled else PartitionWindows(spec, nonce)
+    return PooledWindows(spec, nonce) if pooled(spec) else PartitionWindows(spec, nonce)
 
 
 def _merge_positions(meta: SlotMeta, part: int, positions: list[dict[str, Any]]) -> None:
