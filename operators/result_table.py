@@ -1,14 +1,16 @@
 """The Arrow layout of a task's result table, the unit the join job hands to its sinks per micro-batch.
 
 A result table has one struct column per joined stream, named after the stream and in the task's `join` order,
-holding that stream's timestamp field first and then its declared fields in spec order; then `batch_id` (int64)
-and `emitted_at` (int64, epoch ms). Types: int -> int64, float -> float64, string -> string, bool -> bool, the
-timestamp -> int64. No field value is ever null (sinks refuse nulls); a whole stream's column is null in the rows
-an outer, semi or anti task emits with one side alone (the schema's metadata names the task's type), never both.
-Fields are declared nullable, Arrow's default, so that a table assembled from plain arrays has exactly this
-schema. The schema carries metadata naming the task and each stream's timestamp field, so that sinks, which do not
-see the spec, can compute the *result time* of a result: the latest (max) of its tuples' timestamps, one per
-joined stream (two for a pair, n for an n-way task; a row of one side alone: that side's own).
+holding that stream's timestamp field first and then its declared fields in spec order; then `batch_id` (int64) and
+`emitted_at` (int64, epoch ms). Types: int -> int64, float -> float64, string -> string, bool -> bool, the timestamp
+-> int64. A task over a window kind whose tuples stand in windows of their own (tumbling, hopping) has
+`window_start` and `window_end` (int64, epoch ms) after the stream columns. No field value is ever null (sinks
+refuse nulls); a whole stream's column is null in the rows an outer, semi or anti task emits with one side alone
+(the schema's metadata names the task's type), never both. Fields are declared nullable, Arrow's default, so that a
+table assembled from plain arrays has exactly this schema. The schema carries metadata naming the task and each
+stream's timestamp field, so that sinks, which do not see the spec, can compute the *result time* of a result: the
+latest (max) of its tuples' timestamps, one per joined stream (two for a pair, n for an n-way task; a row of one
+side alone: that side's own).
 Build tables with `table_from_columns` (or give `pa.Table.from_arrays` the schema of `result_schema`) so the
 metadata comes along.
 """
@@ -35,8 +37,10 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 _PLACEHOLDERS = {"int": 0, "float": 0.0, "string": "", "bool": False}  # values under a stream a row lacks
 BATCH_ID = "batch_id"
 EMITTED_AT = "emitted_at"
+WINDOW_START, WINDOW_END = "window_start", "window_end"
+WINDOW_COLUMNS = (WINDOW_START, WINDOW_END)
 # Names a stream may not take in a result: the table's own columns, and the keys sinks add when reading back.
-RESERVED_COLUMNS = ("task", BATCH_ID, EMITTED_AT, "result_time")
+RESERVED_COLUMNS = ("task", BATCH_ID, EMITTED_AT, "result_time", *WINDOW_COLUMNS)
 META_TASK = b"windjoin.task"
 META_TIMESTAMPS = b"windjoin.timestamps"  # JSON object {stream: timestamp field}, in join order
 META_TYPE = b"windjoin.type"  # the task's type (`TaskSpec.type`); tables written before it had none: inner
@@ -93,6 +97,8 @@ def result_schema(spec: JoinSpec, task_name: str) -> pa.Schema:
             raise ValueError(f"stream {stream_name!r}: the name is reserved in results (not one of {RESERVED_COLUMNS})")
         columns.append(pa.field(stream_name, stream_struct(spec, stream_name)))
         timestamps[stream_name] = spec.streams[stream_name].timestamp
+    if spec.window.copies:
+        columns += [pa.field(name, pa.int64()) for name in WINDOW_COLUMNS]
     columns.append(pa.field(BATCH_ID, pa.int64()))
     columns.append(pa.field(EMITTED_AT, pa.int64()))
     metadata = {META_TASK: task.name.encode(), META_TIMESTAMPS: orjson.dumps(timestamps), META_TYPE: task.type.encode()}
@@ -114,10 +120,11 @@ def table_from_columns(
     batch_id: int,
     emitted_at: int,
     absent: Mapping[str, np.ndarray] | None = None,
+    windows: tuple[Sequence[int] | np.ndarray, Sequence[int] | np.ndarray] | None = None,
 ) -> pa.Table:
     """A result table from columns per stream (`{stream: {field: values}}`, e.g. `operators.join.Pairs.sides`);
     `absent[stream]` marks the rows an outer, semi or anti task emits without that stream (its values there are
-    placeholders)."""
+    placeholders); `windows`: each row's (window_start, window_end), for a schema that has them."""
     schema = result_schema(spec, task_name)
     absent = absent or {}
     check_batch_id(batch_id)
@@ -125,6 +132,11 @@ def table_from_columns(
     arrays = []
     for field in schema:
         if field.name in (BATCH_ID, EMITTED_AT):
+            continue
+        if field.name in WINDOW_COLUMNS:
+            if windows is None:
+                raise ValueError(f"task {task_name!r}: its results need (window_start, window_end) columns")
+            arrays.append(pa.array(np.asarray(windows[WINDOW_COLUMNS.index(field.name)], dtype=np.int64)))
             continue
         columns = sides.get(field.name)
         if columns is None:
@@ -176,15 +188,24 @@ def table_from_records(
             sides[stream_name] = {name: [(r[stream_name] or placeholder)[name] for r in records] for name in names}
         except (KeyError, TypeError) as err:
             raise ValueError(f"task {task_name!r}: a record lacks {stream_name}.{err}") from None
-    return table_from_columns(spec, task_name, sides, batch_id, emitted_at, absent)
+    windows = None
+    if spec.window.copies:
+        windows = tuple([int(r[name]) for r in records] for name in WINDOW_COLUMNS)
+    return table_from_columns(spec, task_name, sides, batch_id, emitted_at, absent, windows)
 
 
 def table_records(table: pa.Table) -> list[dict[str, Any]]:
     """The results of a result table as records `{"task": name, <stream>: {...}, ...}`, in row order."""
     task = table_task(table)
     streams = list(stream_timestamps(table.schema))
-    columns = {name: table.column(name).to_pylist() for name in streams}
-    return [{"task": task, **{name: columns[name][i] for name in streams}} for i in range(table.num_rows)]
+    names = [*streams, *window_columns(table.schema)]
+    columns = {name: table.column(name).to_pylist() for name in names}
+    return [{"task": task, **{name: columns[name][i] for name in names}} for i in range(table.num_rows)]
+
+
+def window_columns(schema: pa.Schema) -> list[str]:
+    """The window columns a result schema has (`window_start`, `window_end`; none for most window kinds)."""
+    return [name for name in WINDOW_COLUMNS if name in schema.names]
 
 
 def table_task(table: pa.Table) -> str:
@@ -233,6 +254,7 @@ def row_bytes(table: pa.Table, leaves: list[str] | None = None) -> np.ndarray:
                 sizes += lengths.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
             else:
                 sizes += FIXED_BYTES
+    sizes += FIXED_BYTES * sum(1 for name in window_columns(table.schema) if leaves is None or name in leaves)
     return sizes
 
 

@@ -3,10 +3,11 @@ described by an index entry (its result-time range and where its rows sit in the
 
 A piece (one slot's results of one batch, in row order) is cut into chunks of at most `CHUNK_ROWS` rows and about
 `CHUNK_BYTES` of Arrow data (a chunk ends at the first row that reaches the bound; one row larger than the bound is
-a chunk alone), so that every Redis call that moves a chunk moves a bounded number of bytes. A chunk holds only
-the streams' struct columns, without schema metadata, as one Arrow IPC stream compressed with zstd; `batch_id`
-and `emitted_at` are the same for every row of a piece and live in the entry. Row numbers are implicit: the
-chunk's first row is `offset` in its piece, so row `i` of the chunk is `piece << PIECE_ROW_BITS | offset + i`.
+a chunk alone), so that every Redis call that moves a chunk moves a bounded number of bytes. A chunk holds only the
+streams' struct columns (and the window columns of a kind that has them), without schema metadata, as one Arrow IPC
+stream compressed with zstd; `batch_id` and `emitted_at` are the same for every row of a piece and live in the
+entry. Row numbers are implicit: the chunk's first row is `offset` in its piece, so row `i` of the chunk is `piece
+<< PIECE_ROW_BITS | offset + i`.
 
 An entry is text, `batch:piece:seq:min:max:offset:rows:emitted_at` (a sorted-set member scored by `min`, unique by
 `batch:piece:seq`), so readers find the chunks of a time span with one range read and no per-row work in Redis.
@@ -29,6 +30,7 @@ from windjoin.operators.result_table import (
     result_times,
     row_bytes,
     stream_timestamps,
+    window_columns,
 )
 
 CHUNK_ROWS = 16_384
@@ -84,8 +86,8 @@ class EncodedPiece:
 
 def encode_piece(table: pa.Table, batch_id: int, piece: int, emitted_at: int) -> EncodedPiece:
     """A result table's rows (one piece of batch `batch_id`, in row order) as chunks (see the module docstring)."""
-    streams = list(stream_timestamps(table.schema))
-    data = table.select(streams).replace_schema_metadata(None)
+    data = table.select([*stream_timestamps(table.schema), *window_columns(table.schema)])
+    data = data.replace_schema_metadata(None)
     times = result_times(table)
     starts = chunk_starts(row_bytes(table))
     chunks, entries = [], []
@@ -121,7 +123,7 @@ def decode_chunk(data: bytes | memoryview, entry: ChunkEntry) -> pa.Table:
     timestamps metadata readers go by (each stream's first field is its timestamp, as in every result schema)."""
     stored = ipc.open_stream(pa.py_buffer(data)).read_all()
     n = stored.num_rows
-    timestamps = {field.name: field.type[0].name for field in stored.schema}
+    timestamps = {field.name: field.type[0].name for field in stored.schema if pa.types.is_struct(field.type)}
     columns = [*stored.columns, pa.array(np.full(n, entry.batch, dtype=np.int64))]
     columns.append(pa.array(np.full(n, entry.emitted_at, dtype=np.int64)))
     fields = [*stored.schema, pa.field(BATCH_ID, pa.int64()), pa.field(EMITTED_AT, pa.int64())]

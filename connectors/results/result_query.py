@@ -68,7 +68,7 @@ from windjoin.operators.query.fields import (
 )
 from windjoin.operators.query.selection import narrow_span, select_table
 from windjoin.operators.redis_namespace import DEFAULT_NAMESPACE, check_namespace
-from windjoin.operators.result_table import result_schema, stream_timestamps
+from windjoin.operators.result_table import WINDOW_COLUMNS, result_schema, stream_timestamps
 from windjoin.operators.spec import JoinSpec
 
 MAX_LIMIT = 10_000
@@ -259,8 +259,9 @@ class ResultStore:
         return Page([project(row, projection) for _, row in keyed], next_cursor, snapshot_id)
 
     def _leaves(self, task: str, projection: list[str] | None) -> list[str]:
-        """The `stream.field` leaves a page's rows hold: the projected ones, each stream's timestamp with them."""
-        every = [name for name in self._fields[task] if "." in name]
+        """The leaves a page's rows hold (`stream.field`, and the window columns of a task that has them): the
+        projected ones, each stream's timestamp with them."""
+        every = [name for name in self._fields[task] if "." in name or name in WINDOW_COLUMNS]
         if projection is None:
             return every
         return [name for name in every if name in projection or name in self._stamps[task]]

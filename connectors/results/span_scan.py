@@ -148,9 +148,11 @@ def _rows(best: FirstKeys, units: list[Leaf], leaves: list[str], stamps: list[st
     task's row of the other side alone): None, not an object of nulls."""
     stamp_of = {stamp.partition(".")[0]: stamp for stamp in stamps}
     streams: dict[str, list[str]] = {}
+    tops = [leaf for leaf in leaves if "." not in leaf]  # a row's own columns (window_start, window_end)
     for leaf in leaves:
-        stream, _, name = leaf.partition(".")
-        streams.setdefault(stream, []).append(name)
+        stream, dot, name = leaf.partition(".")
+        if dot:
+            streams.setdefault(stream, []).append(name)
     out: list[tuple[Key, dict[str, Any]] | None] = [None] * len(best.keys)
     for unit in np.unique(best.where[:, 0]).tolist():
         held = np.flatnonzero(best.where[:, 0] == unit)
@@ -165,6 +167,7 @@ def _rows(best: FirstKeys, units: list[Leaf], leaves: list[str], stamps: list[st
             )
             for s, names in streams.items()
         }
+        structs |= {top: table.column(top).combine_chunks() for top in tops}
         emitted_at = table.column(EMITTED_AT).combine_chunks()
         rows = result_rows(structs, pa.array(keys[:, 1]), pa.array(keys[:, 2]), emitted_at, pa.array(keys[:, 0]))
         for i, key, row in zip(held.tolist(), keys.tolist(), rows, strict=True):

@@ -2,7 +2,8 @@
 `batch_id`, `emitted_at`; and a result row cut down to the projected ones.
 
 A result row: `{<stream>: {field: value, ...}, ..., "batch_id": int, "row": int, "emitted_at": int,
-"result_time": int}`, one object per joined stream in join order.
+"result_time": int}`, one object per joined stream in join order; a task over windows of their own (tumbling,
+hopping) also has `window_start` and `window_end` after the streams.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windjoin.operators.query.errors import BadQuery
-from windjoin.operators.result_table import ARROW_TYPES, BATCH_ID, EMITTED_AT, result_times, stream_timestamps
+from windjoin.operators.result_table import (
+    ARROW_TYPES,
+    BATCH_ID,
+    EMITTED_AT,
+    result_times,
+    stream_timestamps,
+    window_columns,
+)
 
 RESULT_TIME = "result_time"
 ROW = "row"
@@ -30,6 +38,7 @@ def result_fields(schema: pa.Schema) -> dict[str, str]:
     for stream in stream_timestamps(schema):
         for child in schema.field(stream).type:
             fields[f"{stream}.{child.name}"] = kinds[str(child.type)]
+    fields |= dict.fromkeys(window_columns(schema), "int")
     return {**fields, **_SPECIAL_FIELDS}
 
 
@@ -105,8 +114,9 @@ def table_rows(
     """The result rows of a result table (whose stream columns may hold only some of their fields) as a rows table
     (`rows_table`), numbered `rows`; `times`: their result times (None: computed from the table's timestamps)."""
     times = result_times(table) if times is None else times
+    names = [*stream_timestamps(table.schema), *window_columns(table.schema)]
     return rows_table(
-        {name: table.column(name).combine_chunks() for name in stream_timestamps(table.schema)},
+        {name: table.column(name).combine_chunks() for name in names},
         table.column(BATCH_ID).combine_chunks(),
         pa.array(np.asarray(rows, dtype=np.int64)),
         table.column(EMITTED_AT).combine_chunks(),
@@ -118,8 +128,9 @@ def rows_table(
     streams: Mapping[str, pa.Array], batch_ids: pa.Array, rows: pa.Array, emitted_at: pa.Array, times: pa.Array
 ) -> pa.Table:
     """Result rows as columns, one per key of a result row: a struct column per joined stream (`streams`, in join
-    order), then batch_id, row, emitted_at and result_time. Readers keep rows so until they must be dicts
-    (`as_rows`): the feed selects, projects and encodes them a column at a time."""
+    order, then the window columns of a task that has them), then batch_id, row, emitted_at and result_time. Readers
+    keep rows so until they must be dicts (`as_rows`): the feed selects, projects and encodes them a column at a
+    time."""
     return pa.Table.from_arrays(*_row_columns(streams, batch_ids, rows, emitted_at, times))
 
 

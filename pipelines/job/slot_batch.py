@@ -22,7 +22,7 @@ from windjoin.operators.control.finetune import FINE_DEPTH
 from windjoin.operators.control.job_epoch import ControlEpoch
 from windjoin.operators.control.slot_load import fine_bins
 from windjoin.operators.join import Pairs
-from windjoin.operators.result_table import stream_struct
+from windjoin.operators.result_table import WINDOW_COLUMNS, stream_struct
 from windjoin.operators.spec import JoinSpec
 from windjoin.operators.unpaired import Lone
 from windjoin.pipelines.job.adapter import CONTROL, PUNCTUATION, SHED, TIMING
@@ -178,7 +178,7 @@ def lone_table(spec: JoinSpec, lone: Lone) -> pa.Table:
             arrays.append(pa.StructArray.from_arrays(children, fields=list(struct)))
         else:
             arrays.append(pa.nulls(len(lone), type=struct))
-    return pa.Table.from_arrays(arrays, names=list(lone.join))
+    return _with_windows(pa.Table.from_arrays(arrays, names=list(lone.join)), lone.windows)
 
 
 def pairs_table(spec: JoinSpec, pairs: Pairs) -> pa.Table:
@@ -189,4 +189,11 @@ def pairs_table(spec: JoinSpec, pairs: Pairs) -> pa.Table:
         struct = stream_struct(spec, stream)
         children = [pa.array(columns[child.name], type=child.type) for child in struct]
         arrays.append(pa.StructArray.from_arrays(children, fields=list(struct)))
-    return pa.Table.from_arrays(arrays, names=list(pairs.sides))
+    return _with_windows(pa.Table.from_arrays(arrays, names=list(pairs.sides)), pairs.windows)
+
+
+def _with_windows(table: pa.Table, windows: tuple[np.ndarray, np.ndarray] | None) -> pa.Table:
+    """The rows' window columns appended (kinds whose tuples stand in windows of their own)."""
+    for name, values in zip(WINDOW_COLUMNS, windows or (), strict=False):
+        table = table.append_column(name, pa.array(values, pa.int64()))
+    return table
