@@ -19,13 +19,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from windjoin.operators.asof import AsofState
 from windjoin.operators.batch import Arrivals, TupleBatch, check_arrival_order
 from windjoin.operators.kernel import Probe, RangeFilter, probe_block
 from windjoin.operators.lateness import in_arrival_order, running_max_late
 from windjoin.operators.metrics import TaskCounters
 from windjoin.operators.predicates import ProbePredicate
 from windjoin.operators.schema import StreamSchema
-from windjoin.operators.spec import JoinSpec, TaskSpec
+from windjoin.operators.spec import AS_OF_TYPES, JoinSpec, TaskSpec
 from windjoin.operators.system_columns import SEQ, SSEQ, WSTART
 from windjoin.operators.unpaired import Lone, below, close, first_pairs, mark_paired, recall_paired
 from windjoin.operators.window import Block, WindowStore
@@ -118,6 +119,7 @@ class WindowJoin:
         self._watermark: int | None = None
         self._lone: list[Lone] = []  # closed unpaired rows not yet handed out (see `_close`)
         self.keep_partners = keep_partners
+        self.asof = {t.name: AsofState(t, self._empty_batches(t)) for t in spec.tasks if t.type in AS_OF_TYPES}
 
     @property
     def kind(self) -> WindowKind:
@@ -234,15 +236,46 @@ class WindowJoin:
         self._next_seq += total
         self._close(self.watermark_ms)
         self._expire(self.watermark_ms)
+        pairs = [
+            self._as_of(task, self.watermark_ms) if task.name in self.asof else p
+            for task, p in zip(self.tasks, pairs, strict=True)
+        ]
         lone, self._lone = self._lone, []
         return ChunkResult(pairs, late, lone)
 
     def finish(self) -> list[Lone]:
         """The input is complete: every tuple can pair no more; the unpaired rows of outer and anti tasks, and
-        any closed since the last chunk."""
+        any closed since the last chunk (a spec with as-of tasks: `finish_chunk`, which has their pairs too)."""
+        if self.asof:
+            raise ValueError(f"as-of task(s) {list(self.asof)} emit pairs at the end: use finish_chunk")
+        return self.finish_chunk().lone
+
+    def finish_chunk(self) -> ChunkResult:
+        """The input is complete: every tuple can pair no more; the unpaired rows of outer and anti tasks and any
+        closed since the last chunk, and every as-of task's waiting tuples with their versions."""
         self._close(None, final=True)
+        pairs = [self._as_of(task, np.inf) for task in self.tasks if task.name in self.asof]
         lone, self._lone = self._lone, []
-        return lone
+        return ChunkResult(pairs, {}, lone)
+
+    def _as_of(self, task: _TaskRuntime, watermark_ms: float | None) -> Pairs:
+        """An as-of task's left tuples the watermark has passed, with their versions (`operators.asof`), emitted
+        after the arrivals so far; those without one alone (asof_left)."""
+        out = self.asof[task.name].emit(watermark_ms)
+        after = self._next_seq - 1
+        if task.type == "asof_left" and len(out.alone):
+            rows = np.full(len(out.alone), after, dtype=np.int64)
+            self._lone.append(
+                Lone(task.name, task.streams, task.streams[0], dict(out.alone.columns), out.alone.seq, rows, True)
+            )
+        task.counters.outputs += len(out.left) + (len(out.alone) if task.type == "asof_left" else 0)
+        sides = {task.streams[0]: dict(out.left.columns), task.streams[1]: dict(out.right.columns)}
+        return Pairs(task.name, sides, np.full(len(out.left), after, dtype=np.int64), out.right.seq)
+
+    def _empty_batches(self, task: TaskSpec) -> dict[str, TupleBatch]:
+        none = np.zeros(0, np.int64)
+        schema = {s: StreamSchema(self.spec.streams[s]).to_columns([]) for s in task.join}
+        return {s: TupleBatch(schema[s], self.spec.streams[s].timestamp, none, none, none) for s in task.join}
 
     @property
     def _tracking(self) -> bool:
@@ -363,6 +396,10 @@ class WindowJoin:
         return accepted, late
 
     def _join_task(self, task: _TaskRuntime, batches: dict[str, TupleBatch], counts_before: dict[str, int]) -> Pairs:
+        if task.name in self.asof:  # its tuples wait for the watermark (`_as_of`)
+            arrived = dict(task.arrived(batches))
+            self.asof[task.name].add(arrived.get(task.streams[0]), arrived.get(task.streams[1]))
+            return self._assemble(task, [])[0]
         parts = []
         for stream, probes in task.arrived(batches):
             other = task.opposite(stream)

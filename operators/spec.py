@@ -97,7 +97,8 @@ class PredicateSpec(_Strict):
         return stream, field
 
 
-JoinType = Literal["inner", "left", "right", "full", "semi", "anti"]
+JoinType = Literal["inner", "left", "right", "full", "semi", "anti", "asof", "asof_left"]
+AS_OF_TYPES = ("asof", "asof_left")
 
 
 class TaskSpec(_Strict):
@@ -107,14 +108,18 @@ class TaskSpec(_Strict):
     window: TimeWindow | None = None  # this task's own bounds (two-stream tasks, time windows); none: the spec's
     # What a two-stream task emits (`join: [left, right]`): pairs (inner), also each tuple that never paired, with
     # nulls, once it can no longer pair (left, right, full), each left tuple at its first pair alone (semi), or each
-    # left tuple that never paired, once it can no longer pair (anti).
+    # left tuple that never paired, once it can no longer pair (anti); or each left tuple with the right tuple valid
+    # at its time (as-of: the latest at or before it with equal keys), alone if none (asof_left) or not (asof).
     type: JoinType = "inner"
+    max_age_ms: Annotated[int, Field(ge=0)] | None = None  # as-of: a version older than this is no version
 
     @property
     def tracked(self) -> tuple[str, ...]:
         """The joined streams whose tuples' "paired yet" this task remembers (none for inner)."""
         left, right = self.join[0], self.join[-1]
-        return {"inner": (), "right": (right,), "full": (left, right)}.get(self.type, (left,))
+        return {"inner": (), "right": (right,), "full": (left, right), "asof": (), "asof_left": ()}.get(
+            self.type, (left,)
+        )
 
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -376,6 +381,7 @@ class JoinSpec(_Strict):
                 problems.extend(self._connection_problems(where, task))
             problems.extend(self._partitioning_problems(where, task))
             problems.extend(self._window_problems(where, task))
+            problems.extend(self._asof_problems(where, task))
         wide = [t.name for t in self.tasks if len(t.join) > 2]
         problems += [
             f"tasks[{i}].type: {task.type!r} cannot share a spec with tasks of three or more streams ({wide}): they "
@@ -405,6 +411,29 @@ class JoinSpec(_Strict):
             ]
         return []
 
+    def _asof_problems(self, where: str, task: TaskSpec) -> list[str]:
+        """An as-of task matches versions by equalities alone, over event time, unbounded by the window."""
+        if task.type not in AS_OF_TYPES:
+            return [f"{where}.max_age_ms: only used with type asof or asof_left"] if task.max_age_ms is not None else []
+        problems = []
+        if self.window.kind != "time":
+            problems.append(
+                f"{where}.type: {task.type!r} needs a time window (window.kind: time; got {self.window.kind}): "
+                "versions are matched by event time"
+            )
+        if task.window is not None:
+            problems.append(
+                f"{where}.window: an as-of task is not bounded by a window; remove it (max_age_ms bounds "
+                "how old a version may be)"
+            )
+        problems += [
+            f"{where}.on[{j}].op: an as-of task finds versions by equalities (eq) only; {p.op!r} is not supported "
+            "yet (accepted: eq)"
+            for j, p in enumerate(task.on)
+            if p.op != "eq"
+        ]
+        return problems
+
     def bounds(self, task: TaskSpec) -> tuple[int, int]:
         """An event-time task's (lower, upper) on second.ts - first.ts: its own window's, else the spec's."""
         return (task.window or self.window).bounds
@@ -414,7 +443,7 @@ class JoinSpec(_Strict):
         the most any task lets a partner's event time fall above its own, at least 0."""
         reach = [0]
         for task in self.tasks:
-            if stream in task.join:
+            if stream in task.join and task.type not in AS_OF_TYPES:  # as-of tasks keep versions of their own
                 second = len(task.join) == 2 and stream == task.join[1]
                 reach.append(self.window.history_ms(self.bounds(task), second))
         return max(reach)

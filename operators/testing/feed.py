@@ -82,7 +82,7 @@ class EventFeed:
 
     def finish(self) -> Fed:
         """The input is complete (flush first): the rows of the tuples not yet closed (`WindowJoin.finish`)."""
-        return Fed(ChunkResult([], {}, self.join.finish()), [])
+        return Fed(self.join.finish_chunk(), [])
 
     def process(self, chunk: Mapping[str, Arrivals], tags: Mapping[str, list[Any]]) -> Fed:
         """A chunk built elsewhere (columns decoded at once, say), `tags[stream]` giving each row's tag."""
