@@ -8,7 +8,7 @@ pairs in the slot stats), weighed by the documented per-tuple and per-pair CPU (
 these depend on where the controller placed the partitions, not on how the machine's cores were shared while the
 test ran. Each slot's CPU seconds in the join's Python worker (`cpu_seconds`: what the controller balances,
 `occupancy: cpu`) are printed and only compared within the run (settled below static): on 2 cores shared by two
-pytest workers and Spark the settled CPU ratio read 1.23-1.52 around a 1.5 bound it once asserted (issue 51).
+pytest workers and Spark the settled CPU ratio read 1.21-1.52 around a 1.5 bound it once asserted (issue 51).
 Both figures come from the same run: the first STATIC batches run on the round-robin placement (the controller's
 first epoch reads them); then it decides every EPOCH batches (occupancy = each slot's share of the batch's CPU
 seconds; the yielded group is the one whose measured work, output pairs included, best evens the supplier/consumer
@@ -31,9 +31,11 @@ suite, where the hot partition moved once weighed about the mean slot, no move c
 controller stalled at 1.57-1.66 until a supplier so stuck spreads its heaviest partition, `stuck_partition`, which
 took to epoch 6 of the 8 that 16 batches give: hence 20), against ~2.5 us per tuple and ~0.5 us per output pair
 (a least-squares fit of one run's slot CPU: 6.9 ms, 2.3 us, 0.53 us). The controller evens CPU, that fixed part
-included, and stops moving once no slot is a consumer (`th_con`), so the work it leaves is less even than the CPU:
-settled work 1.61, 1.37, 1.29 where the CPU read 1.44, 1.30, 1.23 (three runs beside a second busy pytest worker,
-issue 51); SETTLED_WORK = 1.8 keeps a margin over those, and the static placement (3.43) fails it by far. The
+included, and stops moving once no slot is a consumer (`th_con`), so the work it leaves is less even than the CPU,
+and how much less follows its decisions on CPU measured under whatever load: settled work 1.29-1.74 where the CPU
+read 1.21-1.51 (runs beside a second busy pytest worker, issue 51). Hence a bound relative to the static placement
+rather than 1.5: the moves take at least half of the busiest slot's excess work away (EXCESS_LEFT; 3.43 -> at most
+2.21), which the static placement fails by far. The
 static ratio in CPU nears the work ratio only when the mean slot's work is several times the fixed part: batches of
 ~100k tuples here, whose outputs (millions of pairs) the oracle cannot check within a test's time, and whose
 hottest partition alone then outweighs 1.5 mean slots (only a SplitJoin spread relieves it).
@@ -69,7 +71,7 @@ KEYS, PER_MS, WINDOW_MS = 800, 4, 1_000  # 12.5 keys per partition, 4 events per
 PER_BATCH, BATCHES = 20_000, 20
 STATIC, EPOCH, SETTLED = 4, 2, 4  # batches on the static placement; batches per epoch; batches judged at the end
 TUPLE_US, PAIR_US = 2.5, 0.5  # a slot's CPU per tuple joined and per output pair (docs/controller.md)
-SETTLED_WORK = 1.8  # settled slowest/mean work: 1.29-1.61 measured (module docstring)
+EXCESS_LEFT = 0.5  # the settled busiest slot's work over the mean less 1, at most this share of the static one's
 CONTROL = {
     "utilisation": {"capacity": 1e12, "min_workers": SLOTS, "max_workers": SLOTS},  # no shedding, no scaling
     "reorganisation": {"occupancy": "cpu", "pick": "balance", "th_sup": 1.2 / SLOTS, "th_con": 0.8 / SLOTS},
@@ -163,7 +165,7 @@ def test_controller_moves_even_out_the_work_of_a_skewed_placement(
     )
     print(summary)
     assert static >= 3, summary  # issue 5's >= 3x static, in work (the placement and the data fix it)
-    assert settled <= SETTLED_WORK, summary  # what the controller's moves gave the slots
+    assert settled - 1 <= EXCESS_LEFT * (static - 1), summary  # the moves took half the excess work away, or more
     assert settled_cpu < static_cpu, summary  # and what it balances fell too, measured within the run
     assert len(cpu) - SETTLED > min(b for b, _ in moved_in), "the settled batches are not after the first move"
     started = time.perf_counter()
