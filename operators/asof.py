@@ -49,10 +49,24 @@ class AsofState:
         return len(self.waiting) + len(self.versions)
 
     def add(self, left: TupleBatch | None, right: TupleBatch | None) -> None:
+        """Take arrived tuples (in arrival order); they may carry columns beyond the stream's (a pooled state's
+        partition), which an empty state takes on."""
         if left is not None and len(left):
-            self.waiting = TupleBatch.concat([self.waiting, left])
+            self.waiting = TupleBatch.concat([self.waiting, left]) if len(self.waiting) else left
         if right is not None and len(right):
-            self.versions = TupleBatch.concat([self.versions, right])
+            self.versions = TupleBatch.concat([self.versions, right]) if len(self.versions) else right
+
+    def recall(self, watermark_ms: int | None) -> None:
+        """State rebuilt from its stored tuples (`add` of every one) as it stood after emitting at `watermark_ms`:
+        the left tuples it had passed were emitted then, so they wait no more."""
+        if watermark_ms is not None:
+            self.waiting = self.waiting.take(np.flatnonzero(self.waiting.ts >= watermark_ms))
+            self._forget(watermark_ms)
+
+    def drop_where(self, column: str, value: int) -> None:
+        """Forget the tuples whose `column` equals `value` (a partition leaving a state that pools several)."""
+        self.waiting = self.waiting.take(np.flatnonzero(self.waiting.columns[column] != value))
+        self.versions = self.versions.take(np.flatnonzero(self.versions.columns[column] != value))
 
     def emit(self, watermark_ms: float | None) -> Emitted:
         """Take the waiting left tuples the watermark has passed (all of them for +inf: a complete input), each

@@ -161,11 +161,15 @@ class WindowJoin:
         across its streams (restoring stored state: a count window's `recall_flags` reads that order)."""
         total = check_arrival_order(chunk)
         now = np.full(total, time.time_ns(), dtype=np.int64)
+        stamped = {}
         for stream, arrivals in chunk.items():
-            tuples = self._stamp(stream, arrivals.columns, arrivals.order, now[: len(arrivals)])
+            tuples = stamped[stream] = self._stamp(stream, arrivals.columns, arrivals.order, now[: len(arrivals)])
             if len(tuples):
                 self._max_ts = max(self._max_ts or 0, int(tuples.ts.max()))
             self.stores[stream].append(tuples)
+        for name, state in self.asof.items():  # the as-of tasks' tuples, waiting or versions, again
+            left, right = self.spec.task(name).join
+            state.add(stamped.get(left), stamped.get(right))
         self._next_seq += total
 
     def advance_event_time(self, max_ts: int) -> None:
@@ -222,11 +226,12 @@ class WindowJoin:
             batches[stream] = self._stamp(stream, columns, order, arrival_ns)
             if arrivals.stored is not None:  # in the stamped (arrival) order, as _stamp sorts
                 probe_only[stream] = ~np.asarray(arrivals.stored, dtype=bool)[rows][np.argsort(order, kind="stable")]
-        if probe_only and (self.kind.spreads is not None or self.n_way or self._tracking):
+        if probe_only and (self.kind.spreads is not None or self.n_way or self._tracking or self.asof):
             raise ValueError(
                 "probe-only tuples need a two-stream inner join over a time window: an n-way combination's earlier "
                 "tuples may be stored in different joins, an outer, semi or anti task must see every pair of the "
-                f"tuples it remembers, and with a {self.kind.kind} window {self.kind.spreads or 'they are fine'}"
+                "tuples it remembers, an as-of task keeps a key's versions in one join, and with a "
+                f"{self.kind.kind} window {self.kind.spreads or 'they are fine'}"
             )
         counts_before = {s: store.count for s, store in self.stores.items()}
         for stream, tuples in batches.items():
@@ -314,7 +319,10 @@ class WindowJoin:
         a stored partner lies in its window and meets the task's predicates (both were stored, so the later one
         found the earlier; the join keeps partners long enough, `keep_partners`), and it was closed (its row
         emitted) exactly when `watermark_ms` had passed its window, or (count windows) `size` newer tuples of its
-        stream had arrived. Tuples that came with their flags keep them."""
+        stream had arrived. Tuples that came with their flags keep them. As-of tasks: the left tuples `watermark_ms`
+        had passed were emitted, and the versions no later one reaches are forgotten."""
+        for state in self.asof.values():
+            state.recall(watermark_ms)
         if not self._tracking:
             return
         if not self.keep_partners:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from windjoin.operators.spec import JoinSpec
+from windjoin.operators.spec import AS_OF_TYPES, JoinSpec
 
 Cut = Literal["split", "spread", "spill"]
 # The controller's switches that cut state, and the cut each makes.
@@ -47,7 +47,15 @@ def refusals(spec: JoinSpec, cut: Cut) -> Refusals:
     tracking = []
     if remembering and cut != "split":
         tracking.append(f"outer, semi or anti task(s) {remembering} must see every pair of the tuples they remember")
+    as_of = [t.name for t in spec.tasks if t.type in AS_OF_TYPES]
+    if as_of and cut != "split":
+        tracking.append(f"as-of task(s) {as_of} keep each key's versions at the slot that holds the key")
     return Refusals(shape, tracking)
+
+
+def keeps_partitions_whole(spec: JoinSpec) -> bool:
+    """Whether the job must refuse spreads and disk pushes (the decisions that cut a partition's tuples)."""
+    return bool(refusals(spec, "spread") or refusals(spec, "spill"))
 
 
 def pooled(spec: JoinSpec) -> bool:

@@ -11,9 +11,10 @@ beside its store (`connectors.redis.control_decisions`), strictly: it is refused
   on a slot the job has, splits a partition deeper than MAX_SPLIT_DEPTH (routing allocates 2^depth entries per
   split partition), or a spill request names a partition it does not have;
 - `version`: the routing version, the epoch or the spill request's version is below one already accepted;
-- `unsupported`: it spreads a partition or pushes state to disk for a job whose outer, semi or anti tasks remember
-  which tuples paired (`exact_pairs_only`): a spread partition's probe-only copies and pushed generations are
-  tuples those tasks would not see pair.
+- `unsupported`: it spreads a partition or pushes state to disk for a job that cannot cut state so
+  (`exact_pairs_only`, from `operators.spec_support`): outer, semi or anti tasks would not see a spread partition's
+  probe-only copies or pushed generations pair, as-of tasks keep a key's versions at one slot, and some window kinds
+  do not allow it.
 """
 
 from __future__ import annotations
@@ -73,8 +74,10 @@ def check_decision(
     if exact_pairs_only and (routing.spread or (spill is not None and spill.spill)):
         raise DecisionRefused(
             "unsupported",
-            "the job has outer, semi or anti tasks, which see every pair of the tuples they remember; accepted: "
-            "decisions without routing.spread and spill.spill (moves and splits are fine)",
+            "the job cannot cut a partition's tuples over slots or onto disk (outer, semi or anti tasks see every pair "
+            "of the tuples they remember; as-of tasks keep a key's versions at one slot; count, tumbling and hopping "
+            "windows do not allow it: operators/spec_support); accepted: decisions without routing.spread and "
+            "spill.spill (moves and splits are fine)",
         )
     spill_version = accepted.spill_version if spill is None else spill.version  # no request: nothing to compare
     for name, new, old in (

@@ -41,6 +41,7 @@ from windjoin.operators.event_time import (
     next_event_time,
 )
 from windjoin.operators.offset_plan import KafkaRange
+from windjoin.operators.spec_support import keeps_partitions_whole
 from windjoin.pipelines.job.adapter import Adapter
 from windjoin.pipelines.job.control_feed import REFUSALS_OPTION, DecisionFeed, RefusalCounts, auth_from_options
 from windjoin.pipelines.job.slot_pieces import PIECE_SCHEMA, PieceBuffer
@@ -247,7 +248,7 @@ class AdaptedKafkaSource(KafkaDataSource):
                 slots=len(adapter.slot_labels),
                 auth=auth_from_options(self.options),
                 refusals=RefusalCounts(refusals) if refusals else None,
-                exact_pairs_only=adapter.spec.tracking,
+                exact_pairs_only=keeps_partitions_whole(adapter.spec),
             )
             if feed_url
             else None

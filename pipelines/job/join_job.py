@@ -31,7 +31,7 @@ from windjoin.operators.batch_delays import Delays
 from windjoin.operators.partitioning import RoutingTable
 from windjoin.operators.redis_namespace import DEFAULT_NAMESPACE
 from windjoin.operators.result_table import result_schema
-from windjoin.operators.spec import AS_OF_TYPES, JoinSpec
+from windjoin.operators.spec import JoinSpec
 from windjoin.pipelines.job.adapted_source import (
     CONTROL_NAMESPACE_OPTION,
     CONTROL_REDIS_OPTION,
@@ -78,12 +78,6 @@ def check_runnable(spec: JoinSpec) -> None:
     problems = [f"streams.{n}.topic: required to run on Kafka" for n, s in spec.streams.items() if not s.topic]
     if not spec.checkpoint:
         problems.append("checkpoint: required to run (a folder for Spark's offsets and state)")
-    problems += [
-        f"tasks[{i}].type: {t.type!r} runs in join-file and windjoin.join_events; the streaming job does not keep "
-        "an as-of task's versions in its state yet (accepted here: inner, left, right, full, semi, anti)"
-        for i, t in enumerate(spec.tasks)
-        if t.type in AS_OF_TYPES
-    ]
     if problems:
         raise JobConfigError("\n".join(problems))
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windjoin.operators.partitioning import Group
-from windjoin.operators.spec import JoinSpec
+from windjoin.operators.spec import AS_OF_TYPES, JoinSpec
 from windjoin.pipelines.job.slot_meta import PartKey, SegmentInfo, SlotMeta
 from windjoin.pipelines.job.slot_state import SlotState
 from windjoin.pipelines.job.slot_windows import SlotWindows, new_windows
@@ -135,7 +135,8 @@ class SegmentStore:
         window = self.spec.window
         windows.expire(watermark)
         first_kept = windows.first_kept(meta) if window.counts_arrivals else {}
-        live = []
+        live, kept_back = [], []
+        versions = any(t.type in AS_OF_TYPES for t in self.spec.tasks)
         for segment in meta.segments:
             if window.counts_arrivals:
                 needed = any(
@@ -150,9 +151,59 @@ class SegmentStore:
                 )
             if needed:
                 live.append(segment)
+                kept_back.append(False)
+            elif versions and (rest := self._held_rows(windows, segment)) is not None:
+                live.append(rest)
+                kept_back.append(True)
             else:
                 self.state.drop_segment(segment.id)
-        meta.segments = live
+        meta.segments = self._merge_kept_back(live, kept_back)
+
+    def _held_rows(self, windows: SlotWindows, segment: SegmentInfo) -> SegmentInfo | None:
+        """An expiring segment cut down to the rows the windows still hold (as-of versions and waiting tuples,
+        which age with their key, not with time), in its place; None when it holds none."""
+        table = self._read(segment)
+        held = windows.still_held(table)
+        if not held.any():
+            self.state.drop_segment(segment.id)
+            return None
+        return self._rewrite(segment, table.filter(pa.array(held)))
+
+    def _rewrite(self, segment: SegmentInfo, rows: pa.Table) -> SegmentInfo:
+        """The segment's rows replaced by `rows` (a subset of them, in order), its zone facts with them."""
+        self.state.put_segment(segment.id, to_ipc(rows))
+        by_part = rows.group_by("part").aggregate([("ts", "max"), ("ts", "min")]).to_pydict()
+        segment.max_ts = {str(p): int(t) for p, t in zip(by_part["part"], by_part["ts_max"], strict=True)}
+        segment.min_ts = {str(p): int(t) for p, t in zip(by_part["part"], by_part["ts_min"], strict=True)}
+        segment.ends = {p: v for p, v in segment.ends.items() if p in segment.max_ts}
+        return segment
+
+    def _merge_kept_back(self, segments: list[SegmentInfo], kept_back: list[bool]) -> list[SegmentInfo]:
+        """Adjacent segments cut down by `_held_rows` merged into the first of them, in order, so old versions
+        take one segment, not one per batch they came in."""
+        out: list[SegmentInfo] = []
+        run: list[SegmentInfo] = []
+        for segment, back in [*zip(segments, kept_back, strict=True), (None, False)]:
+            if back:
+                run.append(segment)
+                continue
+            if len(run) > 1:
+                rows = pa.concat_tables([self._read(s) for s in run])
+                for gone in run[1:]:
+                    self.state.drop_segment(gone.id)
+                first = run[0]
+                for other in run[1:]:  # each partition's arrival count through its last tuple: the latest
+                    for part, ends in other.ends.items():
+                        merged = first.ends.setdefault(part, {})
+                        for stream, end in ends.items():
+                            merged[stream] = max(merged.get(stream, end), end)
+                out.append(self._rewrite(first, rows))
+            else:
+                out.extend(run)
+            run = []
+            if segment is not None:
+                out.append(segment)
+        return out
 
     def _owed_to_cleanup(self, meta: SlotMeta, part: PartKey, segment: SegmentInfo) -> bool:
         """Whether a segment may hold tuples of `part` that pair with its pushed generations: they met no pushed

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,10 +107,21 @@ class SlotWindows(ABC):
         still needed (`WindowJoin.first_kept`); segments holding none of those expire. Time windows: none."""
         return {}
 
+    def still_held(self, rows: pa.Table) -> np.ndarray:
+        """Which stored-layout rows the windows hold however old (as-of tasks' waiting tuples and versions), so a
+        segment expiring by time keeps them. None here."""
+        return np.zeros(rows.num_rows, dtype=bool)
+
 
 def new_windows(spec: JoinSpec, nonce: str) -> SlotWindows:
     """Empty windows in the layout the spec allows (see the module docstring)."""
     return PooledWindows(spec, nonce) if pooled(spec) else PartitionWindows(spec, nonce)
+
+
+def _row_keys(spec: JoinSpec, stream: str, columns: Mapping[str, np.ndarray]) -> Iterator[tuple]:
+    """Each tuple's partition and values, as one hashable key."""
+    names = [PART, spec.streams[stream].timestamp, *spec.streams[stream].fields]
+    return zip(*(np.asarray(columns[n]).tolist() for n in names), strict=True)
 
 
 def _merge_positions(meta: SlotMeta, part: int, positions: list[dict[str, Any]]) -> None:
@@ -139,8 +150,12 @@ class PooledWindows(SlotWindows):
         meter = GroupLoadMeter()
         tables: dict[str, list[pa.Table]] = {t.name: [] for t in self.spec.tasks}
         if not len(parts):
-            if self.spec.tracking:  # rows closed by the batch's watermark come out even without new tuples
-                for lone in self.join.process({}).lone:
+            if self.spec.tracking or self.join.asof:  # rows the batch's watermark closes come out without input
+                result = self.join.process({})
+                for pairs in result.pairs:
+                    if len(pairs):
+                        tables[pairs.task].append(pairs_table(self.spec, pairs))
+                for lone in result.lone:
                     tables[lone.task].append(lone_table(self.spec, lone))
             return BatchJoin(tables, np.zeros(0, np.int64), meter)
         rows = np.arange(len(parts))
@@ -195,6 +210,24 @@ class PooledWindows(SlotWindows):
     def _drop(self, part: int) -> None:
         for store in self.join.stores.values():
             store.drop_where(PART, part)
+        for state in self.join.asof.values():
+            state.drop_where(PART, part)
+
+    def still_held(self, rows: pa.Table) -> np.ndarray:
+        """Which stored-layout rows the as-of tasks still hold (waiting left tuples, versions), however old: a
+        row is held when one of theirs has its partition and every value."""
+        held = np.zeros(rows.num_rows, dtype=bool)
+        streams = rows.column("stream").to_numpy(zero_copy_only=False)
+        for name, state in self.join.asof.items():
+            for stream, tuples in zip(self.spec.task(name).join, (state.waiting, state.versions), strict=True):
+                at = np.flatnonzero(streams == stream)
+                if not len(at) or not len(tuples):
+                    continue
+                stored = operator_columns(self.spec, rows.take(at), stream)
+                stored[PART] = rows.column("part").to_numpy()[at]
+                kept = set(_row_keys(self.spec, stream, tuples.columns))
+                held[at[[key in kept for key in _row_keys(self.spec, stream, stored)]]] = True
+        return held
 
     def forget(self, meta: SlotMeta, part: int) -> None:
         meta.max_ts.pop(str(part), None)

@@ -78,15 +78,3 @@ def test_outer_semi_and_anti_tasks_run_over_time_and_count_windows(tmp_path):
     check_runnable(parse_spec(data))
     data["window"] = {"kind": "count", "size": 100}
     check_runnable(parse_spec(data))
-
-
-def test_an_as_of_task_is_refused_before_spark_naming_its_type(tmp_path):
-    streams = {n: {"fields": {"k": "int"}, "topic": n.lower()} for n in ("R", "S")}
-    on = [{"op": "eq", "left": "R.k", "right": "S.k"}]
-    tasks = [
-        {"name": "pairs", "join": ["R", "S"], "on": on},
-        {"name": "v", "join": ["R", "S"], "type": "asof", "on": on},
-    ]
-    data = {"window": {"kind": "time", "size_ms": 10}, "streams": streams, "tasks": tasks, "checkpoint": str(tmp_path)}
-    with pytest.raises(JobConfigError, match=r"tasks\[1\].type: 'asof' runs in join-file and windjoin.join_events"):
-        check_runnable(parse_spec(data))
