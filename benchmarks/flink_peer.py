@@ -1,13 +1,18 @@
-"""windjoin's join-file kernel vs Apache Flink's interval join (PyFlink, local mini-cluster) on the same files.
+"""windjoin's join-file kernel vs Apache Flink's joins (PyFlink, local mini-cluster) on the same files.
 
-Two workloads, each written once as one JSON Lines file of both streams in timestamp order (a "stream" field
-per event), then joined by both systems in the same run:
+Five workloads over two files, each written once as one JSON Lines file of both streams in timestamp order (a
+"stream" field per event), then joined by both systems in the same run:
 
 - equi: paper 000's workload: Poisson arrivals (1,500 tuples/s per stream), join key from the b-model (bias
   0.7 over [0, 10^7]); R.k = S.k AND |R.ts - S.ts| <= 10 s.
 - band: the SplitJoin workload (shared/papers/README.md): R(x int, y float, z 20-char string), S(a int,
   b float, c double, d bool), values uniform in 1..10^4; |R.x - S.a| <= 10 AND |R.y - S.b| <= 10, with a
   time window (Flink's interval join is time-based): |R.ts - S.ts| <= 4 s at 1,000 tuples/s per stream.
+- tumble, hop: the equi file joined in tumbling windows of 10 s, and in hopping windows of 10 s every 5 s
+  (R.k = S.k, a pair once per window holding both): windjoin's `tumbling`/`hopping` kinds against Flink SQL's
+  window join over TUMBLE/HOP.
+- asof: the equi file, each R tuple with the S tuple of its key valid at its time (the latest at or before it):
+  windjoin's `asof` task against Flink SQL's event-time temporal join over a versioned view.
 
 windjoin: `windjoin join-file`'s code path from this process (pipelines/cli/join_file.py) with its default
 workers, every core (`--workers`, recorded as `workers`): worker processes decode blocks of 16,384 lines at once
@@ -61,7 +66,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results" / "flink.json"
 FLINK_PYTHON = ROOT / ".venv-flink" / "bin" / "python"
 FLINK_JOB = Path(__file__).parent / "flink_job.py"
-WORKLOADS = ("equi", "band")
+WORKLOADS = ("equi", "band", "tumble", "hop", "asof")
+ON_EQUI_FILE = ("tumble", "hop", "asof")  # workloads joining the equi workload's file another way
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class Params:
     equi_window_ms: int = 10_000
     equi_keys: int = 10_000_001
     equi_bias: float = 0.7
+    hop_ms: int = 5_000  # the hopping windows' hop (their size: equi_window_ms)
     band_seconds: float = 60.0
     band_rate: float = 1000.0
     band_window_ms: int = 4_000
@@ -91,6 +98,7 @@ QUICK = {
     "equi_seconds": 1.0,
     "equi_keys": 300,
     "equi_window_ms": 200,
+    "hop_ms": 100,
     "band_seconds": 1.0,
     "band_window_ms": 300,
     "band_values": 200,
@@ -112,6 +120,20 @@ def equi_spec(p: Params) -> dict[str, Any]:
         "streams": {"R": {"fields": {"k": "int"}}, "S": {"fields": {"k": "int"}}},
         "tasks": [{"name": "equi", "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
     }
+
+
+def tumble_spec(p: Params) -> dict[str, Any]:
+    return {**equi_spec(p), "window": {"kind": "tumbling", "size_ms": p.equi_window_ms}}
+
+
+def hop_spec(p: Params) -> dict[str, Any]:
+    return {**equi_spec(p), "window": {"kind": "hopping", "size_ms": p.equi_window_ms, "hop_ms": p.hop_ms}}
+
+
+def asof_spec(p: Params) -> dict[str, Any]:
+    spec = {**equi_spec(p), "window": {"kind": "time", "size_ms": 0}}  # an as-of task is not bounded by it
+    spec["tasks"] = [{**spec["tasks"][0], "name": "asof", "type": "asof"}]
+    return spec
 
 
 def band_spec(p: Params) -> dict[str, Any]:
@@ -225,6 +247,12 @@ def reference_pairs(workload: str, spec: dict[str, Any], path: Path) -> int:
     r, s = cols["R"], cols["S"]
     if not r or not s:
         return 0
+    if workload in ("tumble", "hop"):
+        return windowed_pairs(r, s, spec["window"])
+    if workload == "asof":
+        versions = np.sort((s["k"].astype(np.int64) << 32) + s["ts"])
+        at = np.searchsorted(versions, (r["k"].astype(np.int64) << 32) + r["ts"], side="right") - 1
+        return int(((at >= 0) & (versions[np.maximum(at, 0)] >> 32 == r["k"])).sum())
     window = spec["window"]["size_ms"]
     if workload == "equi":
         composite = np.sort((s["k"].astype(np.int64) << 32) + s["ts"])
@@ -233,6 +261,21 @@ def reference_pairs(workload: str, spec: dict[str, Any], path: Path) -> int:
         hi = np.searchsorted(composite, base + r["ts"] + window, side="right")
         return int((hi - lo).sum())
     return band_pairs(r, s, spec["tasks"][0]["on"][0]["width"], window)
+
+
+def windowed_pairs(r: dict[str, np.ndarray], s: dict[str, np.ndarray], window: dict[str, Any]) -> int:
+    """Pairs of equal keys per window holding both: per (key, window start), R tuples times S tuples."""
+    size = window["size_ms"]
+    hop = window.get("hop_ms", size)
+
+    def windows(side: dict[str, np.ndarray]) -> np.ndarray:
+        last = side["ts"] // hop * hop
+        starts = np.concatenate([last - j * hop for j in range(size // hop)])
+        return np.unique(np.stack([np.tile(side["k"], size // hop), starts], axis=1), axis=0, return_counts=True)
+
+    (r_keys, r_n), (s_keys, s_n) = windows(r), windows(s)
+    both = {tuple(k): n for k, n in zip(s_keys.tolist(), s_n.tolist(), strict=True)}
+    return int(sum(n * both.get(tuple(k), 0) for k, n in zip(r_keys.tolist(), r_n.tolist(), strict=True)))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -272,13 +315,14 @@ def decode_chunks(spec: JoinSpec, path: Path, chunk: int) -> list[dict[str, Arri
 
 
 def run_kernel(spec: JoinSpec, chunks: list[dict[str, Arrivals]]) -> dict[str, float]:
-    """The WindowJoin kernel alone on chunks decoded beforehand."""
+    """The WindowJoin kernel alone on chunks decoded beforehand, to the end of the input."""
     join = join_operator(spec)
     pairs = 0
     cpu, started = time.process_time(), time.perf_counter()
     for c in chunks:
         result = join.process(c)
         pairs += sum(len(p) for p in result.pairs)
+    pairs += sum(len(p) for p in join.finish_chunk().pairs)  # the end of the input: as-of tasks' last tuples
     return {"pairs": pairs, "seconds": time.perf_counter() - started, "cpu_s": time.process_time() - cpu}
 
 
@@ -364,6 +408,12 @@ def run(p: Params, data: Path, flink_python: Path) -> dict[str, Any]:
         w["reference_pairs"] = reference_pairs(name, spec, full)
         workloads[name] = w
         print(f"{name}: {n:,} events, {w['reference_pairs']:,} pairs (reference count)", flush=True)
+    for name, make_spec in (("tumble", tumble_spec), ("hop", hop_spec), ("asof", asof_spec)):
+        spec = make_spec(p)
+        w = {**{k: v for k, v in workloads["equi"].items() if k.endswith(("file", "events"))}, "spec": spec}
+        w["reference_pairs"] = reference_pairs(name, spec, Path(w["events_file"]))
+        workloads[name] = w
+        print(f"{name}: the equi file, {w['reference_pairs']:,} pairs (reference count)", flush=True)
 
     # windjoin: join-file on every core (its default workers), the kernel alone on one
     startup = windjoin_startup_s()
@@ -390,6 +440,7 @@ def run(p: Params, data: Path, flink_python: Path) -> dict[str, Any]:
         base = {
             "query": name,
             "window_ms": spec["window"]["size_ms"],
+            "hop_ms": spec["window"].get("hop_ms"),
             "width": spec["tasks"][0]["on"][0].get("width"),
             "repeats": p.flink_repeats,
         }
@@ -526,6 +577,17 @@ def print_table(result: dict[str, Any]) -> None:
             )
 
 
+def window_label(spec: dict[str, Any]) -> str:
+    """How a workload's tuples pair, for the plot."""
+    window = spec["window"]
+    if spec["tasks"][0].get("type") == "asof":
+        return "as of (latest version)"
+    if window["kind"] == "time":
+        return f"|Δts| ≤ {window['size_ms'] / 1000:g} s"
+    hop = f" every {window['hop_ms'] / 1000:g} s" if "hop_ms" in window else ""
+    return f"{window['kind']} {window['size_ms'] / 1000:g} s{hop}"
+
+
 def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
@@ -549,14 +611,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
                 if i >= 2 and rates[0]:
                     text += f"\n(join-file {rates[0] / rate:.1f}×)"
                 ax.annotate(text, (bar.get_x() + bar.get_width() / 2, rate), ha="center", va="bottom", fontsize=8)
-        window = w["spec"]["window"]["size_ms"] / 1000
-        ax.set_title(
-            f"{name}: {w['events']:,} events, |Δts| ≤ {window:g} s, {w['reference_pairs']:,} pairs", fontsize=9
-        )
+        title = f"{name}: {w['events']:,} events, {window_label(w['spec'])}, {w['reference_pairs']:,} pairs"
+        ax.set_title(title, fontsize=9)
         ax.set_ylabel("steady input tuples/s (log)")
     m = result["machine"]
     fig.suptitle(
-        f"windjoin vs Flink {result['flink_version']} interval join, same files — {m['cores']} cores, "
+        f"windjoin vs Flink {result['flink_version']} joins, same files — {m['cores']} cores, "
         f"{m['cpu_model']}, load {result['load_before'][0]:.1f}→{result['load_after'][0]:.1f}, {m['date']}",
         fontsize=9,
     )

@@ -1,4 +1,5 @@
-"""benchmarks.flink_peer --quick: windjoin and Flink's interval join count the brute-force oracle's pairs.
+"""benchmarks.flink_peer --quick: windjoin and Flink's interval, window (TUMBLE, HOP) and temporal joins count the
+brute-force oracles' pairs.
 
 The quick run's timestamps are coarse (multiples of 50 ms, windows of 200-300 ms), so many pairs sit exactly
 at |R.ts - S.ts| = W or at equal timestamps: the test checks both systems agree with the oracle there too
@@ -14,6 +15,8 @@ import pytest
 
 from tests.benchmark_runs import run_benchmark
 from tests.first_use import SETUP_FLINK, installed
+from tests.support.asof_oracle import oracle_asof
+from tests.support.window_oracle import oracle_windowed
 from windjoin.operators.testing.oracle import oracle_join
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,3 +51,10 @@ def test_quick_run_pair_counts_equal_the_oracle(pyflink, tmp_path):
         for flink in workload["flink"].values():
             assert flink["tuples_per_s"] > 0 and flink["full"]["net_s"] > 0
         assert workload["windjoin"]["join_file"]["tuples_per_s"] > 0
+    events = [orjson.loads(line) for line in (data / "equi.jsonl").open("rb")]
+    for name, oracle in (("tumble", oracle_windowed), ("hop", oracle_windowed), ("asof", oracle_asof)):
+        workload = result["workloads"][name]  # the equi file joined in windows, or as of each R tuple's time
+        expected, late = oracle(workload["spec"], events)
+        assert not late
+        systems = {"reference", "windjoin join_file", "windjoin kernel", "flink p1", "flink p2"}
+        assert {key: workload["pairs"][key] for key in systems} == dict.fromkeys(systems, sum(expected.values()))
