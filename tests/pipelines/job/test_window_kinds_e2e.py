@@ -1,5 +1,6 @@
-"""Tumbling and hopping window joins in the running job (real Kafka, Redis, Spark), every result checked against
-the brute-force oracle written apart from the operator (tests/support/window_oracle.py), with its window.
+"""Tumbling and hopping window joins and as-of joins in the running job (real Kafka, Redis, Spark), every result
+checked against the brute-force oracles written apart from the operator (tests/support/window_oracle.py with each
+result's window, tests/support/asof_oracle.py).
 
 In-process: partitions move between slots while the job runs (the window copies travel with their partition),
 the first announce batch fails after its sinks wrote and is replayed after a restart from the checkpoint, and
@@ -19,6 +20,7 @@ import pytest
 from tests.pipelines.control_helpers import run_holder_changes
 from tests.pipelines.job_processes import kill_job, spark_log, start_run, wait_for_commit
 from tests.pipelines.pipeline_helpers import produce_closers, produce_events
+from tests.support.asof_oracle import oracle_asof
 from tests.support.pipeline_events import pipeline_events, pipeline_spec
 from tests.support.redis_rows import redis_rows
 from tests.support.window_oracle import oracle_windowed
@@ -40,13 +42,15 @@ def windowed_tasks(prefix: str) -> list[dict]:
 
 
 def as_oracle(task: dict, row: dict) -> tuple:
-    """A sink's row in the oracle's shape: (task, window_start, window_end, left, right), tuples as sorted items."""
+    """A sink's row in the oracle's shape: (task, [window_start, window_end,] left, right), tuples as sorted
+    items."""
     sides = [None if row[s] is None else tuple(sorted(row[s].items())) for s in task["join"]]
-    return (task["name"], row["window_start"], row["window_end"], *sides)
+    window = (row["window_start"], row["window_end"]) if "window_start" in row else ()
+    return (task["name"], *window, *sides)
 
 
-def assert_sinks_equal_the_window_oracle(spec: dict, events: list[dict], parquet: ParquetSink, redis) -> None:
-    expected, late = oracle_windowed(spec, events)
+def assert_sinks_equal_the_oracle(spec: dict, events: list[dict], parquet: ParquetSink, redis) -> None:
+    expected, late = (oracle_asof if "asof" in spec["tasks"][0].get("type", "") else oracle_windowed)(spec, events)
     assert not late and sum(expected.values()) > 300
     from_parquet, from_redis = Counter(), Counter()
     for task in spec["tasks"]:
@@ -56,21 +60,32 @@ def assert_sinks_equal_the_window_oracle(spec: dict, events: list[dict], parquet
     assert from_redis == expected
 
 
+def asof_tasks(prefix: str) -> list[dict]:
+    return [
+        {"name": f"{prefix}asof", "join": ["R", "S"], "type": "asof", "on": EQ},
+        {"name": f"{prefix}asof_left", "join": ["S", "R"], "type": "asof_left", "on": EQ, "max_age_ms": 30},
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "window",
-    [{"kind": "hopping", "size_ms": 40, "hop_ms": 10}, {"kind": "tumbling", "size_ms": 30, "offset_ms": 7}],
-    ids=["hopping", "tumbling"],
+    ("window", "tasks"),
+    [
+        ({"kind": "hopping", "size_ms": 40, "hop_ms": 10}, windowed_tasks("w")),
+        ({"kind": "tumbling", "size_ms": 30, "offset_ms": 7}, windowed_tasks("w")),
+        ({"kind": "time", "size_ms": 5}, asof_tasks("w")),
+    ],
+    ids=["hopping", "tumbling", "asof"],
 )
 def test_window_joins_through_moves_and_a_replay_equal_the_oracle(
-    spark, kafka_bootstrap, redis_url, unique_topic, tmp_path, window
+    spark, kafka_bootstrap, redis_url, unique_topic, tmp_path, window, tasks
 ):
     spec = pipeline_spec(
         unique_topic,
         tmp_path,
         window,
         keyed=True,
-        tasks=windowed_tasks("w"),
+        tasks=tasks,
         max_offsets_per_trigger=250,
         allowed_lateness_ms=5000,
     )
@@ -84,23 +99,33 @@ def test_window_joins_through_moves_and_a_replay_equal_the_oracle(
         spark, spec, events, kafka_bootstrap, redis_url, tmp_path, MOVES, "moved_out", waves
     )
     assert {p for o in seen for s in o.stats for p in s["moved_in"]} == {0, 1, 2, 5, 6, 7}
-    assert_sinks_equal_the_window_oracle(spec, events, parquet, redis)
+    assert_sinks_equal_the_oracle(spec, events, parquet, redis)
 
 
 @pytest.mark.slow
-def test_a_hopping_window_join_is_exact_across_kill_9_of_the_whole_job(
-    kafka_bootstrap, redis_url, unique_topic, tmp_path
+@pytest.mark.parametrize(
+    ("window", "tasks", "lateness_ms"),
+    [
+        ({"kind": "hopping", "size_ms": 40, "hop_ms": 20}, windowed_tasks, 5000),
+        ({"kind": "time", "size_ms": 5}, asof_tasks, 0),
+    ],
+    ids=["hopping", "asof"],
+)
+def test_window_and_as_of_joins_are_exact_across_kill_9_of_the_whole_job(
+    kafka_bootstrap, redis_url, unique_topic, tmp_path, window, tasks, lateness_ms
 ):
+    """The job killed twice after committed batches, then drained. As-of tasks run at allowed lateness 0: every
+    segment expires the batch after it came, so their versions live on in cut-down segments across the restarts."""
     checkpoint = tmp_path / "checkpoint"
     prefix = f"k{uuid.uuid4().hex[:8]}_"  # unique task names: the CLI's Redis sink writes the shared namespace
     spec = pipeline_spec(
         unique_topic,
         tmp_path,
-        {"kind": "hopping", "size_ms": 40, "hop_ms": 20},
+        window,
         keyed=True,
-        tasks=windowed_tasks(prefix),
+        tasks=tasks(prefix),
         max_offsets_per_trigger=200,
-        allowed_lateness_ms=5000,
+        allowed_lateness_ms=lateness_ms,
         trigger_ms=200,
     )
     spec["sinks"] = {"parquet": {"path": str(tmp_path / "parquet")}, "redis": {"url": redis_url, "retain_ms": 10**12}}
@@ -122,4 +147,4 @@ def test_a_hopping_window_join_is_exact_across_kill_9_of_the_whole_job(
             assert proc.wait(timeout=300) == 0, (tmp_path / "runs.log").read_text()[-3000:]
     parquet = ParquetSink(tmp_path / "parquet")
     redis = RedisSink(redis_url, retain_ms=10**12)
-    assert_sinks_equal_the_window_oracle(spec, events, parquet, redis)
+    assert_sinks_equal_the_oracle(spec, events, parquet, redis)
