@@ -4,12 +4,14 @@ state grows with keys, not with time; and the spec's refusals, each naming the k
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.operators.join_cases import STREAMS, events
 from tests.support.asof_oracle import joined_asof, oracle_asof
+from windjoin.operators import asof
 from windjoin.operators.join import WindowJoin
 from windjoin.operators.spec import SpecError, parse_spec
 from windjoin.operators.testing import EventFeed, join_events
@@ -116,3 +118,13 @@ def test_the_spec_refuses_what_an_as_of_task_cannot_do(change, fragment):
 def test_an_as_of_task_needs_a_time_window():
     with pytest.raises(SpecError, match=r"tasks\[0\].type: 'asof_left' needs a time window"):
         parse_spec({**SPEC, "window": {"kind": "count", "size": 3}})
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(spec=asof_specs(), evs=events(), chunk_size=st.integers(1, 30))
+def test_keys_whose_hashes_collide_are_told_apart_by_their_values(spec, evs, chunk_size, monkeypatch):
+    """Every key hashed alike: each key's version is still found by comparing the values."""
+    monkeypatch.setattr(asof, "_hash", lambda columns, n: np.zeros(n, dtype=np.uint64))
+    check(spec, evs, chunk_size)
