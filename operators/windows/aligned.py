@@ -23,7 +23,8 @@ NOT_YET = (
 
 
 class AlignedWindow(WindowKind):
-    """A window kind whose windows are `[offset + j * hop, offset + j * hop + size)`; subclasses give the fields."""
+    """A window kind whose windows are `[offset_ms + j * hop, offset_ms + j * hop + size_ms)`; subclasses declare
+    `size_ms`, `offset_ms` and say what the hop is."""
 
     copies: ClassVar[bool] = True
     spreads: ClassVar[str | None] = NOT_YET
@@ -35,11 +36,11 @@ class AlignedWindow(WindowKind):
 
     @property
     def offset(self) -> int:
-        raise NotImplementedError
+        return self.offset_ms  # type: ignore[attr-defined]
 
     @property
     def window_ms(self) -> int:
-        raise NotImplementedError
+        return self.size_ms  # type: ignore[attr-defined]
 
     @property
     def bounds(self) -> tuple[int, int]:

@@ -41,11 +41,3 @@ class HoppingWindow(AlignedWindow):
     @property
     def hop(self) -> int:
         return self.hop_ms
-
-    @property
-    def offset(self) -> int:
-        return self.offset_ms
-
-    @property
-    def window_ms(self) -> int:
-        return self.size_ms

@@ -30,11 +30,3 @@ class TumblingWindow(AlignedWindow):
     @property
     def hop(self) -> int:
         return self.size_ms
-
-    @property
-    def offset(self) -> int:
-        return self.offset_ms
-
-    @property
-    def window_ms(self) -> int:
-        return self.size_ms
