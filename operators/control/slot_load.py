@@ -130,16 +130,19 @@ def block_parts(block: Block, part_field: str, key: str | None, partitions: int)
 
 
 def pooled_state(join: WindowJoin, part_field: str) -> dict[int, PartState]:
-    """What a join holding several partitions holds of each (a block's bytes shared by its tuples)."""
+    """What a join holding several partitions holds of each (a block's bytes shared by its tuples): its windows,
+    and its as-of tasks' waiting tuples and versions."""
     parts, counts, fine, size = [], [], [], []
-    for name, store in join.stores.items():
-        key = join.spec.streams[name].key
-        for block in store.blocks:
-            p, n, bits, nbytes = block_parts(block, part_field, key, join.spec.partitions)
-            parts.append(p)
-            counts.append(n)
-            fine.append(bits)
-            size.append(n * (nbytes / len(block)))
+    held = [(name, block) for name, store in join.stores.items() for block in store.blocks]
+    for task, state in join.asof.items():
+        left, right = join.spec.task(task).join
+        held += [(s, Block(t)) for s, t in ((left, state.waiting), (right, state.versions)) if len(t)]
+    for name, block in held:
+        p, n, bits, nbytes = block_parts(block, part_field, join.spec.streams[name].key, join.spec.partitions)
+        parts.append(p)
+        counts.append(n)
+        fine.append(bits)
+        size.append(n * (nbytes / len(block)))
     if not parts:
         return {}
     found, codes = np.unique(np.concatenate(parts), return_inverse=True)
