@@ -33,13 +33,15 @@ class Combinations:
     """One task's results for a chunk, in emission order: by the last arrival, then by each stream's arrival.
 
     `sides` maps each joined stream to the columns of its tuple in every combination (timestamp included),
-    `seqs` to those tuples' arrival numbers; `later_seq` is the last arrival's number.
+    `seqs` to those tuples' arrival numbers; `later_seq` is the last arrival's number. `windows`: none (n-way tasks
+    join over time and count windows, whose results have no window of their own), as `Pairs.windows`.
     """
 
     task: str
     sides: dict[str, dict[str, np.ndarray]]
     seqs: dict[str, np.ndarray]
     later_seq: np.ndarray
+    windows: None = None
 
     def __len__(self) -> int:
         return len(self.later_seq)

@@ -16,7 +16,7 @@ def pair_records(pairs: Pairs | Combinations) -> Iterator[dict[str, Any]]:
     """`{"task": name, <stream>: {field: value, ...}, ...}` per pair, in emission order, as Python values; a pair
     of a window of its own (tumbling, hopping) also has `window_start` and `window_end`."""
     sides = {stream: {name: col.tolist() for name, col in columns.items()} for stream, columns in pairs.sides.items()}
-    windows = _windows(getattr(pairs, "windows", None))
+    windows = _windows(pairs.windows)
     for i in range(len(pairs)):
         record: dict[str, Any] = {"task": pairs.task, **(windows[i] if windows else {})}
         for stream, columns in sides.items():
