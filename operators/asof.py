@@ -78,6 +78,7 @@ class AsofState:
 
     def drop_where(self, column: str, value: int) -> None:
         """Forget the tuples whose `column` equals `value` (a partition leaving a state that pools several)."""
+
         def kept(tuples: TupleBatch) -> np.ndarray:  # an empty batch may lack the column
             return np.flatnonzero(tuples.columns[column] != value) if len(tuples) else _NONE
 
