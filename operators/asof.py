@@ -25,7 +25,6 @@ from windjoin.operators.batch import TupleBatch
 from windjoin.operators.predicates import ProbePredicate
 from windjoin.operators.spec import TaskSpec
 
-AS_OF_TYPES = ("asof", "asof_left")
 _NONE = np.zeros(0, dtype=np.int64)
 
 

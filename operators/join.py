@@ -119,7 +119,9 @@ class WindowJoin:
         self._watermark: int | None = None
         self._lone: list[Lone] = []  # closed unpaired rows not yet handed out (see `_close`)
         self.keep_partners = keep_partners
-        self.asof = {t.name: AsofState(t, self._empty_batches(t)) for t in spec.tasks if t.type in AS_OF_TYPES}
+        self.asof = {
+            t.name: AsofState(t, self._empty_batches(tuple(t.join))) for t in spec.tasks if t.type in AS_OF_TYPES
+        }
 
     @property
     def kind(self) -> WindowKind:
@@ -277,10 +279,11 @@ class WindowJoin:
         sides = {task.streams[0]: dict(out.left.columns), task.streams[1]: dict(out.right.columns)}
         return Pairs(task.name, sides, np.full(len(out.left), after, dtype=np.int64), out.right.seq)
 
-    def _empty_batches(self, task: TaskSpec) -> dict[str, TupleBatch]:
+    def _empty_batches(self, streams: tuple[str, ...]) -> dict[str, TupleBatch]:
+        """No tuples of each stream, in its columns."""
         none = np.zeros(0, np.int64)
-        schema = {s: StreamSchema(self.spec.streams[s]).to_columns([]) for s in task.join}
-        return {s: TupleBatch(schema[s], self.spec.streams[s].timestamp, none, none, none) for s in task.join}
+        schema = {s: StreamSchema(self.spec.streams[s]).to_columns([]) for s in streams}
+        return {s: TupleBatch(schema[s], self.spec.streams[s].timestamp, none, none, none) for s in streams}
 
     @property
     def _tracking(self) -> bool:
@@ -462,10 +465,11 @@ class WindowJoin:
         """The task's pairs in emission order, and each side's tuples in that order (join order of the task)."""
         left, right = task.streams
         if not parts:
-            sides = {s: StreamSchema(self.spec.streams[s]).to_columns([]) for s in task.streams}
+            empty = self._empty_batches(task.streams)
+            sides = {s: dict(batch.columns) for s, batch in empty.items()}
             none = np.zeros(0, np.int64)
-            empty = tuple(TupleBatch(sides[s], self.spec.streams[s].timestamp, none, none, none) for s in task.streams)
-            return Pairs(task.name, sides, none, none, (none, none) if self.kind.copies else None), empty
+            windows = (none, none) if self.kind.copies else None
+            return Pairs(task.name, sides, none, none, windows), tuple(empty[s] for s in task.streams)
         by_side: dict[str, list[TupleBatch]] = {left: [], right: []}
         later, earlier = [], []
         for probe_stream, probed, stored in parts:
