@@ -23,4 +23,10 @@ if ! command -v redis-server >/dev/null 2>&1; then
     echo "warning: redis-server is not on PATH; install it (Debian: apt-get install redis-server)" >&2
   fi
 fi
+# Apache Kafka's broker (`windjoin services up --broker kafka`, the Kafka-facing tests): jars from Maven Central.
+if command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1; then
+  bash scripts/fetch_jars.sh
+else
+  echo "warning: Maven or Java is missing, so Apache Kafka's jars were not fetched (Tansu still works)" >&2
+fi
 echo "windjoin is set up: .venv/bin/windjoin --help"

@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_IMAGE = ROOT / "scripts" / "build_image.sh"  # podman (installed when missing) and the image
 SETUP_FLINK = ROOT / "scripts" / "setup_flink.sh"  # PyFlink in .venv-flink, for the Flink peer
+FETCH_JARS = ROOT / "scripts" / "fetch_jars.sh"  # Java jars from Maven Central (Apache Kafka's broker)
 
 
 def install_once(script: Path, ready: Callable[[], bool], lock_dir: Path = ROOT / ".tools") -> None:

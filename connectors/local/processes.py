@@ -128,11 +128,15 @@ def stop(pid: int, grace_s: float = 10.0, expect_start: int | None = None) -> bo
     return True
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the kernel's pick); callers retry if it is taken meanwhile."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def free_port(host: str = "127.0.0.1", avoid: int | None = None) -> int:
+    """A TCP port that was free a moment ago (the kernel's pick), never `avoid` (a port just handed out for the same
+    process); callers retry if it is taken meanwhile."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port != avoid:
+            return port
 
 
 def port_free(host: str, port: int) -> bool:

