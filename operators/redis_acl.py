@@ -37,7 +37,7 @@ _BASE = "-@all +hello +auth +ping"
 _TRANSACTIONS = "+multi +exec +discard"
 # What the library's functions call (each call is checked against the caller's user).
 _WRITES_IN_FUNCTIONS = "+hset +hdel +hincrby +unlink +srem +sadd +zadd +zrem +xadd"
-_READS_IN_FUNCTIONS = "+hget +hmget +exists +zrank +zcount +zrange +xrange +xinfo|stream +time"
+_READS_IN_FUNCTIONS = "+hget +hmget +hstrlen +exists +zrank +zcount +zrange +xrange +xinfo|stream +time"
 _FUNCTIONS = "+fcall +fcall_ro"
 
 

@@ -5,7 +5,9 @@ The feed is the stream `ns:{T}:feed` (`connectors.redis.sink`): one entry per co
 `<batch_id>-<piece + 1>`, fields `emitted_at`, `rows`, `chunks`. Rows come from the piece's hash a chunk at a time,
 so each call moves a bounded number of bytes. A piece that left Redis (retention; `dropped_upto` in the meta hash
 records how far) is not served: the feed covers only the batches after it, and a reader that meets a missing
-piece gets `PieceGone`.
+piece gets `PieceGone`. A piece whose index or chunks break their entries (`pieces.ChunkDamaged`, checked before
+anything of it is decoded past them) is `PieceDamaged`, with the position past it, once the rows before it are
+returned: nothing of it is served and the feed does not stop there.
 
 Positions in the feed are (batch_id, row) cursors: "after row `row` of batch `batch_id`". `row = -1` is "before
 the batch", `FEED_END` is "after the whole batch"; `None` is the start of the feed.
@@ -21,18 +23,30 @@ import redis
 
 from windjoin.connectors.redis.functions import fcall
 from windjoin.connectors.redis.keys import feed_key, meta_key, piece_key
-from windjoin.connectors.redis.pieces import ChunkEntry, decode_chunk
+from windjoin.connectors.redis.pieces import ChunkDamaged, ChunkEntry, decode_chunk
 from windjoin.operators.query.cursors import FEED_END
 from windjoin.operators.query.fields import concat_rows, table_rows
 from windjoin.operators.query.order import ReadBudget
-from windjoin.operators.result_table import PIECE_ROW_BITS, row_bytes
+from windjoin.operators.result_table import MAX_BATCH_ID, MAX_PIECE, PIECE_ROW_BITS, row_bytes
 
 # Feed entries read per XREAD (each names a piece; its rows are read chunk by chunk).
 _ENTRIES_PER_READ = 16
+# The most a piece's index takes (about 60 bytes an entry: some 70k chunks, a billion rows); a longer one is damaged.
+MAX_INDEX_BYTES = 4 << 20
 
 
 class PieceGone(Exception):
     """A piece the feed names left Redis while it was read (retention): the feed no longer covers its batch."""
+
+
+class PieceDamaged(Exception):
+    """A piece the feed names breaks its index entries; `after` is the feed position just past it (None: a feed
+    entry id no cursor can hold, past the largest batch id)."""
+
+    def __init__(self, batch: int, piece: int, why: str) -> None:
+        super().__init__(why)
+        self.batch, self.piece = batch, piece
+        self.after = None if batch > MAX_BATCH_ID else (batch, min(((piece + 1) << PIECE_ROW_BITS) - 1, FEED_END))
 
 
 @dataclass(frozen=True)
@@ -135,13 +149,15 @@ def read_feed(
     count: int,
     block_ms: int | None,
     max_bytes: int | None = None,
+    schema: pa.Schema | None = None,
 ) -> pa.Table:
     """Up to `count` result rows (a rows table, `fields.rows_table`) after the (batch_id, row) cursor, in
     (batch_id, row) order, and about `max_bytes` of row values at most (`result_table.row_bytes`; the first row
-    always; None: no bound).
+    always; None: no bound); `schema`: the task's chunk schema (`pieces.chunk_schema`; None: each chunk's own).
 
     Waits up to `block_ms` for a new batch when none is there (None or 0: does not wait; never waits forever).
-    PieceGone when a piece an entry names has left Redis."""
+    PieceGone when a piece an entry names has left Redis; PieceDamaged when the first piece with rows to read
+    breaks its entries (the rows before a damaged piece are returned first)."""
     key = feed_key(task, namespace)
     start = "0-0" if after is None else _start_text(after)
     parts: list[pa.Table] = []
@@ -158,7 +174,15 @@ def read_feed(
             piece = seq - 1
             # rows of a piece are numbered from (piece << 32)
             skip = after[1] + 1 - (piece << PIECE_ROW_BITS) if after is not None and batch == after[0] else 0
-            for part in _piece_rows(client, task, namespace, batch, piece, max(skip, 0), count - read, budget):
+            if skip >= 1 << PIECE_ROW_BITS:  # wholly at or before the cursor (past a damaged piece): not read
+                continue
+            try:
+                got = _piece_rows(client, task, namespace, batch, piece, max(skip, 0), count - read, budget, schema)
+            except PieceDamaged:
+                if parts:
+                    return concat_rows(parts)
+                raise
+            for part in got:
                 parts.append(part)
                 read += part.num_rows
             if read >= count or budget.left <= 0:
@@ -170,29 +194,66 @@ def read_feed(
 
 
 def _piece_rows(
-    client: redis.Redis, task: str, namespace: str, batch: int, piece: int, skip: int, count: int, budget: ReadBudget
+    client: redis.Redis,
+    task: str,
+    namespace: str,
+    batch: int,
+    piece: int,
+    skip: int,
+    count: int,
+    budget: ReadBudget,
+    schema: pa.Schema | None,
 ) -> list[pa.Table]:
     """Up to `count` rows of a piece from position `skip` on (rows tables), read a chunk at a time, within
-    `budget`."""
+    `budget`; PieceDamaged when its index or a chunk read breaks what the entries say."""
+    if not (0 <= batch <= MAX_BATCH_ID and 0 <= piece <= MAX_PIECE):
+        raise PieceDamaged(batch, piece, f"a feed entry naming batch {batch} piece {piece}")
     key = piece_key(task, batch, piece, namespace)
-    index = client.hget(key, "index")
+    index = _field(client, key, "index", MAX_INDEX_BYTES, batch, piece)
     if index is None:
         raise PieceGone(f"task {task!r} batch {batch} piece {piece}")
     parts: list[pa.Table] = []
     read = 0
-    for entry in map(ChunkEntry.parse, index.split()):
+    for entry in _entries(index, batch, piece):
         end = entry.offset + entry.rows
         if end <= skip or read >= count or budget.left <= 0:
             continue
-        data = client.hget(key, f"c{entry.seq}")
+        data = _field(client, key, f"c{entry.seq}", entry.max_stored, batch, piece)
         if data is None:
             raise PieceGone(f"task {task!r} batch {batch} piece {piece}")
         first = max(skip - entry.offset, 0)
-        taken = decode_chunk(data, entry).slice(first, count - read)
+        try:
+            chunk = decode_chunk(data, entry, schema)
+        except ChunkDamaged as err:
+            raise PieceDamaged(batch, piece, f"chunk {entry.seq}: {err}") from None
+        taken = chunk.slice(first, count - read)
         taken = taken.slice(0, budget.take(row_bytes(taken)))
         parts.append(table_rows(taken, entry.first_row + first + np.arange(taken.num_rows)))
         read += taken.num_rows
     return parts
+
+
+def _field(client: redis.Redis, key: str, field: str, most: int, batch: int, piece: int) -> bytes | None:
+    """A field of a piece (None: gone), never more than `most` bytes of it sent (PieceDamaged when longer)."""
+    data, _, size = fcall(client, "windjoin_chunk", [key], [field, most], read_only=True)
+    if data is None and int(size):
+        raise PieceDamaged(batch, piece, f"its {field} takes {int(size)} bytes, more than {most}")
+    return data
+
+
+def _entries(index: bytes, batch: int, piece: int) -> list[ChunkEntry]:
+    """A piece's entries, each of this piece and each starting where the one before ended (PieceDamaged when not)."""
+    entries, offset = [], 0
+    for member in index.split():
+        try:
+            entry = ChunkEntry.parse(member)
+        except ChunkDamaged as err:
+            raise PieceDamaged(batch, piece, str(err)) from None
+        if (entry.batch, entry.piece, entry.seq, entry.offset) != (batch, piece, len(entries), offset):
+            raise PieceDamaged(batch, piece, f"entry {member[:80]!r} is not chunk {len(entries)} at row {offset}")
+        entries.append(entry)
+        offset += entry.rows
+    return entries
 
 
 def _start_id(after: tuple[int, int] | None) -> tuple[int, int]:

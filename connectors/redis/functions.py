@@ -31,13 +31,97 @@ BUSY_REPLY_MS = 5000
 
 _FUNCTIONS = """#!lua name=windjoin
 
--- KEYS: a piece, staged. ARGV: batch id, the piece's `batch:piece`. Marks a piece Redis refused for memory, named
--- in the staged set as any piece (allowed past maxmemory: a few bytes).
+-- Arguments are checked before anything is written (an error names the argument): keys of at most MAX_KEY_BYTES,
+-- batch and piece numbers of at most 16 digits, the pieces of one commit at most MAX_PIECES, an index at most
+-- MAX_INDEX_BYTES of entries of at most MAX_ENTRY_BYTES. Functions flagged allow-oom (they must work when Redis is
+-- full: they record a refusal or free memory) only delete, or overwrite fixed fields of a task's meta hash that
+-- already exists with values of a few bytes: whoever calls them cannot grow Redis past maxmemory by more than a few
+-- fields per existing task.
+local MAX_KEY_BYTES, MAX_PIECES, MAX_INDEX_BYTES, MAX_ENTRY_BYTES = 1024, 4096, 4194304, 200
+local ENTRY = '^%d+:%d+:%d+:(%-?%d+):%-?%d+:%d+:%d+:%-?%d+:?%d*$'  -- a chunk entry (`redis.pieces`), its `min` captured
+
+local function check(ok, what)
+  if not ok then error({err = 'ERR windjoin: ' .. what}) end
+end
+
+local function keys_bounded(KEYS)
+  for i = 1, #KEYS do
+    check(#KEYS[i] <= MAX_KEY_BYTES, 'key ' .. i .. ' is longer than ' .. MAX_KEY_BYTES .. ' bytes')
+  end
+end
+
+local function number(value, what)
+  check(type(value) == 'string' and #value <= 16 and string.match(value, '^%d+$'),
+    what .. ' is not a number of at most 16 digits')
+  return tonumber(value)
+end
+
+local function signed(value, what)
+  check(type(value) == 'string' and #value <= 20 and string.match(value, '^%-?%d+$'),
+    what .. ' is not an integer of at most 20 characters')
+  return tonumber(value)
+end
+
+local function prefix_of(key, suffix)
+  check(string.sub(key, -#suffix) == suffix, 'a key not ending in "' .. suffix .. '"')
+  return string.sub(key, 1, -#suffix - 1)
+end
+
+-- KEYS: meta. ARGV: batch id. Records that Redis refused a piece of the batch for memory, for its commit, in the
+-- task's meta hash when there is one (a task Redis holds nothing of has nothing to mark: its commit finds the piece
+-- gone, as after a Redis loss).
 redis.register_function{function_name='windjoin_refuse', flags={'allow-oom'}, callback=function(KEYS, ARGV)
-  redis.call('UNLINK', KEYS[1])
-  redis.call('HSET', KEYS[1], 'batch', ARGV[1], 'refused', '1')
-  redis.call('SADD', KEYS[2], ARGV[2])
+  keys_bounded(KEYS)
+  prefix_of(KEYS[1], ':meta')
+  number(ARGV[1], 'ARGV[1] (batch id)')
+  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+  redis.call('HSET', KEYS[1], 'refused', ARGV[1])
   return 1
+end}
+
+-- The pieces of a batch left to Parquet: forgotten, and the meta hash told that Redis holds the task's batches from
+-- the next one on. Writes only fixed fields of an existing meta hash (see above).
+local function leave_to_parquet(meta, staged, KEYS, members, b)
+  for j = 6, #KEYS do redis.call('UNLINK', KEYS[j]) end
+  if #members > 0 then redis.call('SREM', staged, unpack(members)) end
+  redis.call('HSET', meta, 'committed', string.format('%.0f', b), 'since', string.format('%.0f', b + 1),
+    'full_pending', '1')
+  redis.call('HDEL', meta, 'snapshot', 'snapshot_batch', 'refused')
+  redis.call('HINCRBY', meta, 'full_batches', 1)
+end
+
+-- The arguments of a commit or a leave, checked: the keys, the batch id and the members of its pieces.
+local function batch_args(KEYS, ARGV)
+  keys_bounded(KEYS)
+  check(#KEYS - 5 <= MAX_PIECES, 'more than ' .. MAX_PIECES .. ' pieces')
+  local prefix = prefix_of(KEYS[1], ':meta')
+  local b = number(ARGV[1], 'ARGV[1] (batch id)')
+  local members = {}
+  for i = 6, #KEYS do
+    number(ARGV[i - 2] or '', 'ARGV[' .. (i - 2) .. '] (piece)')
+    members[#members + 1] = ARGV[1] .. ':' .. ARGV[i - 2]
+    check(KEYS[i] == prefix .. ':piece:' .. members[#members], 'key ' .. i .. ' is not the piece ARGV names')
+  end
+  return b, members
+end
+
+-- KEYS: meta, staged, then as windjoin_commit. ARGV: batch id, "", "", then each piece's number. Leaves a batch
+-- to Parquet because Redis is full (the sink calls it when windjoin_commit is refused for memory): returns {0} a
+-- replay, {-1, committed} a stale batch id, {-3} a Redis that holds nothing of the task (the pieces are dropped,
+-- the batch left uncommitted), {-4} left to Parquet.
+redis.register_function{function_name='windjoin_leave', flags={'allow-oom'}, callback=function(KEYS, ARGV)
+  local b, members = batch_args(KEYS, ARGV)
+  local meta, staged = KEYS[1], KEYS[5]
+  local committed = redis.call('HGET', meta, 'committed')
+  if committed and tonumber(committed) == b then return {0} end
+  if committed and tonumber(committed) > b then return {-1, committed} end
+  if redis.call('EXISTS', meta) == 0 then
+    for j = 6, #KEYS do redis.call('UNLINK', KEYS[j]) end
+    if #members > 0 then redis.call('SREM', staged, unpack(members)) end
+    return {-3, KEYS[6] or meta}
+  end
+  leave_to_parquet(meta, staged, KEYS, members, b)
+  return {-4}
 end}
 
 -- KEYS: meta, index, pieces, feed, staged, the pieces' hashes. ARGV: batch id, the batch's largest result time
@@ -45,47 +129,50 @@ end}
 -- (committed before), {-1, committed} a stale batch id, {-2, key} a missing piece while the meta hash survived,
 -- {-3, key} a missing piece of a Redis that lost the task (meta hash gone too: the batch's pieces are dropped and
 -- the batch is left uncommitted here), {-4} a piece refused for memory (the batch is left to Parquet).
--- Allowed past maxmemory: it adds entries of a few bytes per chunk, and must be able to record a refusal.
-redis.register_function{function_name='windjoin_commit', flags={'allow-oom'}, callback=function(KEYS, ARGV)
+-- Not allowed past maxmemory (Redis refuses the call with OOM; the sink then calls windjoin_leave): it adds the
+-- pieces' index entries, at most MAX_INDEX_BYTES of them a piece, each checked before the first write.
+redis.register_function{function_name='windjoin_commit', callback=function(KEYS, ARGV)
+  local b, members = batch_args(KEYS, ARGV)
   local meta, index, pieces, feed, staged = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-  local b = tonumber(ARGV[1])
+  if ARGV[2] ~= '' then signed(ARGV[2], 'ARGV[2] (largest result time)') end
+  number(ARGV[3], 'ARGV[3] (feed entries kept)')
   local committed = redis.call('HGET', meta, 'committed')
   if committed and tonumber(committed) == b then return {0} end
   if committed and tonumber(committed) > b then return {-1, committed} end
-  local members = {}
-  for i = 6, #KEYS do members[#members + 1] = ARGV[1] .. ':' .. ARGV[i - 2] end
-  local function forget()
-    for j = 6, #KEYS do redis.call('UNLINK', KEYS[j]) end
-    if #members > 0 then redis.call('SREM', staged, unpack(members)) end
+  if redis.call('HGET', meta, 'refused') == ARGV[1] then
+    leave_to_parquet(meta, staged, KEYS, members, b)
+    return {-4}
   end
-  local refused = false
+  local described = {}
   for i = 6, #KEYS do
-    local p = redis.call('HMGET', KEYS[i], 'chunks', 'refused')
-    if p[2] then refused = true
-    elseif not p[1] then
+    local p = redis.call('HMGET', KEYS[i], 'emitted_at', 'rows', 'bytes', 'max', 'width', 'chunks', 'index')
+    if not p[6] then
       if committed then return {-2, KEYS[i]} end
-      forget()
+      for j = 6, #KEYS do redis.call('UNLINK', KEYS[j]) end
+      if #members > 0 then redis.call('SREM', staged, unpack(members)) end
       return {-3, KEYS[i]}
     end
-  end
-  if refused then
-    forget()
-    redis.call('HSET', meta, 'committed', ARGV[1], 'since', b + 1, 'full_pending', '1')
-    redis.call('HDEL', meta, 'snapshot', 'snapshot_batch')
-    redis.call('HINCRBY', meta, 'full_batches', 1)
-    return {-4}
+    for f = 1, 6 do signed(p[f], 'piece ' .. ARGV[i - 2] .. ' field ' .. f) end
+    check(p[7] and #p[7] <= MAX_INDEX_BYTES,
+      'piece ' .. ARGV[i - 2] .. ': an index of more than ' .. MAX_INDEX_BYTES .. ' bytes')
+    local entries, seen = {}, 0
+    for entry in string.gmatch(p[7], '%S+') do
+      local score = #entry <= MAX_ENTRY_BYTES and string.match(entry, ENTRY)
+      check(score, 'piece ' .. ARGV[i - 2] .. ': an index entry that is not one')
+      entries[#entries + 1] = score
+      entries[#entries + 1] = entry
+      seen = seen + 1
+    end
+    check(seen == tonumber(p[6]), 'piece ' .. ARGV[i - 2] .. ': its index does not list its chunks')
+    described[i] = {p, entries}
   end
   local bytes, rows = 0, 0
   local width = tonumber(redis.call('HGET', meta, 'width') or '0')
   for i = 6, #KEYS do
-    local p = redis.call('HMGET', KEYS[i], 'emitted_at', 'rows', 'bytes', 'max', 'width', 'chunks', 'index')
-    local entries = {}
-    for entry in string.gmatch(p[7], '%S+') do
-      entries[#entries + 1] = string.match(entry, '^%d+:%d+:%d+:(%-?%d+):')
-      entries[#entries + 1] = entry
-      if #entries >= 2000 then redis.call('ZADD', index, unpack(entries)); entries = {} end
+    local p, entries = described[i][1], described[i][2]
+    for start = 1, #entries, 2000 do
+      redis.call('ZADD', index, unpack(entries, start, math.min(start + 1999, #entries)))
     end
-    if #entries > 0 then redis.call('ZADD', index, unpack(entries)) end
     local piece = ARGV[i - 2]
     redis.call('ZADD', pieces, p[4], ARGV[1] .. ':' .. piece)
     redis.call('XADD', feed, 'MAXLEN', '~', ARGV[3], ARGV[1] .. '-' .. (tonumber(piece) + 1), 'emitted_at', p[1],
@@ -110,11 +197,19 @@ end}
 -- KEYS: meta, index, pieces. ARGV: key prefix, last batch that may leave ("" for any), time cutoff ("" for none:
 -- pieces whose every result is older leave), max bytes ("" for none: the oldest pieces by result time leave, but
 -- never the newest committed batch's), "1" to drop every piece up to the last batch, pieces per call.
--- Returns {pieces dropped, 1 when it stopped at the per-call bound}.
+-- Returns {pieces dropped, 1 when it stopped at the per-call bound}. Allowed past maxmemory: it frees memory (the
+-- prefix must be the meta key's, so it drops the task's pieces only).
 redis.register_function{function_name='windjoin_drop', flags={'allow-oom'}, callback=function(KEYS, ARGV)
+  keys_bounded(KEYS)
   local meta, index, pieces = KEYS[1], KEYS[2], KEYS[3]
-  local upto, cutoff, max_bytes = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-  local everything, limit = ARGV[5] == '1', tonumber(ARGV[6])
+  check(ARGV[1] .. 'meta' == meta, 'ARGV[1] (key prefix) is not the prefix of KEYS[1]')
+  local upto = ARGV[2] ~= '' and number(ARGV[2], 'ARGV[2] (last batch)') or nil
+  local cutoff = ARGV[3]
+  if cutoff ~= '' then signed(cutoff, 'ARGV[3] (time cutoff)') end
+  local max_bytes = ARGV[4] ~= '' and number(ARGV[4], 'ARGV[4] (max bytes)') or nil
+  local everything, limit = ARGV[5] == '1', number(ARGV[6], 'ARGV[6] (pieces per call)')
+  check(limit <= 1000, 'ARGV[6] (pieces per call) is above 1000')
+  if redis.call('EXISTS', meta) == 0 then return {0, 0} end
   local committed = tonumber(redis.call('HGET', meta, 'committed'))
   local high = tonumber(redis.call('HGET', meta, 'dropped_upto') or '-1')
   local dropped = 0
@@ -160,8 +255,14 @@ end}
 
 -- KEYS: meta. ARGV: snapshot id, its last batch. Records the snapshot as the boundary unless the recorded one is
 -- at or past it; returns -1 then, else 1, or 2 when a batch was refused for memory since the last snapshot (then
--- every piece inside this snapshot leaves Redis). Allowed past maxmemory: it moves the boundary that frees memory.
+-- every piece inside this snapshot leaves Redis). Allowed past maxmemory: it moves the boundary that frees memory
+-- (in a meta hash that exists: -1 for a task Redis holds nothing of).
 redis.register_function{function_name='windjoin_advance', flags={'allow-oom'}, callback=function(KEYS, ARGV)
+  keys_bounded(KEYS)
+  prefix_of(KEYS[1], ':meta')
+  number(ARGV[1], 'ARGV[1] (snapshot id)')
+  number(ARGV[2], 'ARGV[2] (last batch)')
+  if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
   local recorded = tonumber(redis.call('HGET', KEYS[1], 'snapshot'))
   local recorded_batch = tonumber(redis.call('HGET', KEYS[1], 'snapshot_batch'))
   if (recorded and recorded >= tonumber(ARGV[1])) or (recorded_batch and recorded_batch > tonumber(ARGV[2])) then
@@ -198,14 +299,21 @@ redis.register_function{function_name='windjoin_index_step', flags={'no-writes'}
   end
   local last = math.min(first + tonumber(ARGV[4]), redis.call('ZCOUNT', KEYS[1], '-inf', ARGV[2])) - 1
   if last < first then return {meta, 0, {}, micros_since(t0)} end
-  return {meta, 0, redis.call('ZRANGE', KEYS[1], first, last), micros_since(t0)}
+  local members = redis.call('ZRANGE', KEYS[1], first, last)
+  for i, member in ipairs(members) do  -- an entry is ~100 bytes: a longer member is cut (and is not an entry)
+    if #member > MAX_ENTRY_BYTES then members[i] = string.sub(member, 1, 60) .. '...' end
+  end
+  return {meta, 0, members, micros_since(t0)}
 end}
 
--- KEYS: a piece. ARGV: a chunk's field. The chunk (false when the piece is gone) and the microseconds it took.
+-- KEYS: a piece. ARGV: a field (a chunk, or `index`), the most bytes the reader takes. The value (false when the
+-- piece or field is gone, or when it is longer than that), the microseconds it took and the value's length: a
+-- reader never receives more than it allows.
 redis.register_function{function_name='windjoin_chunk', flags={'no-writes'}, callback=function(KEYS, ARGV)
   local t0 = redis.call('TIME')
-  local data = redis.call('HGET', KEYS[1], ARGV[1])
-  return {data, micros_since(t0)}
+  local size = redis.call('HSTRLEN', KEYS[1], ARGV[1])
+  if size > tonumber(ARGV[2]) then return {false, micros_since(t0), size} end
+  return {redis.call('HGET', KEYS[1], ARGV[1]), micros_since(t0), size}
 end}
 
 -- KEYS: feed. The feed's first entry id, last generated id, entries ever added and length, without sending any

@@ -7,8 +7,9 @@ Data layout per task (key names: `connectors.redis.keys`; `ns:{T}:` is the task'
   `rows`, `bytes` (the chunks' total), `max` (largest result time), `width` (widest chunk's time range),
   `chunks`, `index` (the chunks' entries, space-separated). The fields after the chunks are written last: a piece
   is staged once they are there.
-- `ns:{T}:index` - sorted set of the committed chunks' entries (`batch:piece:seq:min:max:offset:rows:emitted_at`),
-  scored by their smallest result time: a time span's chunks are one range read from (from - width) to `to`.
+- `ns:{T}:index` - sorted set of the committed chunks' entries
+  (`batch:piece:seq:min:max:offset:rows:emitted_at:bytes`, `redis.pieces`), scored by their smallest result time:
+  a time span's chunks are one range read from (from - width) to `to`.
 - `ns:{T}:pieces` - sorted set of the committed pieces (`batch:piece`) scored by their largest result time: what
   retention walks (`redis.retention`).
 - `ns:{T}:meta` - hash: `committed` (last committed batch id), `max_time` (largest result time seen), `since`
@@ -39,10 +40,12 @@ sink then drops the pieces wholly older than `max_time - retain_ms` and the olde
 the snapshot committer does (`connectors.redis.retention.advance_snapshot`).
 
 Redis full (maxmemory reached, `noeviction`): a slot whose piece Redis refuses removes what it wrote and marks the
-piece refused (a few bytes, allowed past maxmemory); the commit then leaves the whole batch to Parquet as after a
-Redis loss (`since` moves past it, the snapshot marker goes, `full_batches` counts it, a warning names it) and the
-snapshot committer's recovery snapshot empties Redis of every batch Parquet holds. Without Parquet, a refused piece
-is an error naming maxmemory and `max_bytes`.
+batch refused in the task's meta hash (`refused`, a few bytes, allowed past maxmemory); the commit then leaves the
+whole batch to Parquet as after a Redis loss (`since` moves past it, the snapshot marker goes, `full_batches`
+counts it, a warning names it) and the snapshot committer's recovery snapshot empties Redis of every batch Parquet
+holds. A commit Redis refuses for memory leaves its batch to Parquet alike (`windjoin_leave`: the commit itself is
+not allowed past maxmemory, it adds index entries). Without Parquet, a refused piece or commit is an error naming
+maxmemory and `max_bytes`.
 """
 
 from __future__ import annotations
@@ -212,17 +215,19 @@ class RedisSink:
         return True
 
     def _refused(self, task: str, batch_id: int, piece: int, err: Exception) -> None:
-        """Redis refused a piece for memory: mark it refused for the commit, or fail without Parquet."""
-        key, member = piece_key(task, batch_id, piece, self.namespace), f"{batch_id}:{piece}"
-        self.client.unlink(key)
+        """Redis refused a piece for memory: mark its batch refused for the commit, or fail without Parquet."""
+        self.client.unlink(piece_key(task, batch_id, piece, self.namespace))
         if self.trim:
-            raise RedisFullError(
-                f"{self.location(task)}: Redis refused batch {batch_id}'s results: its maxmemory is reached and "
-                f"there is no Parquet tier to leave them to; keep sinks.redis.max_bytes ({self.max_bytes}) well "
-                "below Redis' maxmemory, or add sinks.parquet"
-            ) from err
-        fcall(self.client, "windjoin_refuse", [key, staged_key(task, self.namespace)], [batch_id, member])
+            raise self._full(task, batch_id) from err
+        fcall(self.client, "windjoin_refuse", [meta_key(task, self.namespace)], [batch_id])
         log.warning("%s: Redis is full (maxmemory): batch %d's piece is left to Parquet", self.location(task), batch_id)
+
+    def _full(self, task: str, batch_id: int) -> RedisFullError:
+        return RedisFullError(
+            f"{self.location(task)}: Redis refused batch {batch_id}'s results: its maxmemory is reached and "
+            f"there is no Parquet tier to leave them to; keep sinks.redis.max_bytes ({self.max_bytes}) well "
+            "below Redis' maxmemory, or add sinks.parquet"
+        )
 
     def commit(
         self,
@@ -252,7 +257,12 @@ class RedisSink:
             top = batch_max.get(task)
             kept = self.feed_batches * max(1, len(slots))  # about `feed_batches` batches of as many pieces
             args = [batch_id, "" if top is None else int(top), kept, *slots]
-            reply = fcall(self.client, "windjoin_commit", keys, args)
+            try:
+                reply = fcall(self.client, "windjoin_commit", keys, args)
+            except redis.exceptions.OutOfMemoryError as err:  # the commit adds entries: left to Parquet
+                if self.trim:
+                    raise self._full(task, batch_id) from err
+                reply = fcall(self.client, "windjoin_leave", keys, [batch_id, "", "", *slots])
             status = int(reply[0])
             if status == -1:
                 raise stale_batch(self.name, task, batch_id, int(reply[1]))

@@ -31,11 +31,11 @@ import numpy as np
 import pyarrow as pa
 import redis
 
+from windjoin.connectors.redis.damage import damaged, member_batch
 from windjoin.connectors.redis.functions import fcall
 from windjoin.connectors.redis.keys import index_key, meta_key, piece_key
-from windjoin.connectors.redis.pieces import ChunkEntry, decode_chunk
+from windjoin.connectors.redis.pieces import ChunkDamaged, ChunkEntry, decode_chunk
 from windjoin.connectors.results.span_scan import Part
-from windjoin.operators.query.errors import Damaged
 from windjoin.operators.query.fields import as_rows, table_rows
 from windjoin.operators.result_table import result_times, row_bytes
 
@@ -97,10 +97,21 @@ class _Step:
 
 class RedisSpan:
     """The chunk entries of a task's committed results that may hold result times in [lower, upper], read in
-    paced steps at one boundary (`boundary`, from the first step), and their chunks."""
+    paced steps at one boundary (`boundary`, from the first step), and their chunks, each checked against its
+    entry and the task's chunk schema (`pieces.chunk_schema`; None: the chunk's own): `Damaged` when one breaks
+    it."""
 
-    def __init__(self, client: redis.Redis, task: str, namespace: str, lower: int, upper: int, pace: Pace) -> None:
-        self.client, self.task, self.namespace, self.pace = client, task, namespace, pace
+    def __init__(
+        self,
+        client: redis.Redis,
+        task: str,
+        namespace: str,
+        lower: int,
+        upper: int,
+        pace: Pace,
+        schema: pa.Schema | None = None,
+    ) -> None:
+        self.client, self.task, self.namespace, self.pace, self.schema = client, task, namespace, pace, schema
         self.lower, self.upper = lower, upper
         self._keys = [index_key(task, namespace), meta_key(task, namespace)]
         self._resume: bytes | None = None
@@ -119,7 +130,13 @@ class RedisSpan:
         boundary = Boundary(_int(snapshot), _int(snapshot_batch), _int(committed))
         if members:
             self._resume = members[-1]
-        return _Step(boundary, bool(lost), [ChunkEntry.parse(m) for m in members], len(members) < SPAN_STEP)
+        entries = []
+        for member in members:
+            try:
+                entries.append(ChunkEntry.parse(member))
+            except ChunkDamaged as err:
+                raise damaged(self.task, member_batch(member), str(err)) from None
+        return _Step(boundary, bool(lost), entries, len(members) < SPAN_STEP)
 
     def units(self, keep: Callable[[ChunkEntry], bool]) -> list[RedisChunk | RedisSteps]:
         """The span's chunks that `keep` accepts as `span_scan` units: the first step's, and a group for the rest."""
@@ -142,19 +159,22 @@ class RedisSpan:
         return units
 
     def chunk(self, entry: ChunkEntry) -> bytes:
-        """A chunk's bytes; SpanMoved when its piece left meanwhile (retention, a snapshot that moved). Paced by
-        the time the script took plus what writing the reply costs Redis after it (`REPLY_S_PER_BYTE`). The last
-        `KEEP_CHUNKS` chunks are kept, not read again."""
+        """A chunk's bytes; SpanMoved when its piece left meanwhile (retention, a snapshot that moved), `Damaged`
+        when it is longer than its entry allows (then it is not sent). Paced by the time the script took plus what
+        writing the reply costs Redis after it (`REPLY_S_PER_BYTE`). The last `KEEP_CHUNKS` chunks are kept, not
+        read again."""
         if entry in self._recent:
             self._recent.move_to_end(entry)
             return self._recent[entry]
         key = piece_key(self.task, entry.batch, entry.piece, self.namespace)
 
         def read() -> tuple[Any, float]:
-            data, took_us = fcall(self.client, "windjoin_chunk", [key], [f"c{entry.seq}"], read_only=True)
-            return data, took_us / 1e6 + len(data or b"") * REPLY_S_PER_BYTE
+            reply = fcall(self.client, "windjoin_chunk", [key], [f"c{entry.seq}", entry.max_stored], read_only=True)
+            return reply, reply[1] / 1e6 + len(reply[0] or b"") * REPLY_S_PER_BYTE
 
-        data = self.pace.call(read)
+        data, _, size = self.pace.call(read)
+        if data is None and int(size):
+            raise damaged(self.task, entry.batch, f"a chunk of {int(size)} bytes, more than its entry allows")
         if data is None:
             raise SpanMoved
         self._recent[entry] = data
@@ -186,12 +206,9 @@ class RedisChunk:
     def read(self, columns: Sequence[str], sized: Sequence[str] | None) -> Part:
         data = self.span.chunk(self.entry)
         try:
-            table = decode_chunk(data, self.entry)
-        except pa.ArrowException as err:
-            raise Damaged(
-                f"task {self.span.task!r} batch {self.entry.batch}: its Redis results cannot be read (a damaged "
-                "chunk); the operator must remove the task's keys from Redis (Parquet holds the batch)"
-            ) from err
+            table = decode_chunk(data, self.entry, self.span.schema)
+        except ChunkDamaged as err:
+            raise damaged(self.span.task, self.entry.batch, str(err)) from None
         rows = self.entry.first_row + np.arange(table.num_rows, dtype=np.int64)
         sizes = None if sized is None else row_bytes(table, list(sized))
         return Part(table.flatten().select(list(columns)), rows, sizes)

@@ -38,4 +38,9 @@ class TryAgain(QueryError):
 
 
 class Damaged(QueryError):
-    """Stored results that cannot be read (a damaged or truncated file): names the task and batch, never where."""
+    """Stored results that cannot be read (a damaged or truncated file, a Redis chunk that breaks its index entry):
+    names the task and batch, never where. `cursor`: where a continuous query resumes past them (None: not one)."""
+
+    def __init__(self, message: str, cursor: str | None = None) -> None:
+        super().__init__(message)
+        self.cursor = cursor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 
@@ -19,8 +19,9 @@ PAIRS = [{"R": {"ts": 7, "k": 1, "x": 1.0, "z": "a"}, "S": {"t": 9, "k": 1, "d":
 
 
 @contextmanager
-def acl_redis(root: Path, namespace: str = NS) -> Iterator[tuple[str, dict[str, RedisAuth]]]:
-    """A redis-server whose users come from `acl_file`, each password in a file as a mounted Secret would be."""
+def acl_redis(root: Path, namespace: str = NS, args: Sequence[str] = ()) -> Iterator[tuple[str, dict[str, RedisAuth]]]:
+    """A redis-server whose users come from `acl_file`, each password in a file as a mounted Secret would be;
+    `args`: more of its options (`--maxmemory 20mb`); its PID is in `root / "redis.pid"`."""
     passwords = {c: f"{c}-secret-{i}" for i, c in enumerate(ROLES)}
     auths = {}
     for component, password in passwords.items():
@@ -30,8 +31,9 @@ def acl_redis(root: Path, namespace: str = NS) -> Iterator[tuple[str, dict[str, 
     (root / "users.acl").write_text(acl_file(acl_users(digests, namespace)))
     port = processes.free_port()
     argv = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    argv += ["--aclfile", str(root / "users.acl"), "--dir", str(root)]
+    argv += ["--aclfile", str(root / "users.acl"), "--dir", str(root), *args]
     pid = processes.spawn(argv, root / "redis.log")
+    (root / "redis.pid").write_text(str(pid))
     try:
         deadline = time.monotonic() + 10
         while not processes.port_open("127.0.0.1", port):

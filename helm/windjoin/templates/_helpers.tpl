@@ -196,11 +196,11 @@ envFrom:
 {{- define "windjoin.redisAclRules" -}}
 {{- $ns := .ctx.Values.redis.auth.namespace -}}
 {{- if eq .component "job" -}}
-~{{ $ns }}:{*}:index ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed ~{{ $ns }}:{*}:piece:* ~{{ $ns }}:{*}:pieces ~{{ $ns }}:{*}:staged ~{{ $ns }}:{*}:owner %W~{{ $ns }}:{control}:load %R~{{ $ns }}:{control}:decision -@all +hello +auth +ping +hgetall +smembers +del +type +get +hget +hmget +exists +zrank +zcount +zrange +xrange +xinfo|stream +time +hset +hdel +hincrby +unlink +srem +sadd +zadd +zrem +xadd +fcall +fcall_ro +multi +exec +discard
+~{{ $ns }}:{*}:index ~{{ $ns }}:{*}:meta ~{{ $ns }}:{*}:feed ~{{ $ns }}:{*}:piece:* ~{{ $ns }}:{*}:pieces ~{{ $ns }}:{*}:staged ~{{ $ns }}:{*}:owner %W~{{ $ns }}:{control}:load %R~{{ $ns }}:{control}:decision -@all +hello +auth +ping +hgetall +smembers +del +type +get +hget +hmget +hstrlen +exists +zrank +zcount +zrange +xrange +xinfo|stream +time +hset +hdel +hincrby +unlink +srem +sadd +zadd +zrem +xadd +fcall +fcall_ro +multi +exec +discard
 {{- else if eq .component "controller" -}}
 %R~{{ $ns }}:{control}:load ~{{ $ns }}:{control}:decision ~{{ $ns }}:{control}:decisions -@all +hello +auth +ping +xrange +xrevrange +hgetall +del +hset +xadd +multi +exec +discard
 {{- else if eq .component "proxy" -}}
-%R~{{ $ns }}:{*}:index %R~{{ $ns }}:{*}:meta %R~{{ $ns }}:{*}:feed %R~{{ $ns }}:{*}:piece:* -@all +hello +auth +ping +xread +hget +hmget +exists +zrank +zcount +zrange +xrange +xinfo|stream +time +fcall_ro
+%R~{{ $ns }}:{*}:index %R~{{ $ns }}:{*}:meta %R~{{ $ns }}:{*}:feed %R~{{ $ns }}:{*}:piece:* -@all +hello +auth +ping +xread +hget +hmget +hstrlen +exists +zrank +zcount +zrange +xrange +xinfo|stream +time +fcall_ro
 {{- else -}}
 -@all +hello +auth +ping +function|load +function|list +function|kill +script|kill
 {{- end -}}
