@@ -9,10 +9,10 @@ tau2 shedding (control.shedding) absorbs the transitory overload.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from windjoin.operators.control.bounded import ceil_within
 from windjoin.operators.control.config import DeclusteringConfig, UtilisationConfig
 from windjoin.operators.control.reorganise import Classes, Move
 from windjoin.operators.partitioning import Group
@@ -57,7 +57,7 @@ def utilisation_step(
     below = state.below + 1 if tau < config.tau0 else 0
     target = workers
     if above >= config.sustain_epochs or below >= config.sustain_epochs:
-        target = max(1, math.ceil(workers * tau / config.tau_star - 1e-9))
+        target = ceil_within(workers * tau / config.tau_star - 1e-9, 1, config.max_workers)
         above = below = 0  # the new count is judged afresh
     target = min(config.max_workers, max(config.min_workers, target))
     return UtilisationDecision(target, tau > config.tau1, UtilisationState(above, below))

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from windjoin.operators.control.bounded import ratio
 from windjoin.operators.partitioning import Group
 
 
@@ -73,19 +74,19 @@ def occupancy_sample(
 ) -> float:
     """One batch's occupancy of a slot: busy share of the batch interval, backlog over buffer capacity, or its
     share of the batch's processing seconds (`batch_seconds`), CPU seconds (`batch_cpu`) or input tuples
-    (`batch_tuples`) over all slots."""
+    (`batch_tuples`) over all slots; finite however small the divisor (`bounded.ratio`)."""
     if kind == "share":
-        return report.total.processing_s / batch_seconds if batch_seconds > 0 else 0.0
+        return ratio(report.total.processing_s, batch_seconds)
     if kind == "cpu":
-        return report.total.cpu_s / batch_cpu if batch_cpu > 0 else 0.0
+        return ratio(report.total.cpu_s, batch_cpu)
     if kind == "tuples":
-        return report.total.tuples_in / batch_tuples if batch_tuples > 0 else 0.0
+        return ratio(report.total.tuples_in, batch_tuples)
     if kind == "busy":
-        return report.total.processing_s / report.interval_s if report.interval_s > 0 else 0.0
+        return ratio(report.total.processing_s, report.interval_s)
     if kind == "backlog":
         if not backlog_capacity:
             raise ValueError("backlog occupancy needs backlog_capacity > 0")
-        return report.total.backlog / backlog_capacity
+        return ratio(report.total.backlog, backlog_capacity)
     raise ValueError(f"occupancy kind must be one of {OCCUPANCY_KINDS}, got {kind!r}")
 
 
@@ -151,7 +152,7 @@ def utilisation(epoch: EpochLoad, capacity: float, workers: int | None = None) -
     if epoch.batches == 0 or workers == 0:
         return 0.0
     tuples = sum(load.tuples_in for load in epoch.slot_load.values())
-    return tuples / epoch.batches / workers / capacity
+    return ratio(tuples, epoch.batches * workers * capacity)
 
 
 def group_weights(epoch: EpochLoad, measure: str = "tuples_in") -> Mapping[Group, float]:

@@ -4,24 +4,38 @@ The job's Redis user may write the load stream, so an entry may hold anything. O
 not fold (a missing field, text for a number, columns of unequal length, a partition the job does not have)
 made it raise, and a restarted controller resumed at the same entry: a crash loop. An entry is decoded here
 strictly, the reports' shape (`connectors.redis.load_reports`) as pydantic models; what fails is refused with a reason
-naming the field, and the reader skips it.
+naming the field, and the reader skips it. Seconds are bounded as well as typed: an interval of 1e-320 s passed
+and made the utilisation infinite, which crashed every restart (the arithmetic is guarded too: `bounded`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from windjoin.operators.control.finetune import FINE_DEPTH
 from windjoin.operators.plain_numbers import plain_float, plain_int
 
 MAX_COUNT = 2**63 - 1
+# Seconds a batch or a slot took: 0 (not measured), or a nanosecond to about 11 days. Denormals and absurd values
+# are refused, so the quotients the controller makes of them stay finite (a 1e-320 s interval made one infinite).
+MIN_SECONDS, MAX_SECONDS = 1e-9, 1e6
+MIN_INTERVAL_S = 1e-6  # a batch's wall-clock span, when measured: a divisor of every busy second
+MAX_WALL_S = 253_402_300_799.0  # finished_at: epoch seconds up to 9999-12-31 (the memory view counts its ms)
+
+
+def _measurable(seconds: float) -> float:
+    if 0 < seconds < MIN_SECONDS:
+        raise ValueError(f"must be 0 or at least {MIN_SECONDS:g} s (got {seconds!r})")
+    return seconds
+
+
 Count = Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)]
-Seconds = Annotated[float, Field(ge=0, strict=True)]  # an int too, never text; JSON has no NaN or infinity
+# an int too, never text; JSON has no NaN or infinity
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, strict=True), AfterValidator(_measurable)]
 Histogram = Annotated[list[Count], Field(min_length=1 << FINE_DEPTH, max_length=1 << FINE_DEPTH)]
 PartitionKey = Annotated[str, Field(pattern=r"^[0-9]{1,9}$")]
 
@@ -99,7 +113,8 @@ def check_entry(fields: dict[bytes, bytes], bounds: ReportBounds) -> tuple[int, 
     batch_id = plain_int(text)
     if batch_id is None or not 0 <= batch_id <= MAX_COUNT:
         raise ReportRefused(f"batch_id must be a whole number in 0..{MAX_COUNT}, got {text[:40]!r}")
-    finished_at, interval_s = _seconds(fields, "finished_at"), _seconds(fields, "interval_s")
+    finished_at = _seconds(fields, "finished_at", 0.0, MAX_WALL_S)
+    interval_s = _seconds(fields, "interval_s", MIN_INTERVAL_S, MAX_SECONDS)
     try:
         slots = orjson.loads(fields.get(b"slots", b""))
     except orjson.JSONDecodeError as err:
@@ -122,11 +137,15 @@ def _field(fields: dict[bytes, bytes], key: str) -> str:
         raise ReportRefused(f"{key} is not ASCII text: {raw[:40]!r}") from None
 
 
-def _seconds(fields: dict[bytes, bytes], key: str) -> float:
+def _seconds(fields: dict[bytes, bytes], key: str, low: float, high: float) -> float:
+    """A field of seconds: 0, or a plain decimal number within [low, high]."""
     text = _field(fields, key)
     value = plain_float(text)
-    if value is None or not math.isfinite(value) or value < 0:
-        raise ReportRefused(f"{key} must be a finite decimal number >= 0 (no '_' or spaces), got {text[:40]!r}")
+    if value is None or not (value == 0 or low <= value <= high):
+        raise ReportRefused(
+            f"{key} must be a finite decimal number >= 0 (no '_' or spaces): 0 or within [{low:g}, {high:g}], "
+            f"got {text[:40]!r}"
+        )
     return value
 
 

@@ -14,6 +14,7 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 
+from windjoin.operators.control.bounded import ceil_within, ratio
 from windjoin.operators.control.config import ControlConfig
 from windjoin.operators.control.declustering import (
     UtilisationState,
@@ -36,8 +37,8 @@ def shedding(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> Epoch
     if config.utilisation.capacity is None:  # utilisation not measured: nothing shed
         return replace(draft, tau=0.0, shed_ratio=0.0)
     tau = offered_utilisation(seen.load, config, seen.state.slots, seen.shed, seen.seconds, seen.arrival_rate)
-    ratio = shed_ratio(tau, config.utilisation.tau1, config.shedding.base, config.shedding.model)
-    return replace(draft, tau=tau, shed_ratio=ratio)
+    shed = shed_ratio(tau, config.utilisation.tau1, config.shedding.base, config.shedding.model)
+    return replace(draft, tau=tau, shed_ratio=shed)
 
 
 def scaling(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> EpochDraft:
@@ -160,7 +161,8 @@ def hot_spread(draft: EpochDraft, seen: EpochSeen, config: ControlConfig) -> Epo
     for slot, group in zip(draft.hot, draft.heavy, strict=True):
         if group.depth or group.partition in spread or group in draft.unmovable:
             continue
-        k = min(config.hot.max_width, len(occupancy), math.ceil(work.get(group, occupancy[slot]) / th_con))
+        share = work.get(group, occupancy[slot]) / th_con if th_con > 0 else math.inf  # th_con may be 0
+        k = ceil_within(share, 0, min(config.hot.max_width, len(occupancy)))
         if k >= 2:
             routing = routing.with_spread(group.partition, plan_spread(group, slot, k, occupancy).slots)
     for partition, slots in spread.items():
@@ -205,14 +207,11 @@ def offered_utilisation(
     if u.capacity is None:
         raise ValueError("utilisation.capacity is not set: utilisation is not measured")
     if u.measure == "arrivals" and arrival_rate is not None:
-        return arrival_rate / workers / u.capacity if workers else 0.0
+        return ratio(arrival_rate, workers * u.capacity)
     if u.measure in ("rate", "arrivals"):
         offered = sum(x.tuples_in for x in load.slot_load.values()) + shed
-        return offered / seconds / workers / u.capacity if seconds > 0 and workers else 0.0
-    tau = utilisation(load, u.capacity, workers)
-    if shed and load.batches and workers:
-        tau += shed / load.batches / workers / u.capacity
-    return tau
+        return ratio(offered, seconds * workers * u.capacity)
+    return utilisation(load, u.capacity, workers) + ratio(shed, load.batches * workers * u.capacity)
 
 
 def _drain(

@@ -181,7 +181,7 @@ def controller(
     from windjoin.connectors.redis.client import spec_auth
     from windjoin.connectors.redis.control_decisions import DecisionStore
     from windjoin.connectors.redis.load_reports import LoadReports
-    from windjoin.pipelines.controller.control_loop import Controller
+    from windjoin.pipelines.controller.control_loop import Controller, EpochFailed
     from windjoin.pipelines.controller.metrics import ControllerMetrics
 
     try:
@@ -213,6 +213,7 @@ def controller(
                 spec.slots,
                 arrivals=arrivals,
                 on_skip=metrics.skipped_report,
+                on_fail=metrics.failed_epoch,
             )
         except ValueError as err:
             raise click.ClickException(str(err)) from None
@@ -254,6 +255,8 @@ def controller(
             outcome = control.step()
             if outcome is None:
                 click.echo(f"epoch {control.state.epoch + 1}: no load reports since the last epoch, no decision")
+            elif isinstance(outcome, EpochFailed):
+                click.echo(outcome.line(), err=True)
             else:
                 metrics.observe(outcome)
                 click.echo(outcome.line())

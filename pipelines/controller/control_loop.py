@@ -7,6 +7,9 @@ stream in Redis, see `connectors.redis.control_decisions`) together with the new
 resumes from the recorded state and never counts a report twice. An epoch with no reports decides nothing.
 A malformed report entry (`operators.control.load_entry_check`) is skipped with a warning naming its id and the reason,
 counted (`on_skip`, the metrics' counter), and read past: the cursor recorded with the next decision is beyond it.
+An epoch whose computation fails all the same (a bug, a number no check foresaw) is recorded as failed, with the
+reason, under the next epoch number and the previous decision's state, the cursor past its reports, and counted
+(`on_fail`): a report can never make the controller crash-loop on it.
 Applying a decision in the join job (the routing version with its state transfer, the slot count, the shed
 ratio) is not done here.
 """
@@ -25,7 +28,7 @@ from windjoin.operators.control.config import ControlConfig
 from windjoin.operators.control.epoch import Decision, control_step
 from windjoin.operators.control.epoch_state import ControlState
 from windjoin.operators.control.load import aggregate_epoch
-from windjoin.operators.control.load_entries import fine_histograms, fine_work, shed_records, slot_batches
+from windjoin.operators.control.load_entries import LoadEntry, fine_histograms, fine_work, shed_records, slot_batches
 from windjoin.operators.control.load_entry_check import ReportBounds
 from windjoin.operators.control.memory import SpillRequest
 from windjoin.operators.control.memory_history import MemoryHistory
@@ -66,6 +69,20 @@ class EpochOutcome:
         )
 
 
+@dataclass(frozen=True)
+class EpochFailed:
+    """An epoch whose load reports gave no decision (the reason names the error): recorded with `failed`, the
+    previous decision holding, the cursor past its reports."""
+
+    epoch: int
+    reason: str
+    cursor: str
+
+    def line(self) -> str:
+        """One line for the console."""
+        return f"epoch {self.epoch}: failed, the last decision holds ({self.reason})"
+
+
 class Controller:
     """Runs epochs over one job's load reports; resumes from the latest recorded decision when there is one."""
 
@@ -79,9 +96,11 @@ class Controller:
         clock: Callable[[], float] = time.time,
         arrivals: Callable[[], int] | None = None,
         on_skip: Callable[[str, str], None] | None = None,
+        on_fail: Callable[[int, str], None] | None = None,
     ) -> None:
         self.reports, self.decisions, self.config, self.clock = reports, decisions, config, clock
         self.on_skip = on_skip  # called with (entry id, reason) of each load report entry skipped
+        self.on_fail = on_fail  # called with (epoch, reason) of each epoch that failed
         # Records appended to the input topics so far (`connectors.kafka.arrivals`), for `measure: arrivals`:
         # read at every decided epoch, the difference over the time between readings is the arrival rate.
         self.arrivals = arrivals
@@ -100,8 +119,9 @@ class Controller:
         # the job reports its own slots (indexes below the spec's count), whatever count the controller wants
         self.bounds = ReportBounds(partitions, max(slots, self.state.slots))
 
-    def step(self) -> EpochOutcome | None:
-        """One epoch over the reports published since the last; None (nothing recorded) when there were none."""
+    def step(self) -> EpochOutcome | EpochFailed | None:
+        """One epoch over the reports published since the last: its decision, or EpochFailed when no decision could
+        be made of them (recorded so; the previous decision holds); None (nothing recorded) when there were none."""
         read = self.reports.scan(after=self.cursor, bounds=self.bounds)
         for entry_id, reason in read.skipped:
             log.warning("load report entry %s skipped: %s", entry_id, reason)
@@ -111,6 +131,19 @@ class Controller:
         if not entries:
             self.cursor = read.last_id or self.cursor  # past skipped entries; recorded with the next decision
             return None
+        cursor, arrival_rate = read.last_id or self.cursor, self._arrival_rate()
+        try:
+            outcome = self._decide(entries, cursor, arrival_rate)
+            fields = decision_fields(outcome, self.clock())
+        except Exception as err:  # any bug or number a report brings: this epoch fails, the next ones go on
+            log.exception("epoch %d failed: no decision from its load reports", self.state.epoch + 1)
+            return self._fail(cursor, f"{type(err).__name__}: {err}"[:500])
+        self.decisions.record(fields)
+        self.state, self.cursor = outcome.decision.state, outcome.cursor
+        return outcome
+
+    def _decide(self, entries: list[LoadEntry], cursor: str, arrival_rate: float | None) -> EpochOutcome:
+        """The epoch's decision from its load entries (pure but for the memory history it folds them into)."""
         r = self.config.reorganisation
         load = aggregate_epoch(
             slot_batches(entries), range(self.state.slots), kind=r.occupancy, backlog_capacity=r.backlog_capacity
@@ -130,15 +163,23 @@ class Controller:
             self.config,
             shed=shed,
             seconds=seconds,
-            arrival_rate=self._arrival_rate(),
+            arrival_rate=arrival_rate,
             fine=fine,
             memory=memory,
             fine_work=fine_work(entries) if fine is not None else None,
         )
-        outcome = EpochOutcome(decision, load.batches, occupancy, classes, read.last_id or self.cursor, shed)
-        self.decisions.record(decision_fields(outcome, self.clock()))
-        self.state, self.cursor = decision.state, outcome.cursor
-        return outcome
+        return EpochOutcome(decision, load.batches, occupancy, classes, cursor, shed)
+
+    def _fail(self, cursor: str, reason: str) -> EpochFailed:
+        """Record the epoch as failed: the previous decision's state under the next epoch number, with `failed`
+        naming the reason and the cursor past the epoch's reports, so a restart does not read them again."""
+        state = replace(self.state, epoch=self.state.epoch + 1)
+        held = EpochOutcome(Decision(state, 0.0, (), ()), 0, {}, Classes((), (), ()), cursor)
+        self.decisions.record({**decision_fields(held, self.clock()), "failed": reason})
+        self.state, self.cursor = state, cursor
+        if self.on_fail is not None:
+            self.on_fail(state.epoch, reason)
+        return EpochFailed(state.epoch, reason, cursor)
 
     def request_cleanup(self) -> SpillRequest:
         """Record a request to merge every partition's generations on disk (paper 004's clean-up at the end of a

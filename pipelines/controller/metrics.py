@@ -14,7 +14,7 @@ SUPPLIER, NEUTRAL, CONSUMER = 1, 0, -1  # windjoin_controller_slot_class values
 
 class ControllerMetrics:
     """Epoch, routing version, desired slots, shed ratio, utilisation; per slot occupancy and class; moves;
-    malformed load reports skipped; whether this replica leads."""
+    malformed load reports skipped; failed epochs; whether this replica leads."""
 
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
@@ -46,6 +46,11 @@ class ControllerMetrics:
             "Load report entries skipped as malformed (each logged with its id and the reason).",
             registry=r,
         )
+        self.failed_epochs = Counter(
+            "windjoin_controller_epochs_failed",
+            "Epochs whose load reports gave no decision (each logged and recorded with the reason).",
+            registry=r,
+        )
         self.hot = Gauge(
             "windjoin_controller_hot_slots", "Suppliers holding a single group in the last epoch.", registry=r
         )
@@ -75,6 +80,10 @@ class ControllerMetrics:
                 else NEUTRAL
             )
             self.slot_class.labels(str(slot)).set(kind)
+
+    def failed_epoch(self, epoch: int, reason: str) -> None:
+        """Count one failed epoch (the control loop logs and records its reason)."""
+        self.failed_epochs.inc()
 
     def skipped_report(self, entry_id: str, reason: str) -> None:
         """Count one skipped load report entry (the control loop logs its id and reason)."""
