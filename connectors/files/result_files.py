@@ -58,9 +58,10 @@ class ResultFiles(ABC):
         selector = pafs.FileSelector(folder, allow_not_found=True)
         return [entry.base_name for entry in self.fs.get_file_info(selector)]
 
-    def read_bytes(self, path: str) -> bytes:
+    def read_bytes(self, path: str, max_bytes: int | None = None) -> bytes:
+        """The file's bytes, or its first `max_bytes` (None: all)."""
         with self.fs.open_input_stream(path) as source:
-            return source.read()
+            return source.read(max_bytes)
 
     def open_input(self, path: str) -> pa.NativeFile:
         """A file to read at random (Parquet footers, row groups); FileNotFoundError when it is gone."""

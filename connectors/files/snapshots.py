@@ -12,6 +12,8 @@ starting with "_" or "."). A manifest holds the `Snapshot` fields: the inclusive
   after checking the name is free, the driver being its one writer): a snapshot is visible all at once or not at
   all. State is read from the manifests on disk on every call, so a commit repeated after a
   replay or a restart finds its batches already covered and does nothing.
+- Reading: each manifest is checked in type and range (`snapshot_manifest`) and no two ranges may overlap; one
+  that fails is `DamagedManifest` naming the task and id (anyone who can write the folder can write a manifest).
 - Retention removes whole snapshots, oldest first (a prefix, so the rest stay consecutive): the manifest first,
   then its batch folders. A batch not yet in a snapshot is never removed; folders left by a crash between the two
   steps lie below the oldest manifest's range, where readers do not look, and the next `expire` removes them.
@@ -21,16 +23,16 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import orjson
 import pyarrow.compute as pc
 
 from windjoin.connectors.files.result_layout import ResultLayout
+from windjoin.connectors.files.snapshot_manifest import MAX_MANIFEST_BYTES, REASONS, DamagedManifest, read_manifest
 from windjoin.operators.result_table import stream_timestamps
 
 SNAPSHOTS_DIR = "_snapshots"
-REASONS = ("periodic", "punctuation", "recovery")  # recovery: Redis lost its boundary marker
 _MANIFEST = re.compile(r"([0-9]{12})\.json")  # fullmatch: no trailing newline
 _TMP = re.compile(r"\.(tmp-[0-9a-f]+\.json|[0-9]{12}\.json\.tmp-[0-9a-f]+)")  # a crash's (older versions: the first)
 MAX_SNAPSHOT_ID = 10**12 - 1
@@ -69,16 +71,21 @@ class SnapshotStore:
         return sorted(int(m.group(1)) for m in found if m)
 
     def _load(self, task: str, snapshot_id: int) -> Snapshot:
-        path = self.manifest_path(task, snapshot_id)
-        data = orjson.loads(self.files.read_bytes(path))
-        try:
-            return Snapshot(**{f.name: data[f.name] for f in fields(Snapshot)})
-        except KeyError as err:
-            raise ValueError(f"{path}: not a snapshot manifest (no key {err})") from None
+        """The manifest, checked in type and range (`snapshot_manifest`); DamagedManifest when it is not one."""
+        data = self.files.read_bytes(self.manifest_path(task, snapshot_id), MAX_MANIFEST_BYTES + 1)
+        return Snapshot(**read_manifest(data, task, snapshot_id))
 
     def list(self, task: str) -> list[Snapshot]:
-        """The task's retained snapshots, ascending id ([] when none)."""
-        return [self._load(task, i) for i in self._ids(task)]
+        """The task's retained snapshots, ascending id ([] when none); DamagedManifest when one is damaged or
+        two overlap (their batches would be read twice)."""
+        snapshots = [self._load(task, i) for i in self._ids(task)]
+        for before, after in zip(snapshots, snapshots[1:], strict=False):
+            if after.first_batch <= before.last_batch:
+                raise DamagedManifest(
+                    f"task {task!r}: snapshot manifest {after.id} is damaged: its batches from {after.first_batch} "
+                    f"overlap snapshot {before.id}'s (to {before.last_batch})"
+                )
+        return snapshots
 
     def latest(self, task: str) -> Snapshot | None:
         ids = self._ids(task)

@@ -36,6 +36,7 @@ the proxy maps them to HTTP statuses.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,13 +45,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from windjoin.connectors.files.result_layout import ResultLayout
 from windjoin.connectors.files.snapshots import Snapshot, SnapshotStore
 from windjoin.connectors.redis import feed as redis_feed
 from windjoin.connectors.redis.client import RedisAuth, redis_client, spec_auth
+from windjoin.connectors.redis.damage import damaged
 from windjoin.connectors.redis.keys import meta_key
-from windjoin.connectors.redis.pieces import ChunkEntry
+from windjoin.connectors.redis.pieces import ChunkEntry, chunk_schema
 from windjoin.connectors.results import redis_tier, span_scan
 from windjoin.connectors.results.parquet_replay import ParquetReplay
 from windjoin.connectors.results.parquet_scan import EARLIEST, Batches
@@ -75,6 +79,7 @@ MAX_LIMIT = 10_000
 MAX_PAGE_BYTES = 8 << 20  # bytes of row values a page holds at most (about: the first row always fits)
 MAX_BLOCK_MS = 60_000
 _ATTEMPTS = 5
+DEFAULT_CALL_S = 30.0  # how long one Redis call may block a query without a time budget
 
 
 @dataclass
@@ -120,13 +125,21 @@ class ResultStore:
         self.namespace = namespace
         self._schemas = {task.name: result_schema(spec, task.name) for task in spec.tasks}
         self._fields = {name: result_fields(schema) for name, schema in self._schemas.items()}
+        self._chunks = {name: chunk_schema(schema) for name, schema in self._schemas.items()}
         self._stamps = {
             name: [f"{stream}.{ts}" for stream, ts in stream_timestamps(schema).items()]
             for name, schema in self._schemas.items()
         }
         self.page_bytes, self.time_budget_s = page_bytes, time_budget_s
         self.cursors = cursors if cursors is not None else CursorCodec.random()
-        self.client = None if redis_url is None else redis_client(redis_url, auth, socket_timeout=30.0)
+        # a Redis that stalls fails a query within its budget: one call blocks at most the budget, never retried
+        call_s = DEFAULT_CALL_S if time_budget_s is None else time_budget_s
+        once = Retry(NoBackoff(), 0)
+        self.client = (
+            None
+            if redis_url is None
+            else redis_client(redis_url, auth, socket_timeout=call_s, socket_connect_timeout=call_s, retry=once)
+        )
         # blocking feed reads wait up to MAX_BLOCK_MS: their own client, with a longer timeout
         self.feed_client = (
             None
@@ -135,7 +148,9 @@ class ResultStore:
         )
         # readiness probes: their own connections, answered within a second or counted as not ready
         self._probe = (
-            None if redis_url is None else redis_client(redis_url, auth, socket_timeout=1.0, socket_connect_timeout=1.0)
+            None
+            if redis_url is None
+            else redis_client(redis_url, auth, socket_timeout=1.0, socket_connect_timeout=1.0, retry=once)
         )
         self._parquet = None if parquet_path is None else ResultLayout(parquet_path)
         self.snapshot_store = None if parquet_path is None else SnapshotStore(parquet_path)
@@ -245,7 +260,7 @@ class ResultStore:
                 found, snapshot_id = self._one_time_rows(task, span, deadline)
                 break
             except (FileNotFoundError, redis_tier.SpanMoved):  # a snapshot moved or expired while being read
-                if attempt == _ATTEMPTS - 1:
+                if attempt == _ATTEMPTS - 1 or (deadline is not None and time.monotonic() > deadline):
                     raise TryAgain("the tiers kept changing during the query; retry") from None
         keyed = found.keyed[:limit]
         more = len(found.keyed) > limit or found.cut or found.frontier is not None
@@ -273,7 +288,9 @@ class ResultStore:
         fallback = None  # Parquet answers for every committed batch up to this one (no snapshot marker to go by)
         with_parquet = self.snapshot_store is not None
         if self.client is not None:
-            redis_span = redis_tier.RedisSpan(self.client, task, self.namespace, span.lower, span.upper, self._pace)
+            redis_span = redis_tier.RedisSpan(
+                self.client, task, self.namespace, span.lower, span.upper, self._pace, self._chunks[task]
+            )
             boundary = redis_span.boundary
             below = boundary.snapshot_batch if with_parquet else None
             if with_parquet and below is None:
@@ -319,9 +336,11 @@ class ResultStore:
         else:
             snapshots = [s for s in snapshots if s.last_batch <= upto_batch]
             committed = {b for b in self._replay.retained(task) if b <= upto_batch}
-        units = []
+        # a snapshot's batches by bisection of the committed ones, never by walking its range: a manifest may say
+        # last_batch 2e8 (one query ran 4.3 s over its 1 s budget in that walk)
+        ordered, units = sorted(committed), []
         for s in snapshots:
-            held = [b for b in range(s.first_batch, s.last_batch + 1) if b in committed]
+            held = ordered[bisect.bisect_left(ordered, s.first_batch) : bisect.bisect_right(ordered, s.last_batch)]
             committed.difference_update(held)
             if overlaps(s):
                 units.append(Batches(s.min_time, self._replay.footers, task, held, schema, bounds))
@@ -406,10 +425,16 @@ class ResultStore:
     def _read_feed(
         self, task: str, position: tuple[int, int] | None, count: int, block_ms: int | None, max_bytes: int
     ) -> pa.Table:
-        """The feed's rows after `position`; Gone (or TryAgain) when a piece it names left Redis meanwhile."""
+        """The feed's rows after `position`; Gone (or TryAgain) when a piece it names left Redis meanwhile, Damaged
+        with the cursor past it when the next piece breaks its entries."""
         assert self.feed_client is not None
         try:
-            return redis_feed.read_feed(self.feed_client, task, self.namespace, position, count, block_ms, max_bytes)
+            return redis_feed.read_feed(
+                self.feed_client, task, self.namespace, position, count, block_ms, max_bytes, self._chunks[task]
+            )
+        except redis_feed.PieceDamaged as err:
+            cursor = None if err.after is None else self.cursors.feed_cursor(task, err.after)
+            raise damaged(task, err.batch, f"piece {err.piece}: {err}", cursor) from None
         except redis_feed.PieceGone:
             self._check_feed(task, position)
             raise TryAgain("the feed moved while it was read; retry") from None
