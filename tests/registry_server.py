@@ -2,8 +2,9 @@
 
 GET /schemas/ids/{id} (a schema by id, 404 with error_code 40403 when unknown) and POST /subjects/{subject}/versions
 (register: the same schema text gets the same id under any subject, as Confluent's registry does), behind HTTP basic
-auth when a user is given, over TLS when a certificate is. `down` makes every request a 503; `requests` logs
-(method, path) of each one.
+auth when a user is given, over TLS when a certificate is. `down` makes every request a 503; `not_a_registry` a 404
+with an HTML page, as a wrong URL answers; `trickle_s` sends each answer's body a byte at a time, that many seconds
+apart; `requests` logs (method, path) of each one.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import base64
 import json
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -24,6 +26,8 @@ class RegistryServer:
         self.subjects: dict[str, list[int]] = {}
         self.requests: list[tuple[str, str]] = []
         self.down = False
+        self.not_a_registry = False
+        self.trickle_s: float | None = None
         self._user = user
         self._lock = threading.Lock()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -67,18 +71,31 @@ def _handler(registry: RegistryServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: object) -> None:  # quiet
             pass
 
-        def _reply(self, status: int, body: dict) -> None:
-            data = json.dumps(body).encode()
+        def _reply(self, status: int, body: dict | str) -> None:
+            html = isinstance(body, str)
+            data = body.encode() if html else json.dumps(body).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+            self.send_header("Content-Type", "text/html" if html else "application/vnd.schemaregistry.v1+json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if registry.trickle_s is None:
+                self.wfile.write(data)
+                return
+            try:
+                for i in range(len(data)):
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(registry.trickle_s)
+            except OSError:  # the client gave up
+                pass
 
         def _refused(self) -> bool:
             registry.requests.append((self.command, self.path))
             if registry.down:
                 self._reply(503, {"error_code": 50301, "message": "down for the test"})
+                return True
+            if registry.not_a_registry:
+                self._reply(404, "<html><body><h1>404 Not Found</h1></body></html>")
                 return True
             if not registry.authorised(self.headers.get("Authorization")):
                 self._reply(401, {"error_code": 401, "message": "Unauthorized"})

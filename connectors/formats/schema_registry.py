@@ -9,16 +9,21 @@ batch loudly, so no record is dead-lettered for the registry's outage and the jo
 Unknown ids cost one request each, then are remembered for `UNKNOWN_RETRY_S`; past `LOOKUPS_PER_S` lookups a
 second, an unseen id is refused without asking, so a stream of made-up ids cannot stall the job on the registry.
 
-Requests of the client used: GET /schemas/ids/{id} (decoders) and POST /subjects/{subject}/versions (producers).
+Decoders look ids up by `registry_lookup` (GET /schemas/ids/{id}): within one deadline of `timeout_s` for the whole
+lookup, the answer at most `MAX_SCHEMA_BYTES`, and only Confluent's error code 40403 taken for "unknown id" (any
+other 404, such as a wrong URL answering HTML, is `RegistryUnavailable`). Producers register through confluent-kafka's
+client (POST /subjects/{subject}/versions).
 """
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+import httpcore
 import orjson
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -26,11 +31,11 @@ from fastavro import parse_schema
 
 from windjoin.connectors.formats.avro_codec import MAX_SCHEMA_ID, SchemaRegistry
 from windjoin.connectors.formats.codec_errors import UNKNOWN_SCHEMA_ID, DecodeError
+from windjoin.connectors.formats.registry_lookup import Found, LookupFailed, SchemaTooLarge, UnknownId, lookup
 from windjoin.connectors.secret_files import read_secret
 
 UNKNOWN_RETRY_S = 10.0  # an id the registry did not know is asked again after this long
 LOOKUPS_PER_S = 20.0  # lookups of unseen ids a decoder makes at most (a burst of as many)
-_NOT_FOUND = 404
 T = TypeVar("T")
 
 
@@ -55,14 +60,28 @@ class RegistryConnection:
         """From a validated `operators.spec.SchemaRegistrySpec`."""
         return RegistryConnection(**{f.name: getattr(registry, f.name) for f in fields(RegistryConnection)})
 
+    def user_info(self) -> str | None:
+        """`user:password` for basic auth, the password read now (None without a user)."""
+        if self.username is None:
+            return None
+        return f"{self.username}:{read_secret(self.password_file, self.password_env, 'schema_registry')}"
+
     def client(self) -> SchemaRegistryClient:
         config: dict[str, Any] = {"url": self.url, "timeout": self.timeout_s, "max.retries": 2}
-        if self.username is not None:
-            password = read_secret(self.password_file, self.password_env, "schema_registry")
-            config["basic.auth.user.info"] = f"{self.username}:{password}"
+        user_info = self.user_info()
+        if user_info is not None:
+            config["basic.auth.user.info"] = user_info
         if self.ca_file is not None:
             config["ssl.ca.location"] = self.ca_file
         return SchemaRegistryClient(config)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The context verifying an https registry: the spec's CA file, else certifi's (None for http)."""
+        if not self.url.startswith("https://"):
+            return None
+        if self.ca_file is not None:
+            return ssl.create_default_context(cafile=self.ca_file)
+        return httpcore.default_ssl_context()
 
     def register(self, subject: str, schema: dict[str, Any]) -> int:
         """Register a producer's writer schema under `subject`; its id (the registry's, the same on every call)."""
@@ -70,13 +89,10 @@ class RegistryConnection:
         return int(self.ask(f"subject {subject!r}", lambda: client.register_schema(subject, Schema(text, "AVRO"))))
 
     def ask(self, what: str, request: Callable[[], T]) -> T:
-        """`request`'s answer; RegistryUnavailable naming the registry and `what` when it gives none (a 404 is left
-        to the caller, as the client's SchemaRegistryError)."""
+        """`request`'s answer; RegistryUnavailable naming the registry and `what` when it gives none."""
         try:
             return request()
         except SchemaRegistryError as err:
-            if err.http_status_code == _NOT_FOUND:
-                raise
             raise RegistryUnavailable(
                 f"schema_registry {self.url}: {what} not answered (HTTP {err.http_status_code}, code {err.error_code})"
             ) from None
@@ -91,12 +107,12 @@ class RegistrySchemas(SchemaRegistry):
         super().__init__()
         self.connection = connection
         self._clock = clock
-        self._client: SchemaRegistryClient | None = None
+        self._user_info: str | None = None  # read at the first lookup, on the process that makes it
         self._refused: dict[int, tuple[float, str]] = {}  # id -> (when, why), asked again after UNKNOWN_RETRY_S
         self._allowance, self._allowance_at = LOOKUPS_PER_S, clock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_client": None}  # a client is built where it is used
+        return {**self.__dict__, "_user_info": None}  # the password is read where it is used, never shipped
 
     def find(self, schema_id: int) -> dict[str, Any]:
         """The parsed schema of `schema_id`, fetched if new; DecodeError (unknown_schema_id) if the registry
@@ -132,22 +148,30 @@ class RegistrySchemas(SchemaRegistry):
     def _fetch(self, schema_id: int) -> int:
         if not 0 <= schema_id <= MAX_SCHEMA_ID:
             raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {schema_id} is out of the registry's range")
-        if self._client is None:  # built outside `ask`: an unreadable password file is a configuration error
-            self._client = self.connection.client()
-        client = self._client
+        connection = self.connection
+        if self._user_info is None:  # read outside the lookup: an unreadable password file is a configuration error
+            self._user_info = connection.user_info() or ""
+        source = f"schema id {schema_id} of {connection.url}"
         try:
-            schema = self.connection.ask(f"schema id {schema_id}", lambda: client.get_schema(schema_id))
-        except SchemaRegistryError:  # a 404: the registry does not hold it
-            raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {schema_id} is not in {self.connection.url}") from None
-        return self._usable(schema_id, schema)
+            found = lookup(
+                connection.url, schema_id, connection.timeout_s, self._user_info or None, connection.ssl_context()
+            )
+        except UnknownId:  # the registry's own "no such id" (error code 40403), not any 404
+            raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {schema_id} is not in {connection.url}") from None
+        except SchemaTooLarge as err:
+            raise DecodeError(UNKNOWN_SCHEMA_ID, f"{source} is refused: {err}") from None
+        except LookupFailed as err:
+            raise RegistryUnavailable(
+                f"schema_registry {connection.url}: schema id {schema_id} not answered ({err})"
+            ) from None
+        return self._usable(schema_id, found, source)
 
-    def _usable(self, schema_id: int, schema: Schema) -> int:
-        source = f"schema id {schema_id} of {self.connection.url}"
-        if (schema.schema_type or "AVRO") != "AVRO":
-            raise DecodeError(UNKNOWN_SCHEMA_ID, f"{source} is a {schema.schema_type} schema, not Avro")
-        if schema.references:
+    def _usable(self, schema_id: int, found: Found, source: str) -> int:
+        if found.schema_type != "AVRO":
+            raise DecodeError(UNKNOWN_SCHEMA_ID, f"{source} is a {found.schema_type} schema, not Avro")
+        if found.references:
             raise DecodeError(UNKNOWN_SCHEMA_ID, f"{source} uses schema references (not supported)")
         try:
-            return self._add(parse_schema(orjson.loads(schema.schema_str)), schema_id, source=source)
+            return self._add(parse_schema(orjson.loads(found.schema)), schema_id, source=source)
         except Exception as err:  # fastavro's and ours: a schema no record can be read with
             raise DecodeError(UNKNOWN_SCHEMA_ID, f"{source} is not usable: {err}"[:500]) from None

@@ -9,13 +9,14 @@ import json
 import pickle
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
 from tests.registry_server import RegistryServer
-from windjoin.connectors.formats import schema_registry
+from windjoin.connectors.formats import registry_lookup, schema_registry
 from windjoin.connectors.formats.codec_errors import DecodeError
 from windjoin.connectors.formats.schema_registry import RegistryConnection, RegistrySchemas, RegistryUnavailable
 from windjoin.connectors.formats.stream_codecs import stream_codec
@@ -152,10 +153,10 @@ def test_https_with_the_spec_ca_file(tmp_path):
             RegistrySchemas(RegistryConnection(server.url, timeout_s=2)).find(schema_id)
 
 
-def test_decoders_travel_without_a_client():
+def test_decoders_travel_without_a_password():
     schemas = RegistrySchemas(RegistryConnection("http://localhost:1"))
-    schemas._client = object()  # as after a first lookup
-    assert pickle.loads(pickle.dumps(schemas))._client is None
+    schemas._user_info = "svc:s3cret"  # as after a first lookup
+    assert pickle.loads(pickle.dumps(schemas))._user_info is None
 
 
 @pytest.mark.parametrize(
@@ -210,3 +211,43 @@ def test_an_unreadable_password_file_is_named_not_taken_for_an_outage(tmp_path):
     with pytest.raises(ValueError, match="schema_registry.password_file") as err:
         RegistrySchemas(connection).find(7)
     assert not isinstance(err.value, RegistryUnavailable)
+
+
+def test_a_404_without_confluents_error_code_fails_the_batch_not_the_record():
+    """A wrong URL answering HTML 404s was read as "unknown schema id": every Avro record dead-lettered (issue 47).
+    Only error code 40403 in the JSON body means the id is unknown."""
+    with RegistryServer() as server:
+        schema_id = server.add(V1)
+        server.not_a_registry = True
+        with pytest.raises(RegistryUnavailable, match="HTTP 404, code None"):
+            RegistrySchemas(RegistryConnection(server.url)).find(schema_id)
+        server.not_a_registry = False
+        with pytest.raises(DecodeError) as err:  # the registry's own 404 (40403) is still the record's
+            RegistrySchemas(RegistryConnection(server.url)).find(schema_id + 1)
+        assert err.value.reason == "unknown_schema_id"
+    # a 404 JSON body of another code is not "unknown id" either
+    with RegistryServer() as server, pytest.raises(RegistryUnavailable, match="HTTP 404, code 404"):
+        RegistrySchemas(RegistryConnection(f"{server.url}/wrong/prefix")).find(1)
+
+
+def test_a_lookup_ends_at_its_deadline_however_slowly_the_registry_trickles():
+    """A registry sending a byte every 5 s held a lookup past 75 s with timeout_s=10 (issue 47): each read was
+    bounded, never the lookup."""
+    with RegistryServer() as server:
+        schema_id = server.add(V1)
+        server.trickle_s = 0.25  # each read answers within its timeout; the whole body takes ~20 s
+        started = time.monotonic()
+        with pytest.raises(RegistryUnavailable, match="no answer within 1 s"):
+            RegistrySchemas(RegistryConnection(server.url, timeout_s=1)).find(schema_id)
+        assert time.monotonic() - started < 2.0
+
+
+def test_a_schema_over_the_size_cap_is_the_records_dead_letter():
+    """An answer for one id is read up to MAX_SCHEMA_BYTES, never whole whatever its size (issue 47)."""
+    huge = {**V1, "doc": "x" * registry_lookup.MAX_SCHEMA_BYTES}
+    with RegistryServer() as server:
+        schema_id = server.add(huge)
+        with pytest.raises(DecodeError) as err:
+            RegistrySchemas(RegistryConnection(server.url)).find(schema_id)
+        assert err.value.reason == "unknown_schema_id"
+        assert f"over {registry_lookup.MAX_SCHEMA_BYTES} bytes" in err.value.detail
