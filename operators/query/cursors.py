@@ -10,7 +10,9 @@ are (batch_id, row): "after row `row` of batch `batch_id`"; `row = -1` is "befor
 "after the whole batch".
 
 Whoever checks a cursor needs the key that made it: the query proxy reads it from a file shared by its replicas
-(`pipelines/proxy/cursor_key.py`); an in-process reader (`windjoin.query_results`) uses a random one.
+(`pipelines/proxy/cursor_key.py`); an in-process reader (`windjoin.query_results`) uses a random one. Keys rotate
+with an overlap: a codec also holds the previous keys, which still verify; a cursor one of them made is `Gone`
+(410) with the same cursor signed by the current key, so a client resumes where it was instead of starting over.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from windjoin.operators.query.errors import BadQuery
+from windjoin.operators.query.errors import BadQuery, Gone
 from windjoin.operators.query.fields import Key
 
 MAX_TIME = 2**53 - 1  # result times must survive a round trip through a double (Redis scores)
@@ -38,13 +40,16 @@ _OUT_OF_RANGE = "cursor: out of range (pass back a cursor this service returned)
 
 class CursorCodec:
     """Makes cursors and reads them back, signed with `key` (at least `MIN_KEY_BYTES` bytes; ValueError
-    otherwise): a cursor reads back only with the key that made it, for the task it was made for."""
+    otherwise): a cursor reads back only with the key that made it, for the task it was made for. `previous`: keys
+    this service signed with before a rotation; their cursors are `Gone` with the cursor re-signed."""
 
-    def __init__(self, key: bytes) -> None:
-        if not isinstance(key, bytes) or len(key) < MIN_KEY_BYTES:
-            size = len(key) if isinstance(key, bytes) else type(key).__name__
-            raise ValueError(f"cursor key: {size} bytes is not accepted (accepted: at least {MIN_KEY_BYTES} bytes)")
+    def __init__(self, key: bytes, previous: tuple[bytes, ...] = ()) -> None:
+        for which, one in (("cursor key", key), *(("previous cursor key", k) for k in previous)):
+            if not isinstance(one, bytes) or len(one) < MIN_KEY_BYTES:
+                size = len(one) if isinstance(one, bytes) else type(one).__name__
+                raise ValueError(f"{which}: {size} bytes is not accepted (accepted: at least {MIN_KEY_BYTES} bytes)")
         self._key = key
+        self._previous = tuple(previous)
 
     @classmethod
     def random(cls) -> CursorCodec:
@@ -54,9 +59,9 @@ class CursorCodec:
     def __repr__(self) -> str:
         return "CursorCodec(key=<hidden>)"
 
-    def _mac(self, task: str, body: bytes) -> bytes:
+    def _mac(self, task: str, body: bytes, key: bytes | None = None) -> bytes:
         message = _DOMAIN + task.encode() + b"\0" + body  # task names are identifiers: no NUL in them
-        return hmac.new(self._key, message, hashlib.sha256).digest()[:MAC_BYTES]
+        return hmac.new(self._key if key is None else key, message, hashlib.sha256).digest()[:MAC_BYTES]
 
     def encode(self, kind: str, task: str, ints: list[int] | tuple[int, ...]) -> str:
         """The cursor token of `[kind, *ints]` for `task` (kind "t": one-time, "f"/"p": continuous)."""
@@ -77,7 +82,10 @@ class CursorCodec:
         except (binascii.Error, ValueError):
             raise bad from None
         body, mac = raw[:-MAC_BYTES], raw[-MAC_BYTES:]
-        if len(raw) <= MAC_BYTES or not hmac.compare_digest(mac, self._mac(task, body)):
+        if len(raw) <= MAC_BYTES:
+            raise bad
+        current = hmac.compare_digest(mac, self._mac(task, body))
+        if not current and not any(hmac.compare_digest(mac, self._mac(task, body, key)) for key in self._previous):
             raise bad
         try:
             parts = orjson.loads(body)
@@ -91,6 +99,12 @@ class CursorCodec:
             or not all(type(v) is int and abs(v) <= 2**63 for v in parts[1:])
         ):
             raise bad
+        if not current:
+            raise Gone(
+                f"{param}: signed with this service's previous cursor key (rotated since); resume with the returned "
+                "cursor, the same position signed with the current key",
+                cursor=self.encode(parts[0], task, parts[1:]),
+            )
         return parts[0], parts[1:]
 
     # -- one-time queries -------------------------------------------------------------------------------------

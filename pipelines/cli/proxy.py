@@ -100,6 +100,15 @@ def store_from_spec(
     "(env WINDJOIN_PROXY_CURSOR_KEY_FILE).",
 )
 @click.option(
+    "--previous-cursor-key-file",
+    "previous_cursor_key_files",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A key cursors were signed with before the --cursor-key-file one (repeatable): its cursors still verify and "
+    "get 410 with the same cursor signed by the current key. Rotate by adding the new key here on every replica, "
+    "then swapping the two files, then dropping this one once clients resumed.",
+)
+@click.option(
     "--insecure-no-auth", is_flag=True, help="Serve without authentication: anyone who reaches the port reads all."
 )
 @click.option(
@@ -191,6 +200,7 @@ def proxy(
     tokens_file: Path | None,
     tokens_check_s: float,
     cursor_key_file: Path | None,
+    previous_cursor_key_files: tuple[Path, ...],
     insecure_no_auth: bool,
     tls_cert_file: str | None,
     tls_key_file: str | None,
@@ -230,7 +240,7 @@ def proxy(
         access = Access(tokens, Limits(rate_limit, rate_burst, max_streams), metrics, docs)
         bounds = Bounds(max_span_ms, max_limit, max_page_bytes, query_budget_ms, max_queries)
         proxies = trusted_proxies(forwarded_allow_ips)
-        cursors = cursor_codec(cursor_key_file)
+        cursors = cursor_codec(cursor_key_file, previous_cursor_key_files)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     if tokens is None:

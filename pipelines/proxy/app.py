@@ -75,8 +75,14 @@ def create_app(
     @app.exception_handler(QueryError)
     async def query_error(request: Request, err: QueryError) -> JSONResponse:
         status = status_of(err)
-        metrics.answered(request.scope.get("windjoin.kind", "other"), status)
-        body = {"detail": str(err), "cursor": err.cursor} if isinstance(err, errors.Gone) else {"detail": str(err)}
+        kind = request.scope.get("windjoin.kind", "other")
+        metrics.answered(kind, status)
+        body: dict[str, str | None] = {"detail": str(err)}
+        if isinstance(err, errors.Damaged):
+            metrics.damaged.labels(kind).inc()
+            log.warning("%s %s: %s", request.method, request.url.path, err)
+        if isinstance(err, errors.Gone) or (isinstance(err, errors.Damaged) and err.cursor):
+            body["cursor"] = err.cursor
         return JSONResponse(body, status_code=status)
 
     async def store_down(request: Request, err: Exception) -> JSONResponse:

@@ -6,6 +6,10 @@ while it registered is lost), then takes the rows the task's single reader publi
 before its own position (so nothing is delivered twice). The reader never waits for a subscriber: a subscriber
 whose queue is full is marked slow and dropped from the feed; its stream then ends with a final event naming its
 cursor, from which the client resumes. All of this runs on one event loop; only store reads go to threads.
+
+A piece that breaks its index entries (`errors.Damaged`) ends every stream that reaches it with an "end" event
+whose error names the task and batch ("damaged: ...") and whose cursor is past the piece: the client is told what
+it did not get, and resuming from that cursor goes on with the next piece instead of meeting the damage again.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from anyio import CapacityLimiter, to_thread
 from windjoin.connectors.results.result_query import MAX_LIMIT, ResultStore
 from windjoin.operators.query.conditions import Condition
 from windjoin.operators.query.cursors import CursorCodec
-from windjoin.operators.query.errors import QueryError
+from windjoin.operators.query.errors import Damaged, QueryError
 from windjoin.operators.query.fields import ROW, project_table, row_position
 from windjoin.operators.query.json_rows import rows_json
 from windjoin.operators.query.selection import select_table
@@ -91,13 +95,25 @@ def pages(cursors: CursorCodec, task: str, rows: pa.Table, cursor: str, page_row
 
 @dataclass(frozen=True)
 class End:
-    """The stream's last message: why it ends (the subscriber resumes from its own cursor)."""
+    """The stream's last message: why it ends, and where the subscriber resumes when not at its own cursor (past a
+    damaged piece)."""
 
     error: str
+    cursor: str | None = None
 
 
 class FeedLost(Exception):
-    """The store could not serve a subscription's next page; args[0] says why."""
+    """The store could not serve a subscription's next page; args[0] says why, `cursor` is where to resume when
+    not at the subscription's own cursor."""
+
+    def __init__(self, reason: str, cursor: str | None = None) -> None:
+        super().__init__(reason)
+        self.cursor = cursor
+
+
+def _resume(err: Exception) -> str | None:
+    """Where a stream resumes after the store failed with `err`: past a damaged piece, else at its own cursor."""
+    return err.cursor if isinstance(err, Damaged) else None
 
 
 def _reason(err: Exception) -> str:
@@ -198,7 +214,7 @@ class TaskFeed:
                     self._publish(chunk)
         except Exception as err:  # the feed is gone for everyone: each subscriber ends and resumes on its own
             log.warning("feed reader of task %r stopped: %s", self.task, err)
-            self._publish(End(_reason(err)))
+            self._publish(End(_reason(err), _resume(err)))
             self.subscribers.clear()
         finally:
             self.reader = None
@@ -262,7 +278,7 @@ class Subscription:
             async for event in self._events(feed, subscriber, first):
                 yield event
         except FeedLost as lost:
-            yield "end", {"error": lost.args[0], "cursor": self.cursor}
+            yield "end", {"error": lost.args[0], "cursor": self._past(lost.cursor)}
         finally:
             feed.unregister(subscriber)
 
@@ -287,7 +303,7 @@ class Subscription:
                 return
             message = await subscriber.take()
             if isinstance(message, End):
-                yield "end", {"error": message.error, "cursor": self.cursor}
+                yield "end", {"error": message.error, "cursor": self._past(message.cursor)}
                 return
             if kept := self._take(message):
                 yield "results", kept
@@ -302,8 +318,16 @@ class Subscription:
                 self.hub.store.follow_table, self.task, self.cursor, None, config.read_count, 0, config.read_bytes
             )
         except Exception as err:
-            raise FeedLost(_reason(err)) from err
+            raise FeedLost(_reason(err), _resume(err)) from err
         return pages(self.hub.store.cursors, self.task, rows, cursor, config.page_rows)
+
+    def _past(self, cursor: str | None) -> str | None:
+        """The cursor a stream ends with: `cursor` (past a damaged piece) when it is ahead of this subscription's
+        own, else its own."""
+        if cursor is None:
+            return self.cursor
+        position, _ = self.hub.store.cursors.follow_position(cursor, self.task)
+        return cursor if self.position is None or position > self.position else self.cursor
 
     def _take(self, chunk: Chunk) -> Kept | None:
         """What the selection keeps of the chunk's rows after this subscription's position, or None when it keeps

@@ -52,9 +52,17 @@ class ProxyMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.damaged = Counter(
+            "windjoin_proxy_damaged_results",
+            "Reads that met stored results breaking their index entry (a Redis chunk or index member, a Parquet "
+            "file that cannot be read), by kind (results, stream): none of those rows served.",
+            ["kind"],
+            registry=self.registry,
+        )
         self.token_reloads = Counter(
             "windjoin_proxy_token_reloads",
-            "Re-reads of the changed tokens file, by outcome: reloaded, or failed (the last good tokens kept).",
+            "Re-reads of the changed tokens file, by outcome: reloaded, failed (the last good tokens kept), or revoked "
+            "(the file is gone: no token accepted until it is back).",
             ["outcome"],
             registry=self.registry,
         )

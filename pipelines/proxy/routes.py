@@ -15,10 +15,12 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sse_starlette import EventSourceResponse
 
+from windjoin.connectors.redis.damage import PREFIX as DAMAGED
 from windjoin.connectors.results.result_query import MAX_LIMIT, ResultStore
 from windjoin.operators.query import errors
 from windjoin.operators.query.conditions import parse_condition
 from windjoin.operators.query.cursors import MAX_TIME
+from windjoin.pipelines.proxy.admitted import while_admitted
 from windjoin.pipelines.proxy.config import Bounds
 from windjoin.pipelines.proxy.feed import SLOW_CONSUMER, Chunk, Subscription
 from windjoin.pipelines.proxy.models import (
@@ -37,6 +39,8 @@ from windjoin.pipelines.proxy.models import (
     TaskName,
     Where,
 )
+from windjoin.pipelines.proxy.probes import IN_FLIGHT
+from windjoin.pipelines.proxy.sse import StreamResponse
 from windjoin.pipelines.proxy.state import ProxyState
 from windjoin.pipelines.proxy.tokens import Client
 
@@ -187,12 +191,16 @@ async def stream(
         state.metrics.subscribers.inc()
         sent = after  # the cursor of the last event sent: where the client resumes
         try:
-            async with aclosing(subscription.events(chunk)) as stream_events:
-                async for kind, data in stream_events:
-                    if kind != "end" and not state.gate.admits(client):  # revoked or expired since the stream began
+            async with (
+                aclosing(subscription.events(chunk)) as stream_events,
+                aclosing(while_admitted(stream_events, lambda: state.gate.admits(client))) as admitted,
+            ):
+                async for event in admitted:
+                    if event is None:  # revoked, rotated or expired since the stream began
                         end = {"error": TOKEN_WITHDRAWN, "cursor": sent}
                         yield {"event": "end", "data": orjson.dumps(end).decode()}
                         return
+                    kind, data = event
                     if kind == "results":
                         state.metrics.rows.labels("stream").inc(data.rows)
                         sent = data.cursor
@@ -203,6 +211,8 @@ async def stream(
                     else:
                         if data["error"] == SLOW_CONSUMER:
                             state.metrics.slow_consumers.inc()
+                        if data["error"].startswith(DAMAGED):
+                            state.metrics.damaged.labels("stream").inc()
                         yield {"event": "end", "data": orjson.dumps(data).decode()}
         finally:
             state.metrics.subscribers.dec()
@@ -210,7 +220,7 @@ async def stream(
 
     body = events()
     weakref.finalize(body, lease.release)  # also when the response never starts iterating it
-    return EventSourceResponse(body, ping=15, send_timeout=state.send_timeout_s)
+    return StreamResponse(body, ping=15, send_timeout=state.send_timeout_s)
 
 
 @router.get("/v1/tasks/{task}/snapshots", response_model=SnapshotList, responses=ERRORS, tags=["queries"])
@@ -235,11 +245,14 @@ async def healthz() -> Health:
 )
 async def readyz(request: Request) -> JSONResponse:
     """Readiness: every tier the spec configures (Redis, Parquet) answers, within a second (on its own thread:
-    never behind queries)."""
+    never behind queries; not ready at once while as many probes as `probes.IN_FLIGHT` still wait on a store)."""
     state = proxy(request)
     checks = dict.fromkeys(state.store.tiers(), False)
     with move_on_after(READY_TIMEOUT_S):
-        checks = await to_thread.run_sync(state.store.ready, limiter=state.limiter("ready", 1), abandon_on_cancel=True)
+        found = await to_thread.run_sync(
+            state.probes.run, state.store.ready, limiter=state.limiter("ready", IN_FLIGHT), abandon_on_cancel=True
+        )
+        checks = checks if found is None else found
     ready = all(checks.values())
     return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 

@@ -15,6 +15,7 @@ from windjoin.pipelines.proxy.access import Gate
 from windjoin.pipelines.proxy.config import Bounds
 from windjoin.pipelines.proxy.feed import FeedHub
 from windjoin.pipelines.proxy.metrics import ProxyMetrics
+from windjoin.pipelines.proxy.probes import Probes
 
 T = TypeVar("T")
 
@@ -30,6 +31,7 @@ class ProxyState:
     bounds: Bounds
     send_timeout_s: float
     limiters: dict[str, CapacityLimiter] = field(default_factory=dict)  # made on the event loop that uses them
+    probes: Probes = field(default_factory=Probes)  # /readyz's store probes in flight
 
     def limiter(self, name: str, tokens: int) -> CapacityLimiter:
         if name not in self.limiters:

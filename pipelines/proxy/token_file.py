@@ -1,9 +1,11 @@
 """The query proxy's tokens file followed while it runs, so that revoking or adding a token (a Secret's update)
 needs no restart.
 
-A request looks at the file at most every `check_s` seconds (a `stat`: device, inode, size, modification time)
-and re-reads it when it changed. A rewrite that does not parse is logged, counted by the caller, and ignored until
-the file changes again: the proxy keeps the last good table, so a bad edit neither opens the proxy nor stops it.
+A request (and every open stream, about every second) looks at the file at most every `check_s` seconds (a `stat`:
+device, inode, size, modification time) and re-reads it when it changed. A rewrite that does not parse is logged,
+counted by the caller, and ignored until the file changes again: the proxy keeps the last good table, so a bad edit
+neither opens the proxy nor stops it. A file that is gone revokes every token (logged) until it is back: deleting
+it is how an operator shuts everyone out at once. A file missing at start is a configuration error.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from windjoin.pipelines.proxy.tokens import Client, TokenTable
 
 log = logging.getLogger("windjoin.proxy")
 
-DEFAULT_CHECK_S = 5.0
-RELOADED, FAILED = "reloaded", "failed"
+DEFAULT_CHECK_S = 1.0
+RELOADED, FAILED, REVOKED = "reloaded", "failed", "revoked"
 
 
 class TokenFile:
@@ -49,7 +51,8 @@ class TokenFile:
 
     def refresh(self) -> str | None:
         """RELOADED or FAILED when the file changed since it was last read (looked at no more often than every
-        `check_s` seconds), else None. FAILED keeps the last good table."""
+        `check_s` seconds), REVOKED when it is gone (no token is accepted then), else None. FAILED keeps the last
+        good table."""
         now = self._clock()
         if now - self._checked < self.check_s:
             return None
@@ -58,6 +61,10 @@ class TokenFile:
         if seen == self._seen:
             return None
         self._seen = seen
+        if seen is None:
+            log.error("tokens file %s is gone: every token is revoked until it is back", self.path)
+            self.table = TokenTable({})
+            return REVOKED
         try:
             self.table = TokenTable.from_file(self.path, self.tasks)
         except ValueError as err:

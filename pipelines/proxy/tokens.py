@@ -32,12 +32,13 @@ _KEYS, _OPTIONAL_KEYS = {"name", "sha256", "tasks"}, {"expires"}
 
 @dataclass(frozen=True)
 class Client:
-    """An authenticated caller: its name, the tasks it may read (None: every task) and when its token stops
-    being accepted (None: never)."""
+    """An authenticated caller: its name, the tasks it may read (None: every task), when its token stops
+    being accepted (None: never) and the SHA-256 of the token it presented (None: no token, authentication off)."""
 
     name: str
     tasks: frozenset[str] | None
     expires: datetime | None = None
+    sha256: str | None = None
 
     def may_read(self, task: str) -> bool:
         return self.tasks is None or task in self.tasks
@@ -48,7 +49,7 @@ class Client:
 
 class Tokens(Protocol):
     """Who presents a token (`TokenTable`, or `token_file.TokenFile` following a file); `refresh()` is called
-    before each lookup and says whether a reload happened ("reloaded", "failed" or None)."""
+    before each lookup and says whether a reload happened ("reloaded", "failed", "revoked" or None)."""
 
     def client(self, token: str) -> Client | None: ...
 
@@ -71,9 +72,9 @@ class TokenTable:
         return None
 
     def admits(self, client: Client) -> bool:
-        """Whether a client authenticated earlier still has a token here with the same name, tasks and expiry (an
-        open stream of a revoked or changed token ends)."""
-        return client in self._clients.values()
+        """Whether a client authenticated earlier still has its token here, with the same digest, name, tasks and
+        expiry (an open stream of a revoked, rotated or changed token ends)."""
+        return client.sha256 is not None and self._clients.get(client.sha256) == client
 
     def client(self, token: str) -> Client | None:
         digest = hashlib.sha256(token.encode()).hexdigest()
@@ -122,7 +123,7 @@ class TokenTable:
                 raise ValueError(f"{key}.sha256: the same token as {clients[digest].name!r}")
             names.add(name)
             expires = _expiry(f"{key}.expires", entry["expires"]) if "expires" in entry else None
-            clients[digest] = Client(name, _scope(f"{key}.tasks", scope, known_tasks), expires)
+            clients[digest] = Client(name, _scope(f"{key}.tasks", scope, known_tasks), expires, digest)
         return cls(clients)
 
 
