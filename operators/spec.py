@@ -22,9 +22,12 @@ from pydantic_core import InitErrorDetails
 from windjoin.operators.predicate_ops import op_named, op_names
 from windjoin.operators.results_url import check_results_url
 from windjoin.operators.sink_configs import register_sink_config, sink_config_model, sink_kinds
+from windjoin.operators.spec_numbers import Millis, PositiveBytes, PositiveCount, PositiveMillis, Width
 from windjoin.operators.task_graph import components
+from windjoin.operators.url_secrets import secret_query_keys
 from windjoin.operators.windows import Window
 from windjoin.operators.windows.count import CountWindow  # noqa: F401 - the kinds by their old address
+from windjoin.operators.windows.registry import kind_names
 from windjoin.operators.windows.time import TimeWindow
 
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -63,7 +66,7 @@ class StreamSpec(_Strict):
     topic: Annotated[str, Field(pattern=TOPIC)] | None = None
     format: Literal["json", "avro"] = "json"
     schema_file: str | None = Field(default=None, alias="schema", min_length=1)  # .avsc, relative to the spec
-    schema_id: Annotated[int, Field(ge=0, lt=2**31)] | None = None
+    schema_id: Annotated[int, Field(strict=True, ge=0, lt=2**31)] | None = None
     # With a schema registry: the subject its producers register the schema under (default `<topic>-value`).
     subject: Annotated[str, Field(pattern=SUBJECT)] | None = None
     key: Annotated[str, Field(pattern=IDENTIFIER)] | None = None  # partitioning field; none: one partition
@@ -77,7 +80,7 @@ class PredicateSpec(_Strict):
     op: str  # a registered predicate op (operators/predicate_ops/)
     left: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")]
     right: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")]
-    width: Annotated[int | float, Field(ge=0, allow_inf_nan=False)] | None = None
+    width: Width | None = None
 
     @field_validator("op")
     @classmethod
@@ -111,7 +114,7 @@ class TaskSpec(_Strict):
     # left tuple that never paired, once it can no longer pair (anti); or each left tuple with the right tuple valid
     # at its time (as-of: the latest at or before it with equal keys), alone if none (asof_left) or not (asof).
     type: JoinType = "inner"
-    max_age_ms: Annotated[int, Field(ge=0)] | None = None  # as-of: a version older than this is no version
+    max_age_ms: Millis | None = None  # as-of: a version older than this is no version
 
     @property
     def tracked(self) -> tuple[str, ...]:
@@ -132,9 +135,9 @@ class RedisSinkSpec(_Strict):
     password_file: Annotated[str, Field(min_length=1)] | None = None  # a mounted Secret's file
     password_env: Annotated[str, Field(pattern=ENV_NAME)] | None = None  # the name of a variable holding it
     ca_file: Annotated[str, Field(min_length=1)] | None = None  # the CA of a rediss:// server
-    retain_ms: Annotated[int, Field(gt=0)] = 600_000
-    feed_batches: Annotated[int, Field(gt=0)] = 10_000  # batches the continuous-query feed keeps
-    max_bytes: Annotated[int, Field(gt=0)] = 256 << 20  # compressed result bytes Redis keeps at most (about)
+    retain_ms: PositiveMillis = 600_000
+    feed_batches: PositiveCount = 10_000  # batches the continuous-query feed keeps
+    max_bytes: PositiveBytes = 256 << 20  # compressed result bytes Redis keeps at most (about)
 
     @model_validator(mode="after")
     def _one_password_source(self) -> RedisSinkSpec:
@@ -142,6 +145,12 @@ class RedisSinkSpec(_Strict):
             raise ValueError(
                 "url: holds credentials; give the server only (redis://host:port/db) and the password by "
                 "password_file or password_env"
+            )
+        secret = secret_query_keys(self.url)
+        if secret:  # redis-py logs in with ?password=
+            raise ValueError(
+                f"url: holds credentials in its query ({', '.join(secret)}); give the server only "
+                "(redis://host:port/db, other query options accepted) and the password by password_file or password_env"
             )
         if self.password_file and self.password_env:
             raise ValueError("password_file and password_env: give one of them, not both")
@@ -200,7 +209,7 @@ class SchemaRegistrySpec(_Strict):
     password_file: Annotated[str, Field(min_length=1)] | None = None
     password_env: Annotated[str, Field(pattern=ENV_NAME)] | None = None
     ca_file: Annotated[str, Field(min_length=1)] | None = None  # a CA bundle to verify an https registry
-    timeout_s: Annotated[float, Field(gt=0, le=120, allow_inf_nan=False)] = 10.0  # each request
+    timeout_s: Annotated[float, Field(strict=True, gt=0, le=120, allow_inf_nan=False)] = 10.0  # each request
 
     @model_validator(mode="after")
     def _consistent(self) -> SchemaRegistrySpec:
@@ -223,14 +232,14 @@ class PunctuationSpec(_Strict):
 
 
 class SnapshotsSpec(_Strict):
-    every_ms: Annotated[int, Field(gt=0)] = 60_000  # periodic policy: wall clock since the task's last snapshot
+    every_ms: PositiveMillis = 60_000  # periodic policy: wall clock since the task's last snapshot
     punctuation: PunctuationSpec | None = None
 
 
 class ParquetSinkSpec(_Strict):
     path: Annotated[str, Field(min_length=1)]  # a folder, or an object store's URL (s3://bucket/prefix)
     # Keep snapshots whose max result time is within retain_ms of the latest; null: keep everything.
-    retain_ms: Annotated[int, Field(gt=0)] | None = None
+    retain_ms: PositiveMillis | None = None
     snapshots: SnapshotsSpec = SnapshotsSpec()
 
     @field_validator("path")
@@ -287,24 +296,24 @@ DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
 
 class JoinSpec(_Strict):
     window: Window
-    allowed_lateness_ms: Annotated[int, Field(ge=0)] = 0
+    allowed_lateness_ms: Millis = 0
     streams: Annotated[dict[Annotated[str, Field(pattern=IDENTIFIER)], StreamSpec], Field(min_length=2)]
     tasks: Annotated[list[TaskSpec], Field(min_length=1)]
     # Running on Kafka and Spark.
-    partitions: Annotated[int, Field(ge=1, le=65536)] = 64
-    slots: Annotated[int, Field(ge=1, le=4096)] = 2
-    trigger_ms: Annotated[int, Field(ge=0)] = 1000
+    partitions: Annotated[int, Field(strict=True, ge=1, le=65536)] = 64
+    slots: Annotated[int, Field(strict=True, ge=1, le=4096)] = 2
+    trigger_ms: Millis = 1000
     # Records per micro-batch at most, over all input partitions: a backlog is caught up in batches that fit the
     # driver's and executors' memory (null: everything available, for bounded runs over small inputs only).
-    max_offsets_per_trigger: Annotated[int, Field(ge=1)] | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER
+    max_offsets_per_trigger: PositiveCount | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     # Production delay to stay under: batches are sized from their measured fixed and per-record costs
     # (operators.batch_size), growing only while behind (null: batches take up to max_offsets_per_trigger).
-    latency_target_ms: Annotated[int, Field(ge=1)] | None = None
+    latency_target_ms: PositiveMillis | None = None
     # Event time per input partition (time windows): a Kafka partition read to its end whose end has not moved
     # for this long stops holding the watermark back; and while catching up, no partition is read further than
     # `alignment_ms` ahead of the slowest in event time (null: no alignment), so state stays bounded.
-    idle_timeout_ms: Annotated[int, Field(ge=0)] = 10_000
-    alignment_ms: Annotated[int, Field(ge=0)] | None = 10_000
+    idle_timeout_ms: Millis = 10_000
+    alignment_ms: Millis | None = 10_000
     # Results of a batch as the sinks get them (SplitJoin's ordering levels): "none" as the slots produced them,
     # "outer" by result time (the later tuple's), "strict" by result time then the earlier tuples' times.
     output_order: Literal["none", "outer", "strict"] = "none"
@@ -315,7 +324,7 @@ class JoinSpec(_Strict):
     dead_letter_topic: Annotated[str, Field(pattern=TOPIC)] | None = None
     # A record whose event time runs further ahead of its Kafka record time is refused (`future_timestamp`):
     # one bad clock must not push a partition's event time forward and make every later tuple late.
-    max_future_ms: Annotated[int, Field(ge=0)] | None = 86_400_000
+    max_future_ms: Millis | None = 86_400_000
     base_dir: str = Field(default=".", exclude=True)  # the spec file's folder: relative schema paths start here
 
     @model_validator(mode="after")
@@ -573,7 +582,7 @@ class JoinSpec(_Strict):
 
 
 _ACCEPTED_VALUES = {
-    "int": "an integer",
+    "int": "an integer in -2^63..2^63-1",
     "float": "a finite number",
     "string": "a string",
     "bool": "true or false",
@@ -585,7 +594,7 @@ def _matches_type(value: Any, ftype: str) -> bool:
     if isinstance(value, bool):
         return ftype == "bool"
     if ftype == "int":
-        return isinstance(value, int)
+        return isinstance(value, int) and -(2**63) <= value < 2**63
     if ftype == "float":
         return isinstance(value, int | float) and math.isfinite(value)
     return isinstance(value, str) if ftype == "string" else False
@@ -641,13 +650,18 @@ def _format_errors(err: ValidationError) -> str:
     return "\n".join(lines)
 
 
+_CROSS_REFERENCES = "function-after[_cross_references(), JoinSpec]"
+
+
 def _dotted(loc: tuple[Any, ...]) -> str:
     out = ""
-    for part in loc:
+    for before, part in zip((None, *loc), loc, strict=False):
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("time", "count", "int", "float", "function-after[_cross_references(), JoinSpec]"):
+        elif part in ("time", "count", "int", "float", "constrained-int", "constrained-float", _CROSS_REFERENCES):
             continue  # pydantic's union-branch and validator labels; not keys the user wrote
+        elif before == "window" and part in kind_names():
+            continue  # the window's kind tag (tumbling, hopping, ...), the union's branch
         else:
             out += f".{part}" if out else str(part)
     return out

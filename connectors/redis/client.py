@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import redis
 
 from windjoin.connectors.secret_files import read_secret
+from windjoin.operators.url_secrets import secret_query_keys
 
 ENV_USERNAME = "WINDJOIN_REDIS_USERNAME"
 ENV_PASSWORD_FILE = "WINDJOIN_REDIS_PASSWORD_FILE"
@@ -68,7 +69,7 @@ def check_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss", "unix"):
         raise RedisAuthError(f"redis url {url!r}: the scheme must be redis://, rediss:// (TLS) or unix://")
-    if parts.password:
+    if parts.password or secret_query_keys(url):  # redis-py also logs in with ?password=
         raise RedisAuthError(
             "redis url: holds a password; give the server only (redis://host:port/db) and the password by "
             "password_file or WINDJOIN_REDIS_PASSWORD_FILE"

@@ -14,8 +14,6 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-MAX_BOUND_MS = 10 * 365 * 86_400_000  # ten years: event times plus a bound stay far inside int64
-
 
 class Reach(NamedTuple):
     """Per probe, the closed range [lo, hi] a stored tuple's system column (`system_columns`) must lie in."""

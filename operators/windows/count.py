@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field
-
+from windjoin.operators.spec_numbers import PositiveCount
 from windjoin.operators.system_columns import SSEQ
 from windjoin.operators.windows.base import ProbeView, Reach, WindowKind
 from windjoin.operators.windows.registry import register
@@ -16,7 +15,7 @@ NUMBERS_EVERY_ARRIVAL = "a count window numbers every arrival of a partition, so
 @register
 class CountWindow(WindowKind):
     kind: Literal["count"]
-    size: Annotated[int, Field(gt=0)]
+    size: PositiveCount
 
     event_time: ClassVar[bool] = False
     counts_arrivals: ClassVar[bool] = True

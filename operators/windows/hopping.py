@@ -3,12 +3,12 @@ of them and a pair comes out once per window holding both (Flink's HOP)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
+from windjoin.operators.spec_numbers import PositiveWindowMillis, WindowMillis
 from windjoin.operators.windows.aligned import AlignedWindow
-from windjoin.operators.windows.base import MAX_BOUND_MS
 from windjoin.operators.windows.registry import register
 
 MAX_WINDOWS_PER_TUPLE = 1024  # size_ms / hop_ms: copies of every tuple the join stores
@@ -19,9 +19,9 @@ class HoppingWindow(AlignedWindow):
     """Windows `[offset_ms + j * hop_ms, offset_ms + j * hop_ms + size_ms)`."""
 
     kind: Literal["hopping"]
-    size_ms: Annotated[int, Field(gt=0, le=MAX_BOUND_MS)]
-    hop_ms: Annotated[int, Field(gt=0)]
-    offset_ms: Annotated[int, Field(ge=0)] = 0
+    size_ms: PositiveWindowMillis
+    hop_ms: PositiveWindowMillis
+    offset_ms: WindowMillis = 0
 
     @model_validator(mode="after")
     def _aligned(self) -> HoppingWindow:

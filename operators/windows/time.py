@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
+from windjoin.operators.spec_numbers import SignedWindowMillis, WindowMillis
 from windjoin.operators.system_columns import TS
-from windjoin.operators.windows.base import MAX_BOUND_MS, ProbeView, Reach, WindowKind
+from windjoin.operators.windows.base import ProbeView, Reach, WindowKind
 from windjoin.operators.windows.registry import register
 
 
@@ -18,9 +19,9 @@ class TimeWindow(WindowKind):
     first and second in the task's `join` order."""
 
     kind: Literal["time"]
-    size_ms: Annotated[int, Field(ge=0)] | None = None
-    lower_ms: Annotated[int, Field(ge=-MAX_BOUND_MS, le=MAX_BOUND_MS)] | None = None
-    upper_ms: Annotated[int, Field(ge=-MAX_BOUND_MS, le=MAX_BOUND_MS)] | None = None
+    size_ms: WindowMillis | None = None
+    lower_ms: SignedWindowMillis | None = None
+    upper_ms: SignedWindowMillis | None = None
 
     task_bounds: ClassVar[bool] = True
     n_way: ClassVar[bool] = True

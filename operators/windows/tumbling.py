@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
+from windjoin.operators.spec_numbers import PositiveWindowMillis, WindowMillis
 from windjoin.operators.windows.aligned import AlignedWindow
-from windjoin.operators.windows.base import MAX_BOUND_MS
 from windjoin.operators.windows.registry import register
 
 
@@ -16,8 +16,8 @@ class TumblingWindow(AlignedWindow):
     """Windows `[offset_ms + j * size_ms, offset_ms + (j + 1) * size_ms)`: each tuple in exactly one."""
 
     kind: Literal["tumbling"]
-    size_ms: Annotated[int, Field(gt=0, le=MAX_BOUND_MS)]
-    offset_ms: Annotated[int, Field(ge=0)] = 0
+    size_ms: PositiveWindowMillis
+    offset_ms: WindowMillis = 0
 
     @model_validator(mode="after")
     def _offset_within(self) -> TumblingWindow:

@@ -159,3 +159,11 @@ def test_a_malformed_api_server_cidr_is_refused_naming_the_key(helm):
         'networkPolicy.apiServerCIDRs=["10.0.0.1"]',
     )
     assert done.returncode != 0 and "/networkPolicy/apiServerCIDRs/0" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("peers", ["[]", "[{}]"])
+def test_prometheus_from_cannot_open_the_metrics_ports_to_every_source(helm, peers):
+    """`prometheusFrom: []` rendered `from: []`, which admits every source (issue 47); an empty peer is as open."""
+    args = ["-f", str(REQUIRED_VALUES), "--set-json", f"networkPolicy.prometheusFrom={peers}"]
+    done = run_helm(helm, "template", "wj", str(CHART), *args)
+    assert done.returncode != 0 and "/networkPolicy/prometheusFrom" in done.stderr, done.stderr

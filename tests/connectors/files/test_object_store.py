@@ -156,3 +156,28 @@ def test_credentials_in_the_url_are_refused_naming_the_key(url: str, refused: st
 def test_a_scheme_no_filesystem_knows_names_the_key() -> None:
     with pytest.raises(ValueError, match=r"sinks\.parquet\.path: 'nosuch://bucket/x' is no location pyarrow can open"):
         result_files("nosuch://bucket/x")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "abfs://c@acct.dfs.core.windows.net/r?sv=2022-11-02&ss=b&srt=co&sp=rwdl&se=2030-01-01T00:00:00Z&sig=abc%3D",
+        "abfs://c@acct.dfs.core.windows.net/r?sig=abc%3D",
+        "abfs://c@acct.dfs.core.windows.net/r?client_secret=xyz&client_id=app",
+        "gs://bucket/r?client_secret=xyz",
+    ],
+)
+def test_azure_sas_and_client_secrets_in_the_query_are_refused(url: str) -> None:
+    """Issue 47: a SAS token or a client secret in the query passed the guard."""
+    with pytest.raises(ValueError, match=r"sinks\.parquet\.path: credentials in the URL \("):
+        parse_spec(_spec_dict(url))
+
+
+def test_an_azure_container_in_the_url_is_not_taken_for_a_user() -> None:
+    """Issue 47: `abfs://container@account...` was refused as a URL with credentials; a password after the
+    container still is, and a user in any other scheme."""
+    url = "abfs://results@acct.dfs.core.windows.net/windjoin"
+    assert parse_spec(_spec_dict(url)).sinks.parquet.path == url
+    for refused in ("abfs://results:key@acct.dfs.core.windows.net/w", "s3://user@bucket/w"):
+        with pytest.raises(ValueError, match="a URL with credentials is refused"):
+            parse_spec(_spec_dict(refused))
