@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.redis_acl import NS, acl_redis
+from tests.support.redis_acl import NS, PAIRS, acl_redis
+from tests.support.result_tables import make_table
 from windjoin.connectors.redis.client import redis_client
+from windjoin.connectors.redis.sink import RedisFullError, RedisSink
 
 MIB = 1 << 20
 CALLS = 20  # per kind of call: ~100 MiB of arguments in all
@@ -76,3 +78,27 @@ def test_a_bad_argument_is_an_error_naming_it(tmp_path: Path) -> None:
             job.fcall("windjoin_advance", 1, meta, "9" * 17, "1")
         with pytest.raises(redis.ResponseError, match=r"windjoin: key 1 is longer than 1024 bytes"):
             job.fcall("windjoin_refuse", 1, f"{NS}:{{{'a' * 1100}}}:meta", "1")
+
+
+def test_a_commit_redis_refuses_for_memory_leaves_the_batch_to_parquet(private_redis: str) -> None:
+    """The commit adds index entries, so it is not let past maxmemory: when Redis refuses it, the sink leaves the
+    batch to Parquet (`windjoin_leave`) as after a refused piece; without Parquet it is the error naming the bounds."""
+    admin = redis_client(private_redis)
+    sinks = {trim: RedisSink(private_redis, 10**6, f"leave{trim:d}", trim=trim) for trim in (False, True)}
+    try:
+        for sink in sinks.values():
+            sink.write(0, {"a": make_table("a", 0, PAIRS)})
+            sink.stage(1, 0, {"a": make_table("a", 1, PAIRS)})
+        admin.config_set("maxmemory", int(admin.info("memory")["used_memory"]))
+        assert sinks[False].commit(1, {"a": [0]}, batch_max={"a": 9}) == ["a"]
+        meta = admin.hgetall("leave0:{a}:meta")
+        assert (meta[b"committed"], meta[b"since"], meta[b"full_batches"]) == (b"1", b"2", b"1")
+        assert not admin.exists("leave0:{a}:piece:1:0") and sinks[False].count("a") == 1  # batch 0 alone
+        with pytest.raises(RedisFullError, match=r"maxmemory is reached"):
+            sinks[True].commit(1, {"a": [0]}, batch_max={"a": 9})
+        assert sinks[True].last_committed("a") == 0
+    finally:
+        admin.config_set("maxmemory", 0)
+        for sink in sinks.values():
+            sink.clear("a")
+            sink.close()
