@@ -36,6 +36,7 @@ MAC_BYTES = 16
 MAX_TOKEN = 200  # characters: a cursor of three 64-bit integers is about 110
 _DOMAIN = b"windjoin cursor v1\0"  # the MAC input starts with it: these keys sign nothing else
 _OUT_OF_RANGE = "cursor: out of range (pass back a cursor this service returned)"
+ROTATED = "previous cursor key"  # in the Gone of a cursor a previous key signed
 
 
 class CursorCodec:
@@ -101,8 +102,8 @@ class CursorCodec:
             raise bad
         if not current:
             raise Gone(
-                f"{param}: signed with this service's previous cursor key (rotated since); resume with the returned "
-                "cursor, the same position signed with the current key",
+                f"{param}: signed with this service's {ROTATED} (rotated since); resume with the returned cursor, "
+                "the same position signed with the current key",
                 cursor=self.encode(parts[0], task, parts[1:]),
             )
         return parts[0], parts[1:]

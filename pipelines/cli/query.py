@@ -22,6 +22,9 @@ import click
 import httpx
 import orjson
 
+from windjoin.connectors.redis.damage import PREFIX as DAMAGED
+from windjoin.operators.query.cursors import ROTATED
+
 RETRIES = 5  # consecutive failed connects before `follow` gives up
 DEFAULT_PAGE = 1000
 
@@ -314,8 +317,10 @@ class FollowStream:
                     time.sleep(min(2**failures * 0.1, 5))
 
     def _resumable(self, response: httpx.Response) -> bool:
-        """A 410 with a cursor: the feed lost results after ours, Parquet holds them; follow its cursor."""
-        if response.status_code != 410:
+        """A 410 with a cursor (the feed lost results after ours and Parquet holds them, or the cursor key was
+        rotated), or a damaged piece's 500 with the cursor past it (its rows are not served: said on stderr):
+        follow its cursor."""
+        if response.status_code not in (410, 500):
             return False
         try:
             body = response.json()
@@ -323,7 +328,14 @@ class FollowStream:
             return False
         if not isinstance(body, dict) or not body.get("cursor"):
             return False
-        click.echo(f"{body.get('detail')}: resuming from Parquet", err=True)
+        detail = str(body.get("detail", ""))
+        if response.status_code == 500 and not detail.startswith(DAMAGED):
+            return False
+        if response.status_code == 500:
+            how = "resuming past it"
+        else:
+            how = "resuming with the current key" if ROTATED in detail else "resuming from Parquet"
+        click.echo(f"{detail}: {how}", err=True)
         self.cursor = body["cursor"]
         return True
 

@@ -17,6 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from tests.pipelines.proxy_helpers import TOKEN, TOKENS_FILE, Results, Server, access, make_spec, new_namespace
+from tests.support.damaged_chunks import crafted_chunk, damage
 from tests.support.proxy_metrics import wait_subscribers
 from windjoin.connectors.local import processes
 from windjoin.connectors.local.processes import free_port
@@ -252,3 +253,16 @@ def test_results_by_spec_with_redis_failing_mid_read_go_on_from_parquet_at_the_s
     assert result.exit_code == 0, result.output
     assert json_lines(result.stdout) == tiers.oracle("a", 0, 10_000)
     assert len(calls) == 3 and "Redis went away" in result.stderr
+
+
+def test_follow_goes_past_a_damaged_piece_saying_so(redis_url: str) -> None:
+    """The first batch's chunk holds 100 rows under an entry of 10: `windjoin query follow --from 0` says which
+    batch is damaged, serves none of its rows, and goes on with the next batch."""
+    live = Results(make_spec(redis_url, None), new_namespace(), redis_url, None)
+    damage(live, 0, crafted_chunk(live, "a", 100))
+    live.write(6, t0=100)
+    with Server(create_app(live.store(), FeedConfig(block_ms=200), access=access())) as server:
+        followed = run("follow", server.url, "a", "--from", 0, "--max-rows", 6, "--json")
+    assert followed.exit_code == 0, followed.output
+    assert json_lines(followed.stdout) == live.since("a", 1)
+    assert "damaged: task 'a' batch 0" in followed.stderr and "resuming past it" in followed.stderr
