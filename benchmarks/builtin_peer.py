@@ -5,6 +5,10 @@ checkpointing) with format 4, which indexes join state by event time for evictio
 a query reads when it starts (its session is cloned in `start()`) and then keeps in its checkpoint's offset log:
 they are set around `start()` only, and every query has its own checkpoint (the format is fixed by it). What ran is
 read back from the checkpoint: the confs in its offset log and the files its state store wrote.
+
+Each configuration reads the topics two ways: through windjoin's Kafka reader (the `windjoin-kafka` Python
+source), and through Spark's own Kafka source (`format("kafka")`, spark-sql-kafka-0-10, when the setup fetched it:
+connectors.spark.connector_jars), named `<config>+spark_kafka`. The faster is the baseline; both are recorded.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.delays import DelayHistogram
+from windjoin.connectors.spark.connector_jars import spark_kafka_jars
 
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 FORMAT = "spark.sql.streaming.join.stateFormatVersion"
@@ -35,6 +40,22 @@ EXPECTED = {
     "hdfs_v2": {"provider": HDFS_PROVIDER, "format": "2", "state_files": "delta"},
     "rocksdb_v4": {"provider": ROCKSDB_PROVIDER, "format": "4", "state_files": "changelog"},
 }
+
+
+SPARK_KAFKA = "spark_kafka"  # the suffix of a peer reading through Spark's own Kafka source
+
+
+def peers() -> list[str]:
+    """Every peer to measure: each configuration through windjoin's reader, and through Spark's Kafka source
+    when its jars are there."""
+    names = list(CONFIGS)
+    return names + [f"{c}+{SPARK_KAFKA}" for c in CONFIGS] if spark_kafka_jars() else names
+
+
+def _parts(peer: str) -> tuple[str, str]:
+    """(configuration, reader) of a peer's name."""
+    config, _, reader = peer.partition("+")
+    return config, reader or "windjoin"
 
 
 class BuiltinSink:
@@ -66,7 +87,7 @@ class BuiltinSink:
 
 def start_builtin(
     spark: Any,
-    config: str,
+    peer: str,
     topics: tuple[str, str],
     bootstrap: str,
     sink: BuiltinSink,
@@ -77,25 +98,28 @@ def start_builtin(
     how: str = "inner",
 ) -> Any:
     """The built-in join of R(ts, k, x) and S(ts, k, a) on k within `window_ms`, watermarks `lateness_ms` behind,
-    in configuration `config` (a key of CONFIGS), batches back to back into `sink`; the session's confs are as
-    they were when this returns. `how`: Spark's join type ("inner", "left_outer": an R row alone once the
+    as `peer` (a name of `peers()`), batches back to back into `sink`; the session's confs are as they were when
+    this returns. `how`: Spark's join type ("inner", "left_outer": an R row alone once the
     watermark passes its window, S null; its result time R's)."""
     from pyspark.sql import functions as F
 
     from windjoin.connectors.kafka.source import SOURCE_NAME, register_kafka_source
 
     register_kafka_source(spark)
+    config, reader = _parts(peer)
     delay = f"{lateness_ms} milliseconds"
 
+    def read(topic: str) -> Any:
+        if reader == SPARK_KAFKA:
+            stream = spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+            stream = stream.option("subscribe", topic)
+        else:
+            stream = spark.readStream.format(SOURCE_NAME).option("bootstrap.servers", bootstrap)
+            stream = stream.option("topics", topic)
+        return stream.option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(max(1, mopt // 2)))
+
     def side(topic: str, name: str, field_name: str) -> Any:
-        raw = (
-            spark.readStream.format(SOURCE_NAME)
-            .option("bootstrap.servers", bootstrap)
-            .option("topics", topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", str(max(1, mopt // 2)))
-            .load()
-        )
+        raw = read(topic).load()
         parsed = raw.select(
             F.from_json(F.col("value").cast("string"), f"ts long, k long, {field_name} long").alias("v")
         )
@@ -118,7 +142,7 @@ def start_builtin(
     writer = (
         joined.writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
-        .queryName(f"builtin-{config}-{uuid.uuid4().hex[:6]}")
+        .queryName(f"builtin-{config}-{reader}-{uuid.uuid4().hex[:6]}")
         .trigger(processingTime="0 seconds")
     )
     saved = {key: spark.conf.get(key, None) for key in CONFIGS[config]}
@@ -137,10 +161,11 @@ def _set_confs(spark: Any, confs: dict[str, str | None]) -> None:
             spark.conf.set(key, value)
 
 
-def evidence(config: str, checkpoint: Path) -> dict[str, Any]:
+def evidence(peer: str, checkpoint: Path) -> dict[str, Any]:
     """What the query of `checkpoint` ran with: the state store and join state format in its first offset log
     entry, the kinds of file its state store wrote and the store folders of partition 0; `in_effect` when they
-    are `config`'s."""
+    are the configuration's of `peer`; and which reader it read with."""
+    config, reader = _parts(peer)
     logs = sorted((checkpoint / "offsets").glob("[0-9]*"), key=lambda f: int(f.name))
     conf = json.loads(logs[0].read_text().splitlines()[1]).get("conf", {}) if logs else {}
     state = checkpoint / "state" / "0"
@@ -151,6 +176,7 @@ def evidence(config: str, checkpoint: Path) -> dict[str, Any]:
     want = EXPECTED[config]
     return {
         **found,
+        "reader": reader,
         "state_file_kinds": dict(sorted(suffixes.items())),
         "partition0_folders": stores,
         "in_effect": found == {"provider": want["provider"], "format": want["format"]}

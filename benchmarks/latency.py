@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from benchmarks.builtin_peer import CONFIGS, BuiltinSink, best, evidence, start_builtin
+from benchmarks.builtin_peer import BuiltinSink, best, evidence, peers, start_builtin
 from benchmarks.delays import DelayHistogram, batch_start_ms, uniform_arrival_delays
 from benchmarks.machine import machine_facts
 from benchmarks.paced_load import (
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
             label: run_variant(spark, urls[services.KAFKA], urls[services.REDIS], workdir, label, overrides, args)
             for label, overrides in variants.items()
         }
-        result["builtin"] = {c: run_builtin(spark, urls[services.KAFKA], workdir, c, args) for c in CONFIGS}
+        result["builtin"] = {c: run_builtin(spark, urls[services.KAFKA], workdir, c, args) for c in peers()}
     finally:
         tear_down(spark, state_dir, workdir)
     summarise(result)

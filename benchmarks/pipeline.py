@@ -77,7 +77,7 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
-from benchmarks.builtin_peer import CONFIGS, BuiltinSink, best, evidence, start_builtin
+from benchmarks.builtin_peer import BuiltinSink, best, evidence, peers, start_builtin
 from benchmarks.delays import MAX_DELAY_MS, DelayHistogram, shifted
 from benchmarks.machine import machine_facts
 from benchmarks.paced_load import (
@@ -523,7 +523,7 @@ class Bench:
         return result
 
     def start_builtin(self, config: str, topics: tuple[str, str], sink: Any, checkpoint: Path, mopt: int) -> Any:
-        """The built-in join over `topics` in configuration `config` (`builtin_peer.CONFIGS`)."""
+        """The built-in join over `topics` in configuration `config` (`builtin_peer.peers()`)."""
         p = self.params
         window_ms, lateness = int(p.window_s * 1000), p.lateness_ms
         how = {"inner": "inner", "left": "left_outer"}[self.join_type]
@@ -538,7 +538,7 @@ class Bench:
         self.join_type = "left"
         try:
             windjoin = self.windjoin_throughput(total, mopt)
-            configs = {c: self.builtin_throughput(total, mopt, c) for c in CONFIGS}
+            configs = {c: self.builtin_throughput(total, mopt, c) for c in peers()}
         finally:
             self.join_type = "inner"
         baseline = best(configs, lambda run: run["rows_per_s"])
@@ -1038,7 +1038,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"stages alone, rows/s: {stages}; load {load_avg()}", flush=True)
         configs = {
             c: best_of(f"built-in {c}", [bench.builtin_throughput(prefill["events"], m, c) for m in offsets])
-            for c in CONFIGS
+            for c in peers()
         }
         bi = builtin_baseline(configs)
         result["builtin_configs"] = configs  # each sweep row has the evidence of what ran

@@ -3,7 +3,7 @@ records as Arrow batches, exactly once.
 
 Broker quirks handled here (Tansu 0.6, measured): ListOffsets reports the base offset of the last record
 batch + 1 as the end of a partition, short of the real end when the last produce request carried several
-records, so partition ends are taken from a Fetch response's high watermark (`probe_partition_bounds`); a
+records, so partition ends are taken from a read to the partition's end (`probe_partition_bounds`); a
 fetch past the end of the log returns no records and no error (Kafka says OFFSET_OUT_OF_RANGE), so a range
 read compares its position with that high watermark and fails within seconds when the log is too short.
 Consuming an assigned partition of a deleted topic crashed the process inside librdkafka, so a range read
@@ -51,6 +51,20 @@ _FATAL_READ_CODES = {
 }
 
 
+# Out-of-range answers: the log no longer holds the planned offsets (Apache Kafka says so; Tansu stays silent).
+_OUT_OF_RANGE_CODES = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
+
+
+# Answers that pass: a leader being elected, a broker restarting (asked again until the call's deadline).
+_TRANSIENT_CODES = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+}
+
+
 class KafkaRangeError(RuntimeError):
     """A planned offset range cannot be read (data deleted, topic gone, broker short of the range)."""
 
@@ -70,23 +84,22 @@ def list_partitions(consumer: Consumer, topics: Sequence[str], timeout_s: float)
 def probe_partition_bounds(
     consumer: Consumer, partitions: Sequence[tuple[str, int]], timeout_s: float
 ) -> dict[str, tuple[int, int]]:
-    """(low, high) watermarks per partition key, the high one taken from a Fetch response.
+    """(low, end) per partition key: `end` the offset up to which this consumer's isolation level may read.
 
-    ListOffsets alone is not trusted for the end: Tansu answers with the last record batch's base offset + 1.
-    That answer is still a lower bound, so each partition is fetched from one before it (inside the last
-    batch, i.e. a small fetch); the Fetch response carries the real high watermark, which librdkafka keeps as
-    the cached watermark, and the partition-EOF event carries it too. The consumer is left unassigned.
+    For a `read_committed` reader (the source's) that is the last stable offset: records of a transaction still
+    open lie beyond it, and a range planned past it could not be read until the transaction ends (the high
+    watermark, which librdkafka caches from Fetch responses, would be that wrong end). ListOffsets alone is not
+    trusted either: Tansu answers with the last record batch's base offset + 1. That answer is still a lower
+    bound, so each partition is read from one before it (inside the last batch, i.e. a small fetch) up to its
+    partition-EOF event, whose offset is the end for this isolation level. The consumer is left unassigned.
     """
     if not partitions:
         return {}
     bounds: dict[str, tuple[int, int]] = {}
     assignment = []
+    deadline = time.monotonic() + timeout_s
     for topic, part in partitions:
-        try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=timeout_s, cached=False)
-        except KafkaException as exc:
-            raise KafkaRangeError(f"cannot list the offsets of {topic}:{part}: {exc}") from exc
-        low, high = max(0, low), max(0, high)
+        low, high = _listed_offsets(consumer, TopicPartition(topic, part), deadline)
         bounds[partition_key(topic, part)] = (low, max(low, high))
         assignment.append(TopicPartition(topic, part, max(low, high - 1)))
     pending = {partition_key(tp.topic, tp.partition) for tp in assignment}
@@ -102,24 +115,34 @@ def probe_partition_bounds(
                     seen_end[key] = max(seen_end.get(key, 0), msg.offset() + 1)
                 elif err.code() == KafkaError._PARTITION_EOF:
                     seen_end[key] = max(seen_end.get(key, 0), msg.offset())
+                    pending.discard(key)
                 elif err.code() in _FATAL_READ_CODES:
                     raise KafkaRangeError(f"cannot find the end of {key}: {err}")
                 else:
                     log.warning("probing %s: %s", key, err)
-                    continue
-                pending.discard(key)
         if pending:
             raise KafkaRangeError(
                 f"no Fetch response within {timeout_s:g} s for {sorted(pending)}: cannot find their end"
             )
-        for topic, part in partitions:
-            key = partition_key(topic, part)
-            _, fetched_high = consumer.get_watermark_offsets(TopicPartition(topic, part), cached=True)
-            low, listed_high = bounds[key]
-            bounds[key] = (low, max(listed_high, fetched_high, seen_end[key]))
+        for key, (low, listed_end) in bounds.items():
+            bounds[key] = (low, max(listed_end, seen_end[key]))
     finally:
         consumer.unassign()
     return bounds
+
+
+def _listed_offsets(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+    """(low, high) as ListOffsets says, asked again while the broker answers with a retriable error (a leader
+    being elected: Apache Kafka says "not leader" for a moment after a topic is created or a broker restarts)."""
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=max(0.5, deadline - time.monotonic()), cached=False)
+            return max(0, low), max(0, high)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not (error.retriable() or error.code() in _TRANSIENT_CODES) or time.monotonic() >= deadline:
+                raise KafkaRangeError(f"cannot list the offsets of {tp.topic}:{tp.partition}: {exc}") from exc
+            time.sleep(0.1)
 
 
 _POOL: dict[str, list[Consumer]] = {}  # this Python worker's idle consumers, by configuration (`read_ranges`)
@@ -222,6 +245,8 @@ def read_range(
                         if msg.offset() >= rng.end:  # only non-data records (e.g. txn markers) were left
                             next_offset = rng.end
                         continue
+                    if err.code() in _OUT_OF_RANGE_CODES:
+                        raise KafkaRangeError(_short_log(where, rng, _listed_end(consumer, tp, options), err))
                     if err.code() in _FATAL_READ_CODES or err.fatal():
                         raise KafkaRangeError(f"cannot read {where} at offset {next_offset}: {err}")
                     log.warning("reading %s at offset %d: %s", where, next_offset, err)
@@ -251,11 +276,7 @@ def read_range(
                 if 0 <= high < rng.end and high <= next_offset:
                     short_since = short_since or time.monotonic()
                     if time.monotonic() - short_since > min(EOF_GRACE_S, options.read_timeout_s / 2):
-                        raise KafkaRangeError(
-                            f"cannot read {where}: the broker says the partition ends at offset {high}, the "
-                            f"range was planned up to {rng.end} (topic deleted and re-created, or records "
-                            f"lost on the broker)"
-                        )
+                        raise KafkaRangeError(_short_log(where, rng, high))
             if next_offset < rng.end and time.monotonic() - last_progress > options.read_timeout_s:
                 raise KafkaRangeError(
                     f"cannot read {where}: no records after offset {next_offset - 1} for "
@@ -266,6 +287,25 @@ def read_range(
     finally:
         if own:
             consumer.close()
+
+
+def _listed_end(consumer: Consumer, tp: TopicPartition, options: KafkaSourceOptions) -> int | None:
+    """The partition's end as the broker lists it now, or None when it cannot be asked."""
+    try:
+        return consumer.get_watermark_offsets(tp, timeout=options.read_timeout_s, cached=False)[1]
+    except KafkaException:
+        return None
+
+
+def _short_log(where: str, rng: KafkaRange, end: int | None, err: KafkaError | None = None) -> str:
+    """Why a planned range cannot be read from a log that ends before it (Kafka's out-of-range error, or Tansu's
+    silence past the end)."""
+    ends = "ends before it" if end is None else f"ends at offset {end}"
+    detail = "" if err is None else f"; {err.str()}"
+    return (
+        f"cannot read {where}: the broker says the partition {ends}, the range was planned up to {rng.end} "
+        f"(topic deleted and re-created, or records lost on the broker{detail})"
+    )
 
 
 def _to_batch(

@@ -78,6 +78,9 @@ class KafkaSourceOptions:
             # Out-of-range must be an error, never a silent jump to another offset.
             "auto.offset.reset": "error",
             "allow.auto.create.topics": False,
+            # Committed records only, never those of an aborted or open transaction (librdkafka's default, kept
+            # explicit: the planned ends are the last stable offsets this level reads to).
+            "isolation.level": "read_committed",
         }
         config.update(self.kafka_config)
         config.update(self.security.client_config())

@@ -2,7 +2,8 @@
 
 Local mode on a small machine: `local[2]`, no web UI, few shuffle partitions, loopback networking, Python
 workers on the running interpreter, and a large driver thread stack (``query.stop()`` can otherwise raise a
-StackOverflowError in the stream thread).
+StackOverflowError in the stream thread). Spark's own Kafka connector is on the classpath when the setup fetched
+it (connectors.spark.connector_jars).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+from windjoin.connectors.spark.connector_jars import spark_kafka_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,6 +48,7 @@ def build_local_spark(
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name).master(master)
-    for key, value in {**DEFAULT_CONF, **dict(conf or {})}.items():
+    jars = {"spark.jars": ",".join(spark_kafka_jars())} if spark_kafka_jars() else {}
+    for key, value in {**DEFAULT_CONF, **jars, **dict(conf or {})}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
