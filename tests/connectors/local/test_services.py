@@ -15,6 +15,7 @@ import redis
 from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.services_fixtures import fetch_kafka_jars
 from windjoin.connectors.kafka import admin as kafka_admin
 from windjoin.connectors.kafka import producer as kafka_producer
 from windjoin.connectors.local import services
@@ -346,3 +347,41 @@ def test_redis_refuses_clients_without_its_password(tmp_path: Path, where: str) 
 def test_the_embedded_redis_sets_its_busy_reply_threshold(redis_url: str) -> None:
     """Set explicitly (redis_functions.BUSY_REPLY_MS, its docstring says why), whatever a redis.conf would say."""
     assert redis_client(redis_url).config_get("busy-reply-threshold") == {"busy-reply-threshold": str(BUSY_REPLY_MS)}
+
+
+def test_apache_kafka_keeps_its_topics_and_records_across_a_restart(tmp_path: Path) -> None:
+    fetch_kafka_jars()
+    config = services.ServicesConfig(state_dir=tmp_path / "svc", redis=False, broker=services.APACHE_KAFKA)
+    [started] = services.up(config)
+    try:
+        assert started.service.broker == services.APACHE_KAFKA
+        bootstrap = started.service.url
+        kafka_admin.create_topics(bootstrap, "kept", PARTITIONS)
+        sent = [(b"k", f"v{i}".encode(), 1_700_000_000_000 + i) for i in range(20)]
+        assert kafka_producer.produce(bootstrap, "kept", sent) == len(sent)
+        with pytest.raises(services.ServiceStartError, match="a kafka broker already runs .* not the tansu broker"):
+            services.up(services.ServicesConfig(state_dir=tmp_path / "svc", redis=False))
+        services.down(config.state_dir)
+        [again] = services.up(config)
+        assert again.service.url == bootstrap and not again.reused
+        assert kafka_admin.list_topics(bootstrap)["kept"] == PARTITIONS
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kept", "enable.auto.commit": False})
+        try:
+            got = []
+            for partition in range(PARTITIONS):
+                consumer.assign([TopicPartition("kept", partition, 0)])
+                low, high = consumer.get_watermark_offsets(TopicPartition("kept", partition), timeout=10)
+                while len([g for g in got if g[0] == partition]) < high - low:
+                    msg = consumer.poll(10)
+                    assert msg is not None and msg.error() is None
+                    got.append((partition, msg.value()))
+            assert sorted(v for _, v in got) == sorted(v for _, v, _ in sent)
+        finally:
+            consumer.close()
+    finally:
+        services.down(config.state_dir)
+
+
+def test_an_unknown_broker_is_refused_naming_the_accepted_ones(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"broker: 'redpanda' is not accepted \(accepted: tansu, kafka\)"):
+        services.ServicesConfig(state_dir=tmp_path, broker="redpanda")
