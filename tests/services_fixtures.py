@@ -236,3 +236,22 @@ def private_apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
         yield broker
     finally:
         broker.stop()
+
+
+def on_each_broker() -> Callable[..., str]:
+    """A `kafka_bootstrap` fixture running each test that takes it once on each broker (Tansu and Apache Kafka);
+    a module or conftest assigns it to the name `kafka_bootstrap`. An external WINDJOIN_KAFKA_BOOTSTRAP is the one
+    broker when set."""
+
+    @pytest.fixture(scope="session", params=services.BROKERS, name="kafka_bootstrap")
+    def each_broker(request: pytest.FixtureRequest) -> str:
+        external = os.environ.get(KAFKA_ENV)
+        if external:
+            if request.param != services.TANSU:
+                pytest.skip(f"{KAFKA_ENV} names the one broker to test on")
+            return external
+        return request.getfixturevalue(
+            "apache_kafka_bootstrap" if request.param == services.APACHE_KAFKA else "tansu_bootstrap"
+        )
+
+    return each_broker

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -72,8 +73,9 @@ class KafkaRangeError(RuntimeError):
 def list_partitions(consumer: Consumer, topics: Sequence[str], timeout_s: float) -> list[tuple[str, int]]:
     """(topic, partition) for every partition of `topics`; a missing topic is an error naming it."""
     found = []
+    deadline = time.monotonic() + timeout_s
     for topic in topics:
-        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        meta = _topic_metadata(consumer, topic, deadline)
         if meta is None or meta.error is not None or not meta.partitions:
             reason = meta.error if meta is not None and meta.error is not None else "no partitions"
             raise KafkaRangeError(f"Kafka topic {topic!r} is not available: {reason}")
@@ -129,6 +131,31 @@ def probe_partition_bounds(
     finally:
         consumer.unassign()
     return bounds
+
+
+def _topic_metadata(consumer: Consumer, topic: str, deadline: float) -> Any:
+    """The topic's metadata (None: unknown to the broker); a broker that cannot answer yet (restarting, electing
+    a leader) is asked again until `deadline`."""
+    while True:
+        try:
+            meta = consumer.list_topics(topic, timeout=max(0.5, deadline - time.monotonic())).topics.get(topic)
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                raise KafkaRangeError(f"no metadata of Kafka topic {topic!r} from the broker: {exc}") from exc
+            time.sleep(0.1)
+            continue
+        transient = meta is not None and meta.error is not None and meta.error.code() in _TRANSIENT_CODES
+        if not transient or time.monotonic() >= deadline:
+            return meta
+        time.sleep(0.1)
+
+
+def _check_partition(consumer: Consumer, rng: KafkaRange, where: str, deadline: float) -> None:
+    """Refuse a range whose topic or partition does not exist."""
+    meta = _topic_metadata(consumer, rng.topic, deadline)
+    if meta is None or meta.error is not None or rng.partition not in meta.partitions:
+        reason = meta.error if meta is not None and meta.error is not None else "no such partition"
+        raise KafkaRangeError(f"cannot read {where}: the topic or partition does not exist ({reason})")
 
 
 def _listed_offsets(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
@@ -198,15 +225,11 @@ def read_range(
     try:
         # Check that the partition exists before assigning it: consuming an assigned partition of a
         # deleted topic crashed the process (segfault inside librdkafka 2.16 against Tansu).
-        meta = consumer.list_topics(rng.topic, timeout=options.read_timeout_s).topics.get(rng.topic)
-        if meta is None or meta.error is not None or rng.partition not in meta.partitions:
-            reason = meta.error if meta is not None and meta.error is not None else "no such partition"
-            raise KafkaRangeError(f"cannot read {where}: the topic or partition does not exist ({reason})")
+        deadline = time.monotonic() + options.read_timeout_s
+        _check_partition(consumer, rng, where, deadline)
         try:
-            low, _ = consumer.get_watermark_offsets(
-                TopicPartition(rng.topic, rng.partition), timeout=options.read_timeout_s, cached=False
-            )
-        except KafkaException as exc:
+            low, _ = _listed_offsets(consumer, TopicPartition(rng.topic, rng.partition), deadline)
+        except KafkaRangeError as exc:
             raise KafkaRangeError(f"cannot read {where}: {exc}") from exc
         if low > rng.start:
             raise KafkaRangeError(

@@ -24,12 +24,15 @@ import yaml
 from click.testing import CliRunner
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from tests.services_fixtures import on_each_broker
 from windjoin.connectors.formats.avro_codec import SchemaRegistry
 from windjoin.connectors.formats.codec import codec_for
 from windjoin.connectors.formats.stream_encoder import EventEncodeError, key_text, stream_encoder
 from windjoin.operators.spec import load_spec, parse_spec
 from windjoin.operators.workloads.b_model import Workload, WorkloadConfig
 from windjoin.pipelines.cli.produce import generate, produce
+
+kafka_bootstrap = on_each_broker()  # these run on both brokers
 
 BASE_TS = 1_700_000_000_000
 S_SCHEMA = {

@@ -1,8 +1,8 @@
 """Dead letters always fit their topic: a refused record of any size is dead-lettered within the topic's
 `max.message.bytes`, truncated and flagged when needed, with the original's position, size and digest.
 
-Runs on the session's broker, no Spark. The embedded broker (Tansu) reports a topic's `max.message.bytes` but
-does not enforce it (it accepts a 3 MB record on a topic limited to 1 MiB), so the letters' sizes are checked
+Runs on both brokers, no Spark. Apache Kafka enforces a topic's `max.message.bytes`; Tansu reports it but does
+not enforce it (it accepts a 3 MB record on a topic limited to 1 MiB), so the letters' sizes are also checked
 against the limit here: each produced record, framed alone in a Kafka v2 record batch, must fit.
 """
 
@@ -16,10 +16,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from tests.pipelines.dead_letter_helpers import describes, record_batch_bytes
+from tests.services_fixtures import on_each_broker
 from windjoin.connectors.kafka.admin import create_topics
 from windjoin.connectors.kafka.dead_letter import CUT_MARK, MAX_DETAIL_CHARS, decode_dead_letter
 from windjoin.connectors.kafka.producer import BatchProducer
 from windjoin.pipelines.job.dead_letters import BROKER_DEFAULT_MAX_MESSAGE_BYTES, DeadLetterWriter
+
+kafka_bootstrap = on_each_broker()  # these run on both brokers
 
 BIG_PRODUCER = {"message.max.bytes": 8_000_000}  # the input topic takes records over librdkafka's 1 MB default
 ONE_MIB = 1_048_576
@@ -53,7 +56,7 @@ def _read_raw(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
 
 def _refuse(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None, str]]) -> pd.DataFrame:
     """Produce `records` (key, value, detail) to `topic` (1 partition) and return the refused rows for them."""
-    create_topics(bootstrap, topic, 1)
+    create_topics(bootstrap, topic, 1, config={"max.message.bytes": str(BIG_PRODUCER["message.max.bytes"])})
     with BatchProducer(bootstrap, BIG_PRODUCER) as producer:
         producer.produce_batch(topic, [(key, value, None) for key, value, _ in records], partition=0)
     return pd.DataFrame(
