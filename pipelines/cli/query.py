@@ -25,6 +25,8 @@ import orjson
 from windjoin.connectors.redis.damage import PREFIX as DAMAGED
 from windjoin.operators.query.cursors import ROTATED
 
+DAMAGED_STATUS = 502  # the proxy's answer for stored results that break their own index (pipelines/proxy/app.py)
+
 RETRIES = 5  # consecutive failed connects before `follow` gives up
 DEFAULT_PAGE = 1000
 
@@ -318,9 +320,9 @@ class FollowStream:
 
     def _resumable(self, response: httpx.Response) -> bool:
         """A 410 with a cursor (the feed lost results after ours and Parquet holds them, or the cursor key was
-        rotated), or a damaged piece's 500 with the cursor past it (its rows are not served: said on stderr):
+        rotated), or a damaged piece's 502 with the cursor past it (its rows are not served: said on stderr):
         follow its cursor."""
-        if response.status_code not in (410, 500):
+        if response.status_code not in (410, DAMAGED_STATUS):
             return False
         try:
             body = response.json()
@@ -329,9 +331,9 @@ class FollowStream:
         if not isinstance(body, dict) or not body.get("cursor"):
             return False
         detail = str(body.get("detail", ""))
-        if response.status_code == 500 and not detail.startswith(DAMAGED):
+        if response.status_code == DAMAGED_STATUS and not detail.startswith(DAMAGED):
             return False
-        if response.status_code == 500:
+        if response.status_code == DAMAGED_STATUS:
             how = "resuming past it"
         else:
             how = "resuming with the current key" if ROTATED in detail else "resuming from Parquet"

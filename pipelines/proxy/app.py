@@ -38,7 +38,7 @@ STATUSES: dict[type[QueryError], int] = {
     errors.NotFound: 404,
     errors.Gone: 410,
     errors.TryAgain: 503,
-    errors.Damaged: 500,
+    errors.Damaged: 502,  # the stores behind the proxy hold what breaks their own index: not the client's fault
     QueryError: 400,
 }
 

@@ -104,7 +104,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     **DENIED,
     403: {"model": Problem, "description": "The token may not read this task."},
     404: {"model": Problem, "description": "Unknown task (for streams also: no Redis tier configured)."},
-    500: {
+    502: {
         "model": Problem,
         "description": "Stored results cannot be read (a damaged Parquet file, a Redis chunk or index entry that "
         "breaks what it says): names the task and batch; none of its rows is served.",

@@ -8,7 +8,7 @@ redis-server (SLOWLOG at 50 ms) and Parquet.
   (not a scan to the end); following the cursors ends with every page on time, and a query that does match pages
   through the same rows as without a budget.
 - /readyz answers within a second while 48 clients storm the proxy with whole-history queries.
-- A Redis that does not answer is a 503 naming the tier, not where it is; a damaged Parquet file a 500 naming the
+- A Redis that does not answer is a 503 naming the tier, not where it is; a damaged Parquet file a 502 naming the
   task and batch, not the file.
 """
 
@@ -206,6 +206,6 @@ def test_errors_name_what_failed_not_where(tmp_path: Path) -> None:
     parquet_only = make_spec(None, folder)
     with ProxyProcess(parquet_only, tmp_path) as proxy, httpx.Client(headers=AUTH, timeout=60) as client:
         answer = client.get(f"{proxy.url}/v1/tasks/a/results", params={"from": 0, "to": SPAN})
-        assert answer.status_code == 500, answer.text
+        assert answer.status_code == 502, answer.text
         detail = answer.json()["detail"]
         assert "task 'a' batch 1" in detail and str(folder) not in detail and ".parquet" not in detail

@@ -1,5 +1,5 @@
 """Redis results that break their index entry, through a real `windjoin proxy` process (issue 47): a crafted zstd
-Arrow chunk of 20M rows stored under an entry that says 10, and a malformed index member, are a 500 "damaged"
+Arrow chunk of 20M rows stored under an entry that says 10, and a malformed index member, are a 502 "damaged"
 naming the task and batch, counted, with none of their rows served, while the proxy's peak resident set stays
 within 50 MB of its size before the query (before: 310 MB -> 3.87 GB and the rows served); a continuous query that
 reaches a damaged piece ends saying so, with a cursor past it, and resuming from that cursor goes on with the next
@@ -37,14 +37,14 @@ def test_a_chunk_past_its_entry_is_damaged_never_served_nor_decoded(redis_url: s
         proxy.reset_peak()
         page = client.get(f"{base}/results", params={"from": 0, "to": 200})
         one_time_peak = proxy.status("VmHWM")
-        assert page.status_code == 500, page.text[:300]
+        assert page.status_code == 502, page.text[:300]
         assert page.json()["detail"].startswith("damaged: task 'a' batch 0: its Redis results break their index")
         assert "Traceback" not in proxy.log.read_text()
 
         proxy.reset_peak()
         started = client.get(f"{base}/stream", params={"from": 0})  # the feed's first piece is the damaged one
         stream_peak = proxy.status("VmHWM")
-        assert started.status_code == 500 and started.json()["detail"].startswith("damaged: task 'a' batch 0")
+        assert started.status_code == 502 and started.json()["detail"].startswith("damaged: task 'a' batch 0")
         past = started.json()["cursor"]  # past the damaged piece: batch 1 comes next
         with client.stream("GET", f"{base}/stream", params={"cursor": past}) as response:
             events = sse_events(response.iter_lines())
@@ -68,7 +68,7 @@ def test_a_chunk_past_its_entry_is_damaged_never_served_nor_decoded(redis_url: s
 
         admin.zadd(f"{results.namespace}:{{a}}:index", {"4:0:0:not an entry": 150})  # a malformed index member
         bad_member = client.get(f"{base}/results", params={"from": 100, "to": 150})
-        assert bad_member.status_code == 500 and "damaged: task 'a' batch 4" in bad_member.json()["detail"]
+        assert bad_member.status_code == 502 and "damaged: task 'a' batch 4" in bad_member.json()["detail"]
         metrics = client.get(f"{proxy.url}/metrics").text
         log = proxy.log.read_text()
     print(

@@ -59,7 +59,7 @@ def test_a_damaged_manifest_is_a_damaged_error_naming_the_task_and_snapshot(tmp_
     with TestClient(app, headers=AUTH, raise_server_exceptions=False) as client:
         for url in ("/v1/tasks/a/results?from=0&to=1000", "/v1/tasks/a/snapshots"):
             response = client.get(url)
-            assert response.status_code == 500, response.text  # a bare 500 (or a 200 from a wrong range) before
+            assert response.status_code == 502, response.text  # a bare 500 (or a 200 from a wrong range) before
             detail = response.json()["detail"]
             assert detail.startswith("task 'a': snapshot manifest 2 is damaged"), detail
             assert str(tmp_path) not in detail and "Traceback" not in detail

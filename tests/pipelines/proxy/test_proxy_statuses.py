@@ -12,4 +12,4 @@ def test_every_query_error_type_has_its_status() -> None:
     assert status_of(errors.NotFound("x")) == 404
     assert status_of(errors.Gone("x", cursor="c")) == 410
     assert status_of(errors.TryAgain("x")) == 503
-    assert status_of(errors.Damaged("x")) == 500
+    assert status_of(errors.Damaged("x")) == 502
