@@ -239,6 +239,30 @@ def test_the_proxy_signs_cursors_with_a_key_file_from_a_secret(helm, name, exist
     assert all(secret not in _secret_names(p) for p in other_pods)
 
 
+def test_a_rotated_cursor_key_keeps_the_previous_one_verifying(helm):
+    """previousKey mounts the Secret's `previous` beside `key` and names it to the proxy (a rotation's overlap:
+    old cursors get 410 with a way to resume); without a Secret of one's own it is refused, naming the key."""
+    docs = render(
+        helm, "default", "--set", "proxy.cursorKey.existingSecret=mine", "--set", "proxy.cursorKey.previousKey=true"
+    )
+    pod = dict(_pods(docs))["wj-windjoin-proxy"]
+    [container] = pod["containers"]
+    assert f"--previous-cursor-key-file={CURSOR_KEY_DIR}/previous" in container["args"]
+    [volume] = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "mine"]
+    assert volume["secret"]["items"] == [{"key": "key", "path": "key"}, {"key": "previous", "path": "previous"}]
+    done = run_helm(
+        helm,
+        "template",
+        "wj",
+        str(CHART),
+        "-f",
+        str(VALUE_SETS["default"]),
+        "--set",
+        "proxy.cursorKey.previousKey=true",
+    )
+    assert done.returncode != 0 and "proxy.cursorKey.previousKey: needs proxy.cursorKey.existingSecret" in done.stderr
+
+
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_read_only_root_file_systems_and_a_read_only_proxy_data_volume(helm, name):
     docs = render(helm, name)
