@@ -147,5 +147,5 @@ def _wait(done: Callable[[], bool], query: Any, what: str, timeout_s: float = 90
     deadline = time.monotonic() + timeout_s
     while not done():
         assert query.exception() is None, query.exception()
-        assert time.monotonic() < deadline, f"{what} not read within {timeout_s:g} s: {query.status}, {query.lastProgress}"
+        assert time.monotonic() < deadline, f"{what} not read in {timeout_s:g} s: {query.status} {query.lastProgress}"
         time.sleep(0.2)
