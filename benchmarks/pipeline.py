@@ -195,8 +195,9 @@ def spec_dict(params: Params, topics: tuple[str, str], checkpoint: Path, max_off
 
 
 def new_topics(label: str) -> tuple[str, str]:
-    tag = uuid.uuid4().hex[:8]
-    return (f"bench-{label}-r-{tag}", f"bench-{label}-s-{tag}")
+    """Fresh R and S topics named after `label`, made Kafka-legal (a peer's name holds "+")."""
+    tag, legal = uuid.uuid4().hex[:8], re.sub(r"[^A-Za-z0-9._-]", "-", label)
+    return (f"bench-{legal}-r-{tag}", f"bench-{legal}-s-{tag}")
 
 
 def topic_rows(bootstrap: str, topics: tuple[str, ...]) -> int:

@@ -6,6 +6,8 @@ import pytest
 
 from tests.benchmark_runs import run_benchmark
 
+PEERS = {"hdfs_v2", "rocksdb_v4", "hdfs_v2+spark_kafka", "rocksdb_v4+spark_kafka"}
+
 
 @pytest.mark.slow
 def test_pipeline_benchmark_quick_run(tmp_path):
@@ -24,7 +26,7 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         "--floor-seconds": "2",
     }
     args = [arg for pair in tiny.items() for arg in pair]
-    result, _ = run_benchmark("pipeline", out, "--quick", *args, timeout=720)  # both built-in configurations
+    result, _ = run_benchmark("pipeline", out, "--quick", *args, timeout=900)  # four built-in peers
     assert result["machine"]["cpu_model"] and result["date"]
     for system in ("windjoin", "builtin"):
         assert result[system]["throughput"]["rows_per_s"] > 0
@@ -34,7 +36,7 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         assert "p99_s" in paced["generator_lag"] and isinstance(paced["void"], bool)  # the load's own lag judged
     # the built-in join in both of its configurations, each shown to be in effect; the faster is the baseline
     configs = result["builtin_configs"]
-    assert set(configs) == {"hdfs_v2", "rocksdb_v4"}
+    assert set(configs) == PEERS  # each configuration through windjoin's reader and through Spark's Kafka source
     for name, run in configs.items():
         assert run["throughput"]["rows_per_s"] > 0 and all(row["evidence"]["in_effect"] for row in run["sweep"]), name
     assert result["builtin"]["config"] == max(configs, key=lambda c: configs[c]["throughput"]["rows_per_s"])
@@ -44,7 +46,7 @@ def test_pipeline_benchmark_quick_run(tmp_path):
     assert result["ratio_throughput"] > 0
     outer = result["left_outer"]  # a left outer task beside the built-in's left outer join, same topics
     assert outer["windjoin"]["rows_per_s"] > 0 and outer["windjoin"]["pairs"] > 0
-    assert set(outer["builtin_configs"]) == {"hdfs_v2", "rocksdb_v4"} and outer["ratio_throughput"] > 0
+    assert set(outer["builtin_configs"]) == PEERS and outer["ratio_throughput"] > 0
     assert all(run["evidence"]["in_effect"] for run in outer["builtin_configs"].values())
     for kind in ("noop", "stateful"):  # Spark's own floor at the job's batch size, same run
         assert result["floor"][kind]["batches"] > 0 and result["floor"][kind]["rows_per_s"] > 0
