@@ -61,7 +61,10 @@ def java_binary() -> str:
 
 
 def server_properties(host: str, port: int, controller_port: int, data_dir: Path) -> str:
-    """One node that is its own controller quorum; every internal topic at replication 1, as a single node needs."""
+    """One node that is its own controller quorum; every internal topic at replication 1, as a single node needs.
+
+    No retention by time: a local broker holds what the demo and the tests write, whose event times may lie years
+    back (the broker's default of 7 days, checked every 5 minutes, deleted such records under a running test)."""
     return "\n".join(
         [
             "process.roles=broker,controller",
@@ -80,6 +83,7 @@ def server_properties(host: str, port: int, controller_port: int, data_dir: Path
             "share.coordinator.state.topic.replication.factor=1",
             "share.coordinator.state.topic.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
+            "log.retention.ms=-1",
             "",
         ]
     )
