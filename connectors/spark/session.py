@@ -48,7 +48,8 @@ def build_local_spark(
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name).master(master)
-    jars = {"spark.jars": ",".join(spark_kafka_jars())} if spark_kafka_jars() else {}
+    kafka_jars = spark_kafka_jars()
+    jars = {"spark.jars": ",".join(kafka_jars)} if kafka_jars else {}
     for key, value in {**DEFAULT_CONF, **jars, **dict(conf or {})}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -13,7 +13,7 @@ import pytest
 import redis
 import yaml
 
-from tests.support.chart import CHART, VALUE_SETS, render, run_helm
+from tests.support.chart import CHART, VALUE_SETS, refusal, render, run_helm
 from tests.support.redis_acl import PAIRS
 from tests.support.result_tables import make_table
 from windjoin.connectors.local import processes
@@ -198,17 +198,8 @@ def test_spark_authenticates_and_encrypts_with_a_secret_file(helm):  # noqa: F81
             mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
             volume = next(v for v in pod["volumes"] if v["name"] == mounts[str(Path(path).parent)])
             assert volume["secret"]["items"] == [{"key": "secret", "path": Path(path).name}]
-    done = run_helm(
-        helm,
-        "template",
-        "wj",
-        str(CHART),
-        "-f",
-        str(VALUE_SETS["default"]),
-        "--set",
-        "join.sparkConf.spark\\.authenticate\\.secret=x",
-    )
-    assert done.returncode != 0 and "join.sparkConf.spark.authenticate.secret: a credential" in done.stderr
+    stderr = refusal(helm, VALUE_SETS["default"], "--set", "join.sparkConf.spark\\.authenticate\\.secret=x")
+    assert "join.sparkConf.spark.authenticate.secret: a credential" in stderr
 
 
 CURSOR_KEY_DIR = "/var/run/secrets/windjoin/proxy-cursor-key"
@@ -250,17 +241,8 @@ def test_a_rotated_cursor_key_keeps_the_previous_one_verifying(helm):
     assert f"--previous-cursor-key-file={CURSOR_KEY_DIR}/previous" in container["args"]
     [volume] = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "mine"]
     assert volume["secret"]["items"] == [{"key": "key", "path": "key"}, {"key": "previous", "path": "previous"}]
-    done = run_helm(
-        helm,
-        "template",
-        "wj",
-        str(CHART),
-        "-f",
-        str(VALUE_SETS["default"]),
-        "--set",
-        "proxy.cursorKey.previousKey=true",
-    )
-    assert done.returncode != 0 and "proxy.cursorKey.previousKey: needs proxy.cursorKey.existingSecret" in done.stderr
+    stderr = refusal(helm, VALUE_SETS["default"], "--set", "proxy.cursorKey.previousKey=true")
+    assert "proxy.cursorKey.previousKey: needs proxy.cursorKey.existingSecret" in stderr
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))

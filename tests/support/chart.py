@@ -32,6 +32,14 @@ def values_args(name: str) -> list[str]:
     return [] if path is None else ["-f", str(path)]
 
 
+def refusal(helm: str, values: Path | None, *extra: str) -> str:
+    """What `helm template` says when it refuses the chart with the values file `values` and `extra` arguments
+    (it must refuse)."""
+    done = run_helm(helm, "template", "wj", str(CHART), *([] if values is None else ["-f", str(values)]), *extra)
+    assert done.returncode != 0, "the chart rendered, it should have been refused"
+    return done.stderr
+
+
 def render(helm: str, name: str, *extra: str) -> list[dict]:
     done = run_helm(helm, "template", "wj", str(CHART), "--namespace", "streams", *values_args(name), *extra)
     assert done.returncode == 0, done.stderr
