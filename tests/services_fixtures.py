@@ -148,9 +148,11 @@ def kafka_bootstrap(request: pytest.FixtureRequest) -> str:
     """Bootstrap address (`host:port`) of the suite's Kafka broker for the whole session (`suite_broker`), or
     the external one WINDJOIN_KAFKA_BOOTSTRAP names."""
     external = os.environ.get(KAFKA_ENV)
-    if external:
-        return external
-    broker = suite_broker()
+    return external or _broker_bootstrap(request, suite_broker())
+
+
+def _broker_bootstrap(request: pytest.FixtureRequest, broker: str) -> str:
+    """The session's bootstrap address of `broker` (services.BROKERS)."""
     return request.getfixturevalue("apache_kafka_bootstrap" if broker == services.APACHE_KAFKA else "tansu_bootstrap")
 
 
@@ -250,8 +252,6 @@ def on_each_broker() -> Callable[..., str]:
             if request.param != services.TANSU:
                 pytest.skip(f"{KAFKA_ENV} names the one broker to test on")
             return external
-        return request.getfixturevalue(
-            "apache_kafka_bootstrap" if request.param == services.APACHE_KAFKA else "tansu_bootstrap"
-        )
+        return _broker_bootstrap(request, request.param)
 
     return each_broker

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
+from tests.support.available_now import run_to_end
 from windjoin.connectors.kafka.admin import create_topics, delete_topics
 from windjoin.connectors.kafka.producer import BatchProducer
 from windjoin.connectors.kafka.range_reader import KafkaRangeError, list_partitions, probe_partition_bounds, read_range
@@ -153,17 +154,7 @@ def run_available_now(spark: Any, options: dict[str, str], checkpoint: Path, sin
     reader = spark.readStream.format(SOURCE_NAME)
     for key, value in options.items():
         reader = reader.option(key, value)
-    query = (
-        reader.load()
-        .writeStream.foreachBatch(sink)
-        .trigger(availableNow=True)
-        .option("checkpointLocation", str(checkpoint))
-        .start()
-    )
-    try:
-        assert query.awaitTermination(150), "the AvailableNow query did not finish within 150 s"
-    finally:
-        query.stop()
+    run_to_end(reader, sink, checkpoint)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from tests.support.available_now import run_to_end
 from windjoin.connectors.kafka.admin import create_topics
 from windjoin.connectors.kafka.producer import produce
 from windjoin.connectors.kafka.source import SOURCE_NAME, register_kafka_source
@@ -62,17 +63,7 @@ def _spark_reader(spark: Any, bootstrap: str, topic: str) -> Any:
 
 def _drain(reader: Any, checkpoint: Path) -> list[Row]:
     sink = Rows()
-    query = (
-        reader.load()
-        .writeStream.foreachBatch(sink)
-        .trigger(availableNow=True)
-        .option("checkpointLocation", str(checkpoint))
-        .start()
-    )
-    try:
-        assert query.awaitTermination(150), "the AvailableNow query did not finish within 150 s"
-    finally:
-        query.stop()
+    run_to_end(reader, sink, checkpoint)
     return sorted(sink.rows)
 
 
