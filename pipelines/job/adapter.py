@@ -157,7 +157,7 @@ class Adapter:
         accepted = np.zeros(n, dtype=bool)
         for rows in decoded.accepted.values():
             accepted[rows] = True
-        part, slot = self._route(decoded, batch.column("partition"), epoch)
+        part, slot = self.route(decoded, batch.column("partition"), epoch)
         columns = {
             "slot": pa.array(slot, pa.int32()),
             "part": pa.array(part, pa.int32()),
@@ -321,7 +321,7 @@ class Adapter:
                 f"{record_ms} (max_future_ms={limit})",
             )
 
-    def _route(self, decoded: Decoded, kpartition: pa.Array, epoch: ControlEpoch) -> tuple[np.ndarray, np.ndarray]:
+    def route(self, decoded: Decoded, kpartition: pa.Array, epoch: ControlEpoch) -> tuple[np.ndarray, np.ndarray]:
         """Partition and slot (label) of each row: a join row's by its key (a split partition's by its
         mini-group); rows that join nothing go to the slot of their Kafka partition."""
         labels = np.asarray(self.slot_labels, dtype=np.int32)

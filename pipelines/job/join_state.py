@@ -43,6 +43,8 @@ OUTPUT_DDL = "slot int, stats binary"  # one row per slot and batch: its summary
 
 
 class JoinProcessor(StatefulProcessor):
+    dead_columns = DEAD_COLUMNS  # what a refused row keeps on its way out (`SlotBatch.classify`)
+
     def __init__(
         self,
         spec: JoinSpec,
@@ -78,14 +80,19 @@ class JoinProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         slot = int(key[0])
-        index = self.slot_index.get(slot, slot)
         table = open_pieces((p for f in rows for p in f["piece"]), self.schema)
+        yield from self.join_pieces(slot, table, timerValues)
+
+    def join_pieces(self, slot: int, table: pa.Table, timer_values: Any) -> Iterator[pd.DataFrame]:
+        """Join one batch's adapted rows at `slot`; yields what the query outputs (`output`)."""
+        index = self.slot_index.get(slot, slot)
         started, cpu_started = time.perf_counter(), time.process_time()
         stored = self.state.meta()
         meta = SlotMeta() if stored is None else SlotMeta.from_stored(stored)
         windows = cached_windows(slot, meta.nonce, self.window_files) or self.segments.windows(meta)
         phases = {"state_load_ms": (time.perf_counter() - started) * 1000}
-        batch = SlotBatch.classify(table)
+        batch = SlotBatch.classify(table, self.dead_columns)
+        self.take_clock(batch, timer_values)
         epoch = batch.epoch
         meta.take_watermark(batch.clock.get("watermark"))
         windows.set_watermark(meta.watermark)  # every partition's window expires, whether rows came for it or not
@@ -110,10 +117,10 @@ class JoinProcessor(StatefulProcessor):
         if epoch is not None and epoch.cleanup:
             for pairs in self.spill.cleanup(meta, windows, epoch.cleanup, spill_report):
                 pairs_by_task[pairs.task].append(pairs_table(self.spec, pairs))
-        dead_rows = pa.concat_tables([batch.dead, _late_rows(batch.live, joined.late, meta)])
+        dead_rows = pa.concat_tables([batch.dead, _late_rows(batch.live, joined.late, meta, self.dead_columns)])
         # The slot's results leave from here, as its piece of the batch (numbered by the slot's index).
         emitted_at = int(time.time() * 1000)
-        output = write_slot(self.outputs, self.spec, current_batch_id(), index, pairs_by_task, dead_rows, emitted_at)
+        output = self.emit(index, pairs_by_task, dead_rows, emitted_at)
         joined_held = windows.held()
         moved_out = self.moves.hand_over(index, meta, windows, epoch) if epoch is not None else []
         # outer, semi and anti tuples close only at the batch's watermark, the same at every slot, so a rebuilt or
@@ -144,6 +151,19 @@ class JoinProcessor(StatefulProcessor):
         history = self.spec.max_history_ms if self.spec.window.event_time else None
         stats = slot_stats(index, batch, meta, work, history)
         stats.update(output)
+        yield from self.output(slot, stats)
+
+    def take_clock(self, batch: SlotBatch, timer_values: Any) -> None:
+        """Where the batch's event-time clock comes from: here, the adapter planned it with the offsets."""
+
+    def emit(
+        self, index: int, pairs_by_task: dict[str, list[pa.Table]], dead_rows: pa.Table, emitted_at: int
+    ) -> dict[str, Any]:
+        """The slot's results leave: staged into the sinks as its piece of the batch; returns their summary."""
+        return write_slot(self.outputs, self.spec, current_batch_id(), index, pairs_by_task, dead_rows, emitted_at)
+
+    def output(self, slot: int, stats: dict[str, Any]) -> Iterator[pd.DataFrame]:
+        """What the query outputs per slot and batch: the slot's summary (OUTPUT_DDL)."""
         yield pd.DataFrame([(slot, orjson.dumps(stats))], columns=["slot", "stats"])
 
     def close(self) -> None:
@@ -158,11 +178,11 @@ def _reported(joined: dict[int, PartState], held: dict[int, PartState], moved_ou
     return {**{p: joined[p] for p in gone}, **held}
 
 
-def _late_rows(live: pa.Table, late: np.ndarray, meta: SlotMeta) -> pa.Table:
+def _late_rows(live: pa.Table, late: np.ndarray, meta: SlotMeta, columns: list[str]) -> pa.Table:
     """The live rows refused as late, as dead rows; a late tuple of a spread partition is reported once, by the
     slot that would have stored it."""
     rows = live.take(pa.array(late))
-    rows = rows.filter(rows.column("stored")).select(DEAD_COLUMNS)
+    rows = rows.filter(rows.column("stored")).select(columns)
     detail = (
         f"event time is behind the watermark {meta.watermark} (the newest event time of the slowest "
         "input partition, less allowed_lateness_ms)"

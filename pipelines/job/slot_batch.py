@@ -47,7 +47,8 @@ class SlotBatch:
     marks: dict[str, list[int]]  # per input (Kafka) partition, the oldest and newest event time of its rows here
 
     @classmethod
-    def classify(cls, table: pa.Table) -> SlotBatch:
+    def classify(cls, table: pa.Table, dead_columns: list[str] = DEAD_COLUMNS) -> SlotBatch:
+        """`dead_columns`: what a refused row keeps (DEAD_COLUMNS: where to find the record, and why)."""
         kinds = pc.fill_null(table.column("reason"), "")
         live = _arrival_order(table.filter(pc.equal(kinds, "")))
         timings = table.filter(pc.equal(kinds, TIMING)).column("detail").to_pylist()
@@ -59,7 +60,7 @@ class SlotBatch:
         shed = shed_rows.group_by("stream").aggregate([("koffset", "sum")]).to_pylist()
         return cls(
             live=live,
-            dead=table.filter(pc.invert(side)).select(DEAD_COLUMNS),
+            dead=table.filter(pc.invert(side)).select(dead_columns),
             epoch=ControlEpoch.from_json(detail) if detail is not None else None,
             clock=(detail or {}).get("clock") or {},
             shed={str(r["stream"]): int(r["koffset_sum"]) for r in shed},

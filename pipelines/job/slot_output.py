@@ -69,19 +69,7 @@ def write_slot(
 ) -> dict[str, Any]:
     """Stage the slot's pairs per task (ordered by `output_order`) into every sink as `piece`, produce its dead
     letters, and return the summary the driver needs (`slot_summary`)."""
-    tables: dict[str, pa.Table] = {}
-    ordering = 0.0
-    for task, parts in pairs.items():
-        if not parts or not sum(len(p) for p in parts):
-            continue
-        table = pa.concat_tables(parts)
-        rows = len(table)
-        table = table.append_column(EMITTED_AT, pa.array(np.full(rows, emitted_at), pa.int64()))
-        table = table.append_column(BATCH_ID, pa.array(np.full(rows, batch_id), pa.int64()))
-        schema = result_schema(spec, task)
-        started = time.perf_counter()
-        tables[task] = order_results(table.select(schema.names).cast(schema), spec.output_order)
-        ordering += time.perf_counter() - started
+    tables, ordering = result_tables(spec, batch_id, pairs, emitted_at)
     started = time.perf_counter()
     for sink in outputs.sinks:
         sink.stage(batch_id, piece, tables)
@@ -100,6 +88,27 @@ def write_slot(
         "order_seconds": ordering,
         "stage_seconds": staging,
     }
+
+
+def result_tables(
+    spec: JoinSpec, batch_id: int, pairs: Mapping[str, Sequence[pa.Table]], emitted_at: int
+) -> tuple[dict[str, pa.Table], float]:
+    """The slot's result table per task that has results (`result_table.result_schema`, ordered by the spec's
+    `output_order`), and the seconds the ordering took."""
+    tables: dict[str, pa.Table] = {}
+    ordering = 0.0
+    for task, parts in pairs.items():
+        if not parts or not sum(len(p) for p in parts):
+            continue
+        table = pa.concat_tables(parts)
+        rows = len(table)
+        table = table.append_column(EMITTED_AT, pa.array(np.full(rows, emitted_at), pa.int64()))
+        table = table.append_column(BATCH_ID, pa.array(np.full(rows, batch_id), pa.int64()))
+        schema = result_schema(spec, task)
+        started = time.perf_counter()
+        tables[task] = order_results(table.select(schema.names).cast(schema), spec.output_order)
+        ordering += time.perf_counter() - started
+    return tables, ordering
 
 
 def slot_summary(tables: Mapping[str, pa.Table], refused: pa.Table, emitted_at: int) -> dict[str, Any]:
