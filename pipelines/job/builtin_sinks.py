@@ -1,4 +1,4 @@
-"""The built-in sink kinds (parquet, redis) and the snapshot committer after them, registered with `sinks`.
+"""The built-in sink kinds (parquet, redis, delta) and the snapshot committer after them, registered with `sinks`.
 
 With a Parquet sink, snapshots close by the spec's policies; a Redis sink beside it then keeps every result until
 a snapshot holds it (no trimming at write time; the committer moves old results out, see `snapshot_committer`).
@@ -7,11 +7,13 @@ a snapshot holds it (no trimming at write time; the committer moves old results 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from windjoin.connectors.files.parquet_sink import ParquetSink
 from windjoin.connectors.files.snapshots import SnapshotStore
 from windjoin.connectors.redis.client import spec_auth
 from windjoin.connectors.redis.sink import RedisSink
+from windjoin.operators.delta_sink_config import DeltaSinkSpec
 from windjoin.operators.spec import JoinSpec, ParquetSinkSpec, RedisSinkSpec
 from windjoin.pipelines.job.sinks import Sink, register_after_commit, register_sink
 from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter
@@ -33,6 +35,13 @@ def redis_sink(config: RedisSinkSpec, spec: JoinSpec) -> RedisSink:
     )
 
 
+def delta_sink(config: DeltaSinkSpec, spec: JoinSpec) -> Any:
+    """One Delta table of every task's results (delta-rs is imported only by a spec that names the sink)."""
+    from windjoin.connectors.files.delta_sink import DeltaSink, spec_table_schema
+
+    return DeltaSink(config.path, spec_table_schema(spec), [t.name for t in spec.tasks])
+
+
 def snapshot_committer(
     spec: JoinSpec, sinks: Mapping[str, Sink], clock: Callable[[], float]
 ) -> SnapshotCommitter | None:
@@ -47,4 +56,5 @@ def snapshot_committer(
 
 register_sink("parquet", ParquetSinkSpec, parquet_sink)
 register_sink("redis", RedisSinkSpec, redis_sink)
+register_sink("delta", DeltaSinkSpec, delta_sink)
 register_after_commit(snapshot_committer)
