@@ -20,6 +20,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails
 
 from windjoin.operators.delta_sink_config import DeltaSinkSpec
+from windjoin.operators.kafka_sink_spec import KafkaSinkSpec
 from windjoin.operators.predicate_ops import op_named, op_names
 from windjoin.operators.results_url import check_results_url
 from windjoin.operators.sink_configs import register_sink_config, sink_config_model, sink_kinds
@@ -252,6 +253,7 @@ class ParquetSinkSpec(_Strict):
 register_sink_config("parquet", ParquetSinkSpec)
 register_sink_config("redis", RedisSinkSpec)
 register_sink_config("delta", DeltaSinkSpec)
+register_sink_config("kafka", KafkaSinkSpec)
 
 
 class SinksSpec(_Strict):

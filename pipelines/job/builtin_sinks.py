@@ -1,4 +1,4 @@
-"""The built-in sink kinds (parquet, redis, delta) and the snapshot committer after them, registered with `sinks`.
+"""The built-in sink kinds (parquet, redis, delta, kafka) and the snapshot committer, registered with `sinks`.
 
 With a Parquet sink, snapshots close by the spec's policies; a Redis sink beside it then keeps every result until
 a snapshot holds it (no trimming at write time; the committer moves old results out, see `snapshot_committer`).
@@ -14,6 +14,7 @@ from windjoin.connectors.files.snapshots import SnapshotStore
 from windjoin.connectors.redis.client import spec_auth
 from windjoin.connectors.redis.sink import RedisSink
 from windjoin.operators.delta_sink_config import DeltaSinkSpec
+from windjoin.operators.kafka_sink_spec import KafkaSinkSpec
 from windjoin.operators.spec import JoinSpec, ParquetSinkSpec, RedisSinkSpec
 from windjoin.pipelines.job.sinks import Sink, register_after_commit, register_sink
 from windjoin.pipelines.job.snapshot_committer import SnapshotCommitter
@@ -42,6 +43,14 @@ def delta_sink(config: DeltaSinkSpec, spec: JoinSpec) -> Any:
     return DeltaSink(config.path, spec_table_schema(spec), [t.name for t in spec.tasks])
 
 
+def kafka_sink(config: KafkaSinkSpec, spec: JoinSpec) -> Any:
+    """Each task's result rows as records of one topic, exactly once for read_committed consumers (the Avro
+    schemas are registered here, on the driver, in the spec's schema registry)."""
+    from windjoin.connectors.kafka.results_sink import spec_kafka_sink
+
+    return spec_kafka_sink(config, spec)
+
+
 def snapshot_committer(
     spec: JoinSpec, sinks: Mapping[str, Sink], clock: Callable[[], float]
 ) -> SnapshotCommitter | None:
@@ -57,4 +66,5 @@ def snapshot_committer(
 register_sink("parquet", ParquetSinkSpec, parquet_sink)
 register_sink("redis", RedisSinkSpec, redis_sink)
 register_sink("delta", DeltaSinkSpec, delta_sink)
+register_sink("kafka", KafkaSinkSpec, kafka_sink)
 register_after_commit(snapshot_committer)

@@ -22,7 +22,7 @@ from windjoin.pipelines.job.join_job import (
     check_start,
     start_query,
 )
-from windjoin.pipelines.job.sinks import build_sinks
+from windjoin.pipelines.job.sinks import bind_job_broker, build_sinks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -99,6 +99,7 @@ def start_job_process(
     a session the caller passed), then raises. `say` gets the notices a user should see (sinks cleared or adopted,
     executors changed, where the metrics are)."""
     sinks = build_sinks(spec)
+    bind_job_broker(sinks, bootstrap)  # a Kafka sink without its own bootstrap writes to the job's broker
     for line in check_start(spec, sinks, options.fresh_sinks):
         say(line)
     built = spark is None

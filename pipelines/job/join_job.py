@@ -44,7 +44,7 @@ from windjoin.pipelines.job.checkpoint_identity import checkpoint_identity, pred
 from windjoin.pipelines.job.control_feed import REFUSALS_OPTION, auth_options
 from windjoin.pipelines.job.join_state import OUTPUT_DDL, JoinProcessor
 from windjoin.pipelines.job.sink_fence import fence_sinks
-from windjoin.pipelines.job.sinks import AfterCommit, Sink, split_sinks
+from windjoin.pipelines.job.sinks import AfterCommit, Sink, bind_job_broker, split_sinks
 from windjoin.pipelines.job.slot_output import DeadLetterTarget, SlotOutputs
 from windjoin.pipelines.job.slot_stats import SlotReport
 
@@ -372,6 +372,7 @@ def start_job(
     fresh_sinks: bool = False,
 ) -> Any:
     """Check the start (`check_start`, its notices logged), then start the streaming query; returns it."""
+    bind_job_broker(sinks, bootstrap)  # a Kafka sink without its own bootstrap writes to the job's broker
     for line in check_start(spec, sinks, fresh_sinks):
         log.warning("%s", line)
     return start_query(spark, spec, bootstrap, sinks, available_now, on_batch, control)

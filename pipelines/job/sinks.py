@@ -92,6 +92,14 @@ def build_sinks(spec: JoinSpec, clock: Callable[[], float] = time.time) -> list[
     return [*sinks.values(), *steps]
 
 
+def bind_job_broker(parts: Sequence[Any], bootstrap: str) -> None:
+    """Give the job's broker to the sinks that write to Kafka and were given none (`bind_broker`)."""
+    for part in parts:
+        bind = getattr(part, "bind_broker", None)
+        if callable(bind):
+            bind(bootstrap)
+
+
 def split_sinks(parts: Sequence[Any]) -> tuple[tuple[Sink, ...], tuple[AfterCommit, ...]]:
     """The staged sinks and the after-commit steps among `parts`; TypeError for anything that is neither."""
     sinks, steps = [], []
