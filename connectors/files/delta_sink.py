@@ -231,8 +231,7 @@ class DeltaSink:
             if self._committed(table, run, batch_id):  # a concurrent writer committed this batch: a replay
                 return []
             raise
-        table.update_incremental()
-        return list(pieces)
+        return list(pieces)  # the table object stays at the version before: the next commit updates it first
 
     def _committed(self, table: Any, run: str, batch_id: int) -> bool:
         last = table.transaction_version(run)
