@@ -100,3 +100,11 @@ def joined_multiset(spec: dict, results: list[dict[str, Any]]) -> Counter:
         sides = [None if r[s] is None else tuple(sorted(r[s].items())) for s in task["join"]]
         out[(r["task"], r["window_start"], r["window_end"], *sides)] += 1
     return out
+
+
+def as_oracle(task: dict, row: dict) -> tuple:
+    """A sink's row in the oracle's shape: (task, [window_start, window_end,] left, right), tuples as sorted
+    items."""
+    sides = [None if row[s] is None else tuple(sorted(row[s].items())) for s in task["join"]]
+    window = (row["window_start"], row["window_end"]) if "window_start" in row else ()
+    return (task["name"], *window, *sides)

@@ -21,32 +21,15 @@ from tests.pipelines.control_helpers import run_holder_changes
 from tests.pipelines.job_processes import kill_job, spark_log, start_run, wait_for_commit
 from tests.pipelines.pipeline_helpers import produce_closers, produce_events
 from tests.support.asof_oracle import oracle_asof
+from tests.support.join_tasks import asof_tasks, windowed_tasks
 from tests.support.pipeline_events import pipeline_events, pipeline_spec
 from tests.support.redis_rows import redis_rows
-from tests.support.window_oracle import oracle_windowed
+from tests.support.window_oracle import as_oracle, oracle_windowed
 from windjoin.connectors.files.parquet_sink import ParquetSink
 from windjoin.connectors.redis.sink import RedisSink
 from windjoin.operators.partitioning import RoutingTable
 
-EQ = [{"op": "eq", "left": "R.k", "right": "S.k"}]
 MOVES = {1: RoutingTable(1, (1, 1, 1, 1, 0, 1, 2, 1)), 5: RoutingTable(2, (1, 0, 2, 1, 0, 2, 0, 2))}
-
-
-def windowed_tasks(prefix: str) -> list[dict]:
-    band = [*EQ, {"op": "band", "left": "R.x", "right": "S.a", "width": 10}]
-    return [
-        {"name": f"{prefix}in", "join": ["R", "S"], "on": band},
-        {"name": f"{prefix}full", "join": ["R", "S"], "type": "full", "on": EQ},
-        {"name": f"{prefix}anti", "join": ["S", "R"], "type": "anti", "on": EQ},
-    ]
-
-
-def as_oracle(task: dict, row: dict) -> tuple:
-    """A sink's row in the oracle's shape: (task, [window_start, window_end,] left, right), tuples as sorted
-    items."""
-    sides = [None if row[s] is None else tuple(sorted(row[s].items())) for s in task["join"]]
-    window = (row["window_start"], row["window_end"]) if "window_start" in row else ()
-    return (task["name"], *window, *sides)
 
 
 def assert_sinks_equal_the_oracle(spec: dict, events: list[dict], parquet: ParquetSink, redis) -> None:
@@ -58,13 +41,6 @@ def assert_sinks_equal_the_oracle(spec: dict, events: list[dict], parquet: Parqu
         from_redis.update(as_oracle(task, r) for r in redis_rows(redis, task["name"], 0, 2**53))
     assert from_parquet == expected
     assert from_redis == expected
-
-
-def asof_tasks(prefix: str) -> list[dict]:
-    return [
-        {"name": f"{prefix}asof", "join": ["R", "S"], "type": "asof", "on": EQ},
-        {"name": f"{prefix}asof_left", "join": ["S", "R"], "type": "asof_left", "on": EQ, "max_age_ms": 30},
-    ]
 
 
 @pytest.mark.slow
