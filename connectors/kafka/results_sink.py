@@ -37,6 +37,7 @@ Exactly once, with the executors writing (no results pass through the driver):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -188,7 +189,11 @@ class PieceWriter:
             raise
 
     def close(self) -> None:
+        """Close both clients (a fenced producer's close raises: it has nothing left to abort)."""
         self.consumer.close()
+        self.producer.purge()
+        with contextlib.suppress(KafkaException):
+            self.producer.close()
 
 
 # One writer per (target, piece group) per Python worker process, kept across batches (an init costs ~0.1-1 s).
@@ -209,6 +214,13 @@ def _drop_writer(target: KafkaTarget, group: str) -> None:
             writer.close()
         except Exception:  # noqa: BLE001 - a fenced or broken client: nothing to keep
             log.debug("closing %s failed", group, exc_info=True)
+
+
+def close_writers() -> None:
+    """Close this process's piece writers (tests, tools: a writer left open blocks the interpreter's exit once its
+    broker is gone)."""
+    for target, group in list(_WRITERS):
+        _drop_writer(target, group)
 
 
 class KafkaResultsSink:
