@@ -431,6 +431,17 @@ class KafkaResultsSink:
         offset = self._offset(ledger_group(self.topic, task, self._run(task)))
         return offset.offset - 1 if offset is not None and offset.offset > 0 else None
 
+    def written(self, task: str) -> dict[int, int]:
+        """Per piece, the last batch this run wrote of `task` (what the executors' transactions committed)."""
+        prefix = f"{ledger_group(self.topic, task, self._run(task))}."
+        found = {}
+        for group in self._groups(task):
+            if group.startswith(prefix):
+                offset = self._offset(group)
+                if offset is not None and offset.offset > 0:
+                    found[int(group[len(prefix) :])] = offset.offset - 1
+        return found
+
     def commit(
         self,
         batch_id: int,
