@@ -13,6 +13,8 @@ into the feed, `benchmarks.pair_layout`); and the floor in the same run: the sam
 clock starts and written without ordering, staging or fencing (`pyarrow.parquet.write_table` to a file with the
 sink's encoding options, and the piece's compressed chunks sent as the HSETs the Redis sink sends: Redis' own
 ingest plus Parquet's encoding).
+The Kafka results sink in a section of its own (`output_path_kafka`), on an embedded Apache Kafka broker: rows/s
+through the sink (JSON, one transaction per piece) beside a bare producer of the same records in the same run.
 Rate = pairs / time of (the slowest slot's staging, both running in parallel, then the driver's commit), over all
 batches; a slot's time starts when it starts writing (the floor's preparation is left out). Redis is emptied before
 each phase; bytes per pair = Redis' `used_memory` after the phase less before, over the phase's pairs.
@@ -40,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.machine import machine_facts
+from benchmarks.output_path_kafka import run_kafka
 from benchmarks.params_cli import benchmark_parser, params_from
 from benchmarks.pipeline import load_avg
 from benchmarks.results_file import write_results
@@ -218,6 +221,7 @@ def main() -> None:
         finally:
             for pool in pools:
                 pool.terminate()
+        result["kafka"] = run_kafka(ctx, params, root)  # its own broker: Apache Kafka, for transactions
     finally:
         services.down(root / "services")
         shutil.rmtree(root, ignore_errors=True)
@@ -230,6 +234,7 @@ def main() -> None:
     result["targets"] = {
         "both_sinks_at_least_1m_pairs_per_s": phases["both"]["pairs_per_s"] >= 1_000_000,
         "redis_memory_per_pair_at_most_a_third_of_the_pairs_layout": result["memory_ratio_to_pairs_layout"] <= 1 / 3,
+        "kafka_sink_at_least_500k_rows_per_s": result["kafka"]["phases"]["kafka"]["rows_per_s"] >= 500_000,
     }
     result["cores"] = os.cpu_count()
     print(

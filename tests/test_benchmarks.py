@@ -27,6 +27,11 @@ def test_output_path_benchmark_quick_run(tmp_path):
         assert run["pairs"] == 3 * 40_000 and run["pairs_per_s"] > 0
     assert result["phases"]["both"]["redis_bytes_per_pair"] < result["phases"]["pairs_both"]["redis_bytes_per_pair"]
     assert "both_sinks_at_least_1m_pairs_per_s" in result["targets"] and "floor" in printed
+    kafka = result["kafka"]["phases"]  # the Kafka sink and the bare producer, on the section's own broker
+    assert list(kafka) == ["kafka_floor", "kafka"] and all(
+        r["rows"] == 3 * 40_000 and r["rows_per_s"] > 0 for r in kafka.values()
+    )
+    assert "kafka_sink_at_least_500k_rows_per_s" in result["targets"] and "Kafka sink / bare producer" in printed
 
 
 @pytest.mark.slow

@@ -78,29 +78,46 @@ def json_values(table: pa.Table) -> list[bytes]:
 
 
 def _json_parts(table: pa.Table) -> list[Any] | None:
-    """The pieces whose row-wise concatenation is each row's JSON; None when some value needs orjson."""
+    """The pieces whose row-wise concatenation is each row's JSON, as one flat list (a stream's object written in
+    place where no row lacks it, joined by itself and chosen with `null` where some do); None when some value
+    needs orjson."""
     parts: list[Any] = []
     for index, field in enumerate(table.schema):
-        parts.append(("{" if index == 0 else ",") + orjson.dumps(field.name).decode() + ":")
+        _literal(parts, ("{" if index == 0 else ",") + orjson.dumps(field.name).decode() + ":")
         column = table.column(field.name)
-        if pa.types.is_struct(field.type):
-            inner = []
-            for c, child in enumerate(field.type):
-                inner.append(("{" if c == 0 else ",") + orjson.dumps(child.name).decode() + ":")
-                value = _json_scalar(pc.struct_field(column, child.name))
-                if value is None:
-                    return None
-                inner.append(value)
-            inner.append("}")
-            text = pc.binary_join_element_wise(*inner, "")
-            parts.append(pc.if_else(pc.is_valid(column), text, "null") if column.null_count else text)
-        else:
+        if not pa.types.is_struct(field.type):
             value = _json_scalar(column)
             if value is None:
                 return None
             parts.append(value)
-    parts.append("}")
+            continue
+        inner: list[Any] = []
+        for c, child in enumerate(field.type):
+            _literal(inner, ("{" if c == 0 else ",") + orjson.dumps(child.name).decode() + ":")
+            value = _json_scalar(pc.struct_field(column, child.name))
+            if value is None:
+                return None
+            inner.append(value)
+        _literal(inner, "}")
+        if column.null_count:
+            text = pc.binary_join_element_wise(*inner, "")
+            parts.append(pc.if_else(pc.is_valid(column), text, "null"))
+        else:
+            for part in inner:
+                if isinstance(part, str):
+                    _literal(parts, part)
+                else:
+                    parts.append(part)
+    _literal(parts, "}")
     return parts
+
+
+def _literal(parts: list[Any], text: str) -> None:
+    """Append literal `text`, merged into a literal before it (fewer arguments to join)."""
+    if parts and isinstance(parts[-1], str):
+        parts[-1] += text
+    else:
+        parts.append(text)
 
 
 def _json_scalar(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array | None:

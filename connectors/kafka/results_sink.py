@@ -167,17 +167,16 @@ class PieceWriter:
         try:
             produce = producer.produce
             i, n = 0, len(values)
-            while i < n:
+            while i < n:  # records by index, so that a full queue resumes where it stopped
                 try:
-                    while i < n:
-                        produce(
-                            topic,
-                            values[i],
-                            None if keys is None else keys[i],
-                            timestamp=timestamps[i],
-                            headers=headers,
-                        )
-                        i += 1
+                    if keys is None:
+                        while i < n:
+                            produce(topic, values[i], None, timestamp=timestamps[i], headers=headers)
+                            i += 1
+                    else:
+                        while i < n:
+                            produce(topic, values[i], keys[i], timestamp=timestamps[i], headers=headers)
+                            i += 1
                 except BufferError:  # the local queue is full: let deliveries drain
                     producer.poll(0.05)
             marker = [TopicPartition(topic, 0, batch_id + 1)]
