@@ -208,8 +208,8 @@ def test_running_keys_are_accepted():
         (lambda d: d["streams"]["R"].update(topic="bad topic!"), ["streams.R.topic", "pattern"]),
         (lambda d: d["sinks"]["redis"].update(url="http://x"), ["sinks.redis.url", "rediss?"]),
         (
-            lambda d: d["sinks"].update(kafka={}),
-            ["sinks.kafka", "unknown sink kind", "registered kinds: ['parquet', 'redis'"],
+            lambda d: d["sinks"].update(hdfs={}),
+            ["sinks.hdfs", "unknown sink kind", "registered kinds: ['parquet', 'redis'"],
         ),
         (lambda d: d.update(partitions=0), ["partitions", "greater than or equal to 1"]),
     ],
