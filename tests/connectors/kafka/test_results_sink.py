@@ -240,3 +240,41 @@ def _read_until(bootstrap: str, topic: str, count: int, quiet_s: float = 2.0) ->
         return records
     finally:
         consumer.close()
+
+
+def test_avro_records_carry_the_ids_the_registry_gave_each_task(apache_kafka_bootstrap, unique_topic):
+    """`sinks.kafka.format: avro` through the spec's registry: each task's schema registered under
+    `<topic>-windjoin.results.<task>` at build, records in Confluent's framing with that id, decoded by it."""
+    from tests.registry_server import RegistryServer
+    from windjoin.pipelines.job.sinks import bind_job_broker, build_sinks
+
+    topic = unique_topic("avro-results")
+    create_topics(apache_kafka_bootstrap, topic, 1)
+    with RegistryServer() as registry:
+        spec = parse_spec(
+            {**SPEC, "schema_registry": {"url": registry.url}, "sinks": {"kafka": {"topic": topic, "format": "avro"}}}
+        )
+        [sink] = build_sinks(spec)
+        bind_job_broker([sink], apache_kafka_bootstrap)
+        assert sorted(registry.subjects) == [f"{topic}-windjoin.results.eq", f"{topic}-windjoin.results.lo"]
+        sink.claim("lo", CheckpointId(str(uuid.uuid4()), "/checkpoints/avro"))
+        table = _table(spec, "lo", 0, [*_rows(0), {"R": {"ts": 7, "k": 9, "s": "y", "f": 1.0}, "S": None}])
+        assert sink.stage(0, 0, {"lo": table}) == {"lo": 6}
+        [schema_id] = registry.subjects[f"{topic}-windjoin.results.lo"]
+        schema = orjson.loads(registry.schemas[schema_id]["schema"])
+    import io
+
+    from fastavro import parse_schema, schemaless_reader
+
+    records = _read_committed(apache_kafka_bootstrap, topic, 1)
+    assert all(r.value()[:5] == b"\x00" + schema_id.to_bytes(4, "big") for r in records)
+    parsed = parse_schema(schema)
+    assert [schemaless_reader(io.BytesIO(r.value()[5:]), parsed) for r in records] == table.to_pylist()
+
+
+def test_avro_needs_the_registry():
+    from windjoin.pipelines.job.sinks import build_sinks
+
+    spec = parse_spec({**SPEC, "sinks": {"kafka": {"topic": "out", "format": "avro"}}})
+    with pytest.raises(ValueError, match="sinks.kafka.format: 'avro' needs the spec's schema_registry"):
+        build_sinks(spec)
