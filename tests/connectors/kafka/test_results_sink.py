@@ -278,3 +278,32 @@ def test_avro_needs_the_registry():
     spec = parse_spec({**SPEC, "sinks": {"kafka": {"topic": "out", "format": "avro"}}})
     with pytest.raises(ValueError, match="sinks.kafka.format: 'avro' needs the spec's schema_registry"):
         build_sinks(spec)
+
+
+def test_the_job_fence_refuses_another_checkpoint_unless_fresh(claimed):
+    from windjoin.pipelines.job.sink_fence import SinkOwnerError, fence_sinks
+
+    spec, sink, checkpoint = claimed
+    sink.stage(0, 0, {"eq": _table(spec, "eq", 0, _rows(0))})
+    sink.commit(0, {"eq": [0]})  # "lo" has no batch committed: it holds nothing
+    assert fence_sinks([sink], ["eq", "lo"], checkpoint, fresh=False) == []  # a restart on the same checkpoint
+    other = CheckpointId(str(uuid.uuid4()), "/checkpoints/b")
+    with pytest.raises(SinkOwnerError, match=f"topic {sink.topic} task eq .* written by checkpoint /checkpoints/a"):
+        fence_sinks([KafkaResultsSink(sink.topic, sink.bootstrap)], ["eq", "lo"], other, fresh=False)
+    fresh = KafkaResultsSink(sink.topic, sink.bootstrap)
+    [cleared] = fence_sinks([fresh], ["eq", "lo"], other, fresh=True)  # "lo" holds nothing: claimed silently
+    assert "fresh sinks: cleared Kafka" in cleared and fresh.owner("eq") == other == fresh.owner("lo")
+    assert pickle.loads(pickle.dumps(fresh)).stage(0, 0, {"eq": _table(spec, "eq", 0, _rows(0))}) == {"eq": 5}
+
+
+def test_on_tansu_the_sink_writes_each_piece_at_least_once(tansu_bootstrap, unique_topic):
+    """Tansu keeps no transactions, but what the sink writes there is read (at least once)."""
+    spec = parse_spec(SPEC)
+    topic = unique_topic("tansu-results")
+    create_topics(tansu_bootstrap, topic, 1)
+    sink = KafkaResultsSink(topic, tansu_bootstrap)
+    sink.claim("eq", CheckpointId(str(uuid.uuid4()), "/checkpoints/t"))
+    table = _table(spec, "eq", 0, _rows(0))
+    assert sink.stage(0, 0, {"eq": table}) == {"eq": 5} and sink.stage(0, 0, {"eq": table}) == {}
+    assert sink.commit(0, {"eq": [0]}) == ["eq"] and sink.last_committed("eq") == 0
+    assert sorted(r.value() for r in _read_until(tansu_bootstrap, topic, 5)) == sorted(json_values(table))
