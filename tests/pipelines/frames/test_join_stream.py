@@ -4,12 +4,18 @@ as dead-letter rows, and clear errors for inputs that do not fit the spec."""
 
 from __future__ import annotations
 
+import json
+import random
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from tests.pipelines.frames.frame_files import append_stream_file, file_inputs, output_rows, write_stream_files
+from tests.pipelines.job_processes import kill_job, spark_log, wait_for_commit
 from tests.support.asof_oracle import joined_asof, oracle_asof
 from tests.support.join_tasks import EQ, asof_tasks, windowed_tasks
 from tests.support.pipeline_events import pipeline_events
@@ -177,3 +183,35 @@ def test_inputs_that_do_not_fit_the_spec_are_refused_naming_the_stream_and_field
     text_ts = spark.readStream.schema("ts string, k bigint, a bigint, b double").json(folder)
     with pytest.raises(FrameInputError, match=r"timestamp column 'ts' \(streams.S.timestamp\) is of type string"):
         join_stream(spec, {"R": good_r, "S": text_ts})
+
+
+@pytest.mark.slow
+def test_results_equal_the_oracle_across_kill_9_and_restarts_on_the_same_checkpoint(spark, tmp_path):
+    """A user's job around join_stream (its own process) killed with SIGKILL twice, each time at a random moment
+    after 1-3 more batches committed, restarted on the same checkpoint, then drained: Spark's file sink holds
+    each result once."""
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    spec = frame_spec({"kind": "time", "size_ms": 40}, TIME_TASKS)
+    events = pipeline_events(2400, seed=11, keys=12)
+    write_stream_files(tmp_path / "in", spec, events, files=12)
+    append_stream_file(tmp_path / "in", spec, closers(events[-1]["ts"]), "9999")
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    command = [sys.executable, "-m", "tests.pipelines.frames.frame_job", str(tmp_path / "spec.json")]
+    command += [str(tmp_path / d) for d in ("in", "out", "checkpoint")]
+    checkpoint = tmp_path / "checkpoint"
+    with (tmp_path / "runs.log").open("ab") as log:
+        for _ in range(2):
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            wait_for_commit(
+                proc, checkpoint, spark_log(checkpoint, "commits") + rng.randint(0, 2), time.monotonic() + 240
+            )
+            time.sleep(rng.uniform(0, 1.5))
+            kill_job(proc)
+        drain = subprocess.run([*command, "--available-now"], stdout=log, stderr=subprocess.STDOUT, timeout=300)
+    assert drain.returncode == 0, (tmp_path / "runs.log").read_text()[-3000:]
+    rows = output_rows(spark, tmp_path / "out")
+    expected, late = oracle_join(spec, events)
+    assert not late
+    assert pairs_multiset(spec, results(rows)) == as_multiset(expected), f"seed {seed}"
+    assert not [r for r in rows if r["dead_letter"] is not None], f"seed {seed}"
