@@ -15,6 +15,9 @@ sink's encoding options, and the piece's compressed chunks sent as the HSETs the
 ingest plus Parquet's encoding).
 The Kafka results sink in a section of its own (`output_path_kafka`), on an embedded Apache Kafka broker: rows/s
 through the sink (JSON, one transaction per piece) beside a bare producer of the same records in the same run.
+The Delta Lake sink (`delta_sink`) in a section of its own, at 10,000-pair batches (`delta_pairs_per_batch`, over
+both slots): Parquet alone, Delta alone, and both, in the same run; what Delta adds per batch is the batch time of
+both less Parquet's alone (the slots' second file and the driver's Delta commit), and its commit alone is timed too.
 Rate = pairs / time of (the slowest slot's staging, both running in parallel, then the driver's commit), over all
 batches; a slot's time starts when it starts writing (the floor's preparation is left out). Redis is emptied before
 each phase; bytes per pair = Redis' `used_memory` after the phase less before, over the phase's pairs.
@@ -33,7 +36,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +61,8 @@ SPEC = {
     "tasks": [{"name": TASK, "join": ["R", "S"], "on": [{"op": "eq", "left": "R.k", "right": "S.k"}]}],
 }
 PHASES = ("floor", "parquet", "redis", "both", "pairs_redis", "pairs_both")
-QUICK = {"batches": 3, "pairs_per_batch": 40_000}
+DELTA_PHASES = ("parquet", "delta", "parquet_delta")
+QUICK = {"batches": 3, "pairs_per_batch": 40_000, "delta_batches": 5}
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ class Params:
     batches: int = 10
     pairs_per_batch: int = 200_000  # over both slots: the ~190k-pair batches of the demo at 4,000 events/s
     slots: int = 2
+    delta_batches: int = 40
+    delta_pairs_per_batch: int = 10_000  # the Delta sink's target: at most 50 ms added per batch at this size
 
 
 def slot_tables(params: Params, piece: int) -> list[pa.Table]:
@@ -132,6 +138,9 @@ def _sinks(phase: str, root: Path, redis_url: str) -> tuple[Any, ...]:
     from windjoin.connectors.files.parquet_sink import ParquetSink
     from windjoin.connectors.redis.sink import RedisSink
 
+    if phase in ("delta", "parquet_delta"):
+        delta = _delta_sink(root / phase / "delta")
+        return (delta,) if phase == "delta" else (ParquetSink(root / phase / "parquet"), delta)
     namespace = f"bench_{phase}_{uuid.uuid4().hex[:8]}"
     parquet, redis = ParquetSink(root / phase), RedisSink(redis_url, 10**12, namespace, trim=False, max_bytes=1 << 40)
     pairs = PairLayoutSink(redis_url, namespace)
@@ -143,6 +152,17 @@ def _sinks(phase: str, root: Path, redis_url: str) -> tuple[Any, ...]:
         "pairs_redis": (pairs,),
         "pairs_both": (parquet, pairs),
     }[phase]
+
+
+def _delta_sink(path: Path) -> Any:
+    """A Delta sink claimed for a run of its own, as a job's start claims it."""
+    from windjoin.connectors.files.delta_sink import DeltaSink, spec_table_schema
+    from windjoin.operators.sink_owner import CheckpointId
+    from windjoin.operators.spec import parse_spec
+
+    sink = DeltaSink(str(path), spec_table_schema(parse_spec(SPEC)), [TASK])
+    sink.claim(TASK, CheckpointId(str(uuid.uuid4()), "output_path benchmark"))
+    return sink
 
 
 def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, redis_url: str) -> dict[str, Any]:
@@ -160,6 +180,7 @@ def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, re
     outputs = sinks if phase == "floor" else SlotOutputs(sinks=sinks)
     schemas = {TASK: result_schema(parse_spec(SPEC), TASK)}
     batch_s, stage_s, commit_s = [], [], []
+    by_sink: dict[str, list[float]] = {}
     for batch in range(params.batches):
         pending = [pool.apply_async(_stage, (phase, outputs, batch)) for pool in slots_pools]
         slots = [p.get() for p in pending]
@@ -167,7 +188,9 @@ def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, re
         if phase != "floor":
             pieces = {TASK: list(range(params.slots))}
             for sink in sinks:
+                began = time.perf_counter()
                 sink.commit(batch, pieces, schemas=schemas, batch_max={TASK: 1_700_000_000_000 + batch * 1000 + 999})
+                by_sink.setdefault(type(sink).__name__, []).append(time.perf_counter() - began)
         stage_s.append(max(s["seconds"] for s in slots))
         commit_s.append(time.perf_counter() - staged)
         batch_s.append(stage_s[-1] + commit_s[-1])
@@ -181,8 +204,40 @@ def run_phase(slots_pools: list[Any], params: Params, phase: str, root: Path, re
         "batch_s_median": statistics.median(batch_s),
         "slot_stage_s_median": statistics.median(stage_s),
         "driver_commit_s_median": statistics.median(commit_s),
+        "commit_s_median_by_sink": {name: statistics.median(times) for name, times in by_sink.items()},
         "load_avg_end": load_avg(),
     }
+
+
+def run_delta(ctx: Any, params: Params, root: Path, redis_url: str) -> dict[str, Any]:
+    """The Delta section: Parquet alone, Delta alone and both at `delta_pairs_per_batch`; what Delta adds."""
+    small = replace(params, batches=params.delta_batches, pairs_per_batch=params.delta_pairs_per_batch)
+    pools = [ctx.Pool(1, _init_slot, (small, piece)) for piece in range(small.slots)]
+    runs: dict[str, Any] = {}
+    try:
+        for phase in DELTA_PHASES:
+            runs[phase] = run_phase(pools, small, phase, root / "delta_section", redis_url)
+    finally:
+        for pool in pools:
+            pool.terminate()
+    added_ms = (runs["parquet_delta"]["batch_s_median"] - runs["parquet"]["batch_s_median"]) * 1000
+    commit_ms = runs["parquet_delta"]["commit_s_median_by_sink"]["DeltaSink"] * 1000
+    out = {
+        "pairs_per_batch": small.pairs_per_batch,
+        "batches": small.batches,
+        "phases": runs,
+        "added_batch_ms_median": added_ms,
+        "delta_commit_ms_median": commit_ms,
+        "delta_alone_commit_ms_median": runs["delta"]["commit_s_median_by_sink"]["DeltaSink"] * 1000,
+    }
+    for phase, run in runs.items():
+        print(
+            f"{phase:>13} @{small.pairs_per_batch:,}: batch {run['batch_s_median'] * 1000:.1f} ms "
+            f"(slots {run['slot_stage_s_median'] * 1000:.1f} ms, commit {run['driver_commit_s_median'] * 1000:.1f} ms)",
+            flush=True,
+        )
+    print(f"Delta adds {added_ms:.1f} ms per batch to Parquet's ({commit_ms:.1f} ms its commit)", flush=True)
+    return out
 
 
 def main() -> None:
@@ -222,6 +277,7 @@ def main() -> None:
             for pool in pools:
                 pool.terminate()
         result["kafka"] = run_kafka(ctx, params, root)  # its own broker: Apache Kafka, for transactions
+        result["delta"] = run_delta(ctx, params, root, redis.service.url)
     finally:
         services.down(root / "services")
         shutil.rmtree(root, ignore_errors=True)
@@ -235,6 +291,7 @@ def main() -> None:
         "both_sinks_at_least_1m_pairs_per_s": phases["both"]["pairs_per_s"] >= 1_000_000,
         "redis_memory_per_pair_at_most_a_third_of_the_pairs_layout": result["memory_ratio_to_pairs_layout"] <= 1 / 3,
         "kafka_sink_at_least_500k_rows_per_s": result["kafka"]["phases"]["kafka"]["rows_per_s"] >= 500_000,
+        "delta_adds_at_most_50ms_per_batch_at_10k_pairs": result["delta"]["added_batch_ms_median"] <= 50,
     }
     result["cores"] = os.cpu_count()
     print(
