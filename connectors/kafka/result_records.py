@@ -15,7 +15,9 @@ timestamp, then its declared fields; `null` for the side an outer, semi or anti 
   keys, which the spec requires of keyed streams), as the input streams' keys are written (`stream_encoder.key_text`:
   ints in decimal, strings as they are, bools `true`/`false`, floats by `repr`), taken from the first joined
   stream that the row holds; no key (null) for a task over streams without keys.
-- Timestamp: the row's result time (the latest of its tuples' timestamps, `result_table.result_times`).
+- Timestamp: the row's result time (the latest of its tuples' timestamps, `result_table.result_times`); a result
+  time of exactly 0 (the epoch) is stamped with the producer's clock, since librdkafka reads a timestamp of 0 as
+  "now" (event times are never negative: the readers dead-letter them). The value keeps the exact times.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import io
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -174,7 +175,3 @@ def avro_encoder(schema: dict[str, Any], schema_id: int) -> Callable[[pa.Table],
 
     return encode
 
-
-def table_timestamps_ok(table: pa.Table) -> bool:
-    """Whether every row has a result time Kafka can carry (non-negative epoch ms)."""
-    return not table.num_rows or bool(np.all(result_times(table) >= 0))
