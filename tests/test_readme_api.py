@@ -3,6 +3,7 @@ Spark and Redis, the rows `query_results` gives equal to the oracle's for the sa
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import uuid
@@ -18,9 +19,9 @@ from windjoin.operators.testing.oracle import as_multiset, oracle_join
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_examples() -> list[str]:
+def readme_examples(heading: str = "## Python API") -> list[str]:
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Python API") :].split("\n## ", 1)[0]
+    section = text[text.index(heading) :].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
 
 
@@ -50,6 +51,41 @@ def test_the_in_process_example_prints_the_oracles_results(monkeypatch):
     assert as_multiset([(r["task"], r["R"], r["S"]) for r in results]) == as_multiset(expected)
 
 
+def band_events(n: int, seed: int) -> list[dict]:
+    """`n` events of examples/band.yaml's streams, 40 ms apart, keys 0-2."""
+    rng = random.Random(seed)
+    base = 1_700_000_000_000
+    events = []
+    for i in range(n):
+        stream = rng.choice("RS")
+        event = {"stream": stream, "ts": base + 40 * i, "k": rng.randrange(3)}
+        if stream == "R":
+            event |= {"x": rng.randrange(40), "y": rng.uniform(0, 20), "z": f"r{i}"}
+        else:
+            event |= {"a": rng.randrange(40), "b": rng.uniform(0, 20)}
+        events.append(event)
+    return events
+
+
+@pytest.mark.slow
+def test_the_spark_pipeline_example_writes_the_oracles_results(spark, tmp_path, monkeypatch):
+    """The README's `join_stream` example as written, in a folder holding its `in/R` and `in/S`: the Parquet files
+    Spark's file sink committed equal the oracle's pairs of both tasks."""
+    events = band_events(300, seed=11)
+    for stream in "RS":
+        (tmp_path / "in" / stream).mkdir(parents=True)
+        lines = [json.dumps({k: v for k, v in e.items() if k != "stream"}) for e in events if e["stream"] == stream]
+        (tmp_path / "in" / stream / "0.json").write_text("\n".join(lines) + "\n")
+    [example] = readme_examples("## The join in your Spark pipeline")
+    monkeypatch.chdir(tmp_path)
+    code = example.replace('"examples/band.yaml"', repr(str(ROOT / "examples" / "band.yaml")))
+    run_example(code, {"windjoin": windjoin, "spark": spark})
+    rows = [r.asDict(recursive=True) for r in spark.read.parquet(str(tmp_path / "joined")).collect()]
+    expected, late = oracle_join(band_spec(), events)
+    assert not late and {name for name, _, _ in expected} == {"band", "far"}
+    assert as_multiset([(r["task"], r["R"], r["S"]) for r in rows]) == as_multiset(expected)
+
+
 @pytest.mark.slow
 def test_the_streaming_example_queries_the_oracles_results(spark, kafka_bootstrap, redis_url, unique_topic, tmp_path):
     spec = band_spec()
@@ -61,17 +97,7 @@ def test_the_streaming_example_queries_the_oracles_results(spark, kafka_bootstra
     spec["sinks"] = {"parquet": {"path": str(tmp_path / "parquet")}, "redis": {"url": redis_url}}
     spec_file = tmp_path / "my.yaml"
     spec_file.write_text(yaml.safe_dump(spec))
-    rng = random.Random(7)
-    base = 1_700_000_000_000
-    events = []
-    for i in range(300):
-        stream = rng.choice("RS")
-        event = {"stream": stream, "ts": base + 40 * i, "k": rng.randrange(3)}
-        if stream == "R":
-            event |= {"x": rng.randrange(40), "y": rng.uniform(0, 20), "z": f"r{i}"}
-        else:
-            event |= {"a": rng.randrange(40), "b": rng.uniform(0, 20)}
-        events.append(event)
+    events = band_events(300, seed=7)
     produce_events(kafka_bootstrap, spec, events)
 
     second = readme_examples()[1]
