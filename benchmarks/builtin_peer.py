@@ -107,36 +107,21 @@ def start_builtin(
 
     register_kafka_source(spark)
     config, reader = _parts(peer)
-    delay = f"{lateness_ms} milliseconds"
 
-    def read(topic: str) -> Any:
+    def read(topic: str, field_name: str) -> Any:
         if reader == SPARK_KAFKA:
             stream = spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
             stream = stream.option("subscribe", topic)
         else:
             stream = spark.readStream.format(SOURCE_NAME).option("bootstrap.servers", bootstrap)
             stream = stream.option("topics", topic)
-        return stream.option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(max(1, mopt // 2)))
-
-    def side(topic: str, name: str, field_name: str) -> Any:
-        raw = read(topic).load()
-        parsed = raw.select(
+        raw = stream.option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(max(1, mopt // 2)))
+        parsed = raw.load().select(
             F.from_json(F.col("value").cast("string"), f"ts long, k long, {field_name} long").alias("v")
         )
-        return (
-            parsed.select(
-                F.col("v.ts").alias(f"{name}_ts"),
-                F.col("v.k").alias(f"{name}_k"),
-                F.col(f"v.{field_name}").alias(f"{name}_{field_name}"),
-                F.timestamp_millis(F.col("v.ts")).alias(f"{name}_et"),
-            )
-            .withWatermark(f"{name}_et", delay)
-            .alias(name)
-        )
+        return parsed.select("v.*")
 
-    r, s = side(topics[0], "r", "x"), side(topics[1], "s", "a")
-    window = f"interval {window_ms} milliseconds"
-    joined = r.join(s, F.expr(f"r_k = s_k AND r_et BETWEEN s_et - {window} AND s_et + {window}"), how).select(
+    joined = builtin_join(read(topics[0], "x"), read(topics[1], "a"), window_ms, lateness_ms, how).select(
         F.greatest("r_ts", "s_ts").alias("t")
     )
     writer = (
@@ -145,6 +130,40 @@ def start_builtin(
         .queryName(f"builtin-{config}-{reader}-{uuid.uuid4().hex[:6]}")
         .trigger(processingTime="0 seconds")
     )
+    return start_as(spark, config, writer)
+
+
+def builtin_join(
+    r: Any, s: Any, window_ms: int, lateness_ms: int, how: str = "inner", band_width: int | None = None
+) -> Any:
+    """Spark's stream-stream join of R(ts, k, x) and S(ts, k, a) (ts in epoch ms) on k, within `window_ms` of each
+    other, each side watermarked `lateness_ms` behind its event time; with `band_width` also |x - a| <= it.
+    Columns r_ts, r_k, r_x, s_ts, s_k, s_a."""
+    from pyspark.sql import functions as F
+
+    def side(frame: Any, name: str, field_name: str) -> Any:
+        return (
+            frame.select(
+                F.col("ts").alias(f"{name}_ts"),
+                F.col("k").alias(f"{name}_k"),
+                F.col(field_name).alias(f"{name}_{field_name}"),
+                F.timestamp_millis(F.col("ts")).alias(f"{name}_et"),
+            )
+            .withWatermark(f"{name}_et", f"{lateness_ms} milliseconds")
+            .alias(name)
+        )
+
+    window = f"interval {window_ms} milliseconds"
+    condition = f"r_k = s_k AND r_et BETWEEN s_et - {window} AND s_et + {window}"
+    if band_width is not None:
+        condition += f" AND abs(r_x - s_a) <= {band_width}"
+    joined = side(r, "r", "x").join(side(s, "s", "a"), F.expr(condition), how)
+    return joined.drop("r_et", "s_et")
+
+
+def start_as(spark: Any, config: str, writer: Any) -> Any:
+    """`writer.start()` with the SQL confs of `config` (a name of CONFIGS), which the query keeps in its checkpoint;
+    the session's confs are as they were when this returns."""
     saved = {key: spark.conf.get(key, None) for key in CONFIGS[config]}
     try:
         _set_confs(spark, CONFIGS[config])

@@ -274,12 +274,20 @@ def processed_rows(query: Any) -> int:
 
 
 def wait_rows(query: Any, rows: int, timeout_s: float, poll_s: float = 1.0) -> bool:
+    """Whether `query` processed `rows` rows within `timeout_s`. False as soon as it went idle after reading some
+    (its last progress report ran no batch: Spark's no-data report, without `addBatch`): its source sees no more
+    to read. Spark's Kafka source on Tansu stops short of a partition's end (Tansu's ListOffsets under-reports
+    it), and would otherwise wait out the timeout."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if query.exception() is not None:
             raise RuntimeError(f"query {query.name} failed: {query.exception()}")
-        if processed_rows(query) >= rows:
+        progress = progress_rows(query)
+        done = sum(int(p["numInputRows"]) for p in progress)
+        if done >= rows:
             return True
+        if done and "addBatch" not in progress[-1]["durationMs"]:
+            return False
         time.sleep(poll_s)
     return False
 

@@ -68,17 +68,21 @@ def band_events(n: int, seed: int) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_the_spark_pipeline_example_writes_the_oracles_results(spark, tmp_path, monkeypatch):
-    """The README's `join_stream` example as written, in a folder holding its `in/R` and `in/S`: the Parquet files
-    Spark's file sink committed equal the oracle's pairs of both tasks."""
+def test_the_spark_pipeline_example_writes_the_oracles_results(spark, tmp_path):
+    """The README's `join_stream` example as written, its paths in a folder holding its `in/R` and `in/S`: the
+    Parquet files Spark's file sink committed equal the oracle's pairs of both tasks."""
     events = band_events(300, seed=11)
     for stream in "RS":
         (tmp_path / "in" / stream).mkdir(parents=True)
         lines = [json.dumps({k: v for k, v in e.items() if k != "stream"}) for e in events if e["stream"] == stream]
         (tmp_path / "in" / stream / "0.json").write_text("\n".join(lines) + "\n")
     [example] = readme_examples("## The join in your Spark pipeline")
-    monkeypatch.chdir(tmp_path)
-    code = example.replace('"examples/band.yaml"', repr(str(ROOT / "examples" / "band.yaml")))
+    paths = {"examples/band.yaml": ROOT / "examples" / "band.yaml"}  # Spark's JVM resolves paths in its own cwd
+    paths |= {name: tmp_path / name for name in ("in/R", "in/S", "joined", "checkpoint")}
+    code = example
+    for name, path in paths.items():
+        assert f'"{name}"' in code, name
+        code = code.replace(f'"{name}"', repr(str(path)))
     run_example(code, {"windjoin": windjoin, "spark": spark})
     rows = [r.asDict(recursive=True) for r in spark.read.parquet(str(tmp_path / "joined")).collect()]
     expected, late = oracle_join(band_spec(), events)

@@ -172,6 +172,19 @@ def _listed_offsets(consumer: Consumer, tp: TopicPartition, deadline: float) -> 
             time.sleep(0.1)
 
 
+def _log_start(consumer: Consumer, tp: TopicPartition, start: int, deadline: float) -> int:
+    """The partition's log start, asked again for up to EOF_GRACE_S while it says records from `start` are gone:
+    right after a broker restart the earliest-offset answer can be missing, and librdkafka then reports the high
+    watermark as the low one (a range from offset 92 was refused with "records before offset 637", the log's end,
+    while the log on disk started at 0)."""
+    until = min(deadline, time.monotonic() + EOF_GRACE_S)
+    while True:
+        low, _ = _listed_offsets(consumer, tp, deadline)
+        if low <= start or time.monotonic() >= until:
+            return low
+        time.sleep(0.2)
+
+
 _POOL: dict[str, list[Consumer]] = {}  # this Python worker's idle consumers, by configuration (`read_ranges`)
 
 
@@ -228,7 +241,7 @@ def read_range(
         deadline = time.monotonic() + options.read_timeout_s
         _check_partition(consumer, rng, where, deadline)
         try:
-            low, _ = _listed_offsets(consumer, TopicPartition(rng.topic, rng.partition), deadline)
+            low = _log_start(consumer, TopicPartition(rng.topic, rng.partition), rng.start, deadline)
         except KafkaRangeError as exc:
             raise KafkaRangeError(f"cannot read {where}: {exc}") from exc
         if low > rng.start:

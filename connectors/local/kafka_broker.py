@@ -64,7 +64,9 @@ def server_properties(host: str, port: int, controller_port: int, data_dir: Path
     """One node that is its own controller quorum; every internal topic at replication 1, as a single node needs.
 
     No retention by time: a local broker holds what the demo and the tests write, whose event times may lie years
-    back (the broker's default of 7 days, checked every 5 minutes, deleted such records under a running test)."""
+    back (the broker's default of 7 days, checked every 5 minutes, deleted such records under a running test).
+    The log cleaner looks for compactable logs every second (Kafka's default: 15 s), so compacted topics are
+    compacted within moments, as the tests of reads with gaps need."""
     return "\n".join(
         [
             "process.roles=broker,controller",
@@ -84,6 +86,7 @@ def server_properties(host: str, port: int, controller_port: int, data_dir: Path
             "share.coordinator.state.topic.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
             "log.retention.ms=-1",
+            "log.cleaner.backoff.ms=1000",
             "",
         ]
     )

@@ -29,11 +29,7 @@ batches, and allowed lateness is 2 s: partitions are read at their own pace in e
 judged per input partition (a reader taking equal offsets per partition, with lateness judged against the
 newest tuple of a join partition, lost 772 of 1,332 pairs here).
 
-The Kafka variant (`test_exactly_once_into_kafka...`) runs the same job with the Kafka results sink alone on
-Apache Kafka, killed once per entry of KAFKA_KILLS: `kafka_stage` (frozen as soon as a slot's transaction wrote
-a piece of a batch the driver has not committed, killed if it still has not: a piece visible, the batch to be
-replayed), `after_kafka_commit` (the sink's ledger holds a batch Spark's commit log lacks) and `random`; a
-`read_committed` reader of the results topic must then get exactly the oracle's results.
+The Kafka and Delta sinks go through the same kills in `test_crash_restart_kafka_delta`.
 
 Set WINDJOIN_EO_SEED to replay a schedule (the seed is in every assertion message).
 """
@@ -54,7 +50,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from confluent_kafka import Consumer, TopicPartition
 
 from tests.pipelines.job_processes import (
     freeze_job,
@@ -70,7 +65,6 @@ from tests.pipelines.pipeline_helpers import parquet_pairs, produce_closers, rea
 from windjoin.connectors.files.parquet_sink import ParquetSink
 from windjoin.connectors.kafka.admin import create_topics
 from windjoin.connectors.kafka.producer import BatchProducer
-from windjoin.connectors.kafka.results_sink import TASK_HEADER, KafkaResultsSink
 from windjoin.connectors.redis.client import redis_client
 from windjoin.connectors.redis.keys import meta_key
 from windjoin.connectors.redis.sink import RedisSink, clear_task
@@ -389,158 +383,4 @@ def test_exactly_once_across_kill_9_of_the_whole_job(kafka_bootstrap, redis_url,
         for name in (task, f"{task}_left"):
             clear_task(admin, name, "windjoin")
         admin.close()
-        shutil.rmtree(checkpoint, ignore_errors=True)
-
-
-KAFKA_KILLS = ("kafka_stage", "after_kafka_commit", "random")
-RESULT_PARTITIONS = 3
-
-
-def _kill_in_kafka_stage(proc: subprocess.Popen, sink: KafkaResultsSink, task: str, deadline: float) -> str:
-    """Kill the job while the slots stage a batch into Kafka: frozen as soon as a piece of a batch the driver has
-    not committed is written (its transaction committed, so read_committed readers see it), killed if the driver
-    still has not committed that batch. Returns what was hit."""
-    misses = 0
-    while True:
-        ledger = sink.last_committed(task)
-        ledger = -1 if ledger is None else ledger
-        ahead = {piece: batch for piece, batch in sink.written(task).items() if batch > ledger}
-        if ahead:
-            freeze_job(proc)
-            batch = max(ahead.values())
-            committed = sink.last_committed(task)
-            if committed is None or committed < batch:
-                kill_job(proc)
-                return f"kafka_stage hit: pieces {ahead} written, the driver at {ledger}, after {misses} misses"
-            thaw_job(proc)
-            misses += 1
-        assert proc.poll() is None, f"the job exited with {proc.returncode} before a Kafka stage was hit"
-        assert time.monotonic() < deadline, f"no Kafka stage hit in time ({misses} misses)"
-        time.sleep(0.002)
-
-
-def _kill_after_kafka_commit(
-    proc: subprocess.Popen, sink: KafkaResultsSink, task: str, checkpoint: Path, deadline: float
-) -> str:
-    """Kill the job once the Kafka sink committed a batch that Spark has not. Returns what was hit."""
-    seen, misses = sink.last_committed(task), 0
-    seen = -1 if seen is None else seen
-    while True:
-        batch = sink.last_committed(task)
-        if batch is not None and batch > seen:
-            freeze_job(proc)
-            if not (checkpoint / "commits" / str(batch)).exists():
-                kill_job(proc)
-                return f"after_kafka_commit hit: batch {batch} in Kafka, not in Spark's commits, after {misses} misses"
-            thaw_job(proc)
-            seen, misses = batch, misses + 1
-        assert proc.poll() is None, f"the job exited with {proc.returncode} before a commit gap was hit"
-        assert time.monotonic() < deadline, f"no commit gap hit in time ({misses} misses)"
-        time.sleep(0.002)
-
-
-def kafka_pairs(bootstrap: str, topic: str, spec: dict, partitions: int) -> list[tuple]:
-    """(task, left, right) of every record a read_committed reader gets from the results topic (task from the
-    header), read from the start to the partitions' ends."""
-    joins = {task["name"]: task["join"] for task in spec["tasks"]}
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex}", "isolation.level": "read_committed"}
-    )
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        out, deadline = [], time.monotonic() + 120
-        while any(consumer.position([TopicPartition(topic, p)])[0].offset < end for p, end in ends.items() if end):
-            assert time.monotonic() < deadline, f"results topic not read to {ends} in time"
-            message = consumer.poll(0.2)
-            if message is None or message.error():
-                continue
-            task = dict(message.headers())[TASK_HEADER].decode()
-            row, (left, right) = json.loads(message.value()), joins[task]
-            out.append((task, row[left], row[right]))
-        return out
-    finally:
-        consumer.close()
-
-
-@pytest.mark.slow
-def test_exactly_once_into_kafka_across_kill_9_of_the_whole_job(apache_kafka_bootstrap, unique_topic, tmp_path):
-    """The same job with the Kafka results sink alone, on Apache Kafka (Tansu keeps no transactions): killed while
-    the slots stage (a piece visible, the batch not committed by the driver), between the sink's commit and
-    Spark's, and at random; a read_committed reader then gets the oracle's results, each once."""
-    bootstrap = apache_kafka_bootstrap
-    seed = int(os.environ.get("WINDJOIN_EO_SEED", random.randrange(2**31)))
-    rng = random.Random(seed)
-    task, checkpoint, results = "crash", tmp_path / "checkpoint", unique_topic("results")
-    spec = _crash_spec(task, checkpoint, unique_topic, {"kafka": {"topic": results}})
-    spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(json.dumps(spec))  # JSON is YAML
-    create_topics(bootstrap, [s["topic"] for s in spec["streams"].values()], TOPIC_PARTITIONS)
-    create_topics(bootstrap, [spec["dead_letter_topic"]], 1)
-    create_topics(bootstrap, [results], RESULT_PARTITIONS)
-    plan = list(KAFKA_KILLS)
-    rng.shuffle(plan)
-    sink = KafkaResultsSink(results, bootstrap)
-    producer = PacedProducer(bootstrap, spec, seed)
-    procs: list[subprocess.Popen] = []
-    log_path = tmp_path / "runs.log"
-    history = []  # per kill: (run, kind, what was hit, the Kafka ledger's last, Spark planned, Spark done)
-    info = f"seed {seed}, plan {plan}; log {log_path}"
-    started = time.monotonic()
-    producer.start()
-    try:
-        with log_path.open("ab") as log:
-            for run, kind in enumerate(plan):
-                log.write(f"\n=== run {run}: kill {kind}\n".encode())
-                log.flush()
-                proc = start_run(spec_path, bootstrap, log)
-                procs.append(proc)
-                deadline = time.monotonic() + RUN_TIMEOUT_S
-                first, batches = spark_log(checkpoint, "commits"), rng.randint(1, 3)
-                try:
-                    wait_for_commit(proc, checkpoint, first, deadline)
-                    wait_for_commit(proc, checkpoint, first + batches - 1, deadline)
-                    if kind == "kafka_stage":
-                        hit = _kill_in_kafka_stage(proc, sink, task, deadline)
-                    elif kind == "after_kafka_commit":
-                        hit = _kill_after_kafka_commit(proc, sink, task, checkpoint, deadline)
-                    else:
-                        hit = _kill_at_random(proc, rng)
-                except AssertionError as err:
-                    raise AssertionError(f"run {run} ({kind}): {err}; {info}, history {history}") from None
-                last = sink.last_committed(task)
-                history.append(
-                    (run, kind, hit, last, spark_log(checkpoint, "offsets"), spark_log(checkpoint, "commits"))
-                )
-            produced = producer.stop()
-            end = max(e["ts"] for e in produced)
-            for wave in (1, 2):  # the second run's watermark passes every window: each unpaired row is out
-                produce_closers(bootstrap, spec, end + wave * 100_000, TOPIC_PARTITIONS, wave)
-                log.write(f"\n=== final run {wave} (--available-now)\n".encode())
-                log.flush()
-                proc = start_run(spec_path, bootstrap, log, "--available-now")
-                procs.append(proc)
-                assert proc.wait(timeout=240) == 0, f"the final run {wave} failed; {info}"
-        info = f"{info}, kills {history}, {time.monotonic() - started:.0f} s"
-
-        produced.sort(key=lambda e: e["ts"])
-        expected, late = oracle_join(spec, produced)
-        assert not late and len(expected) > 1000, info
-        want, got = as_multiset(expected), as_multiset(kafka_pairs(bootstrap, results, spec, RESULT_PARTITIONS))
-        lost, extra = sum((want - got).values()), sum((got - want).values())
-        assert got == want, f"Kafka: {lost} lost, {extra} duplicated or wrong of {len(expected)}; {info}"
-        assert sink.last_committed(task) == spark_log(checkpoint, "commits"), info
-        letters = Counter(letter.reason for letter in read_dead_letters(bootstrap, spec["dead_letter_topic"]))
-        assert not letters, f"dead letters by reason {dict(letters)}; {info}"
-        assert all(planned > done for _, kind, *_, planned, done in history if kind != "random"), info
-        replays = sum(1 for h in history if h[3] is not None and h[3] > h[-1])
-        assert log_path.read_text(errors="replace").count(f"a replay, committed before to {sink.name} ") == replays, (
-            info
-        )
-        print(f"{len(produced)} events, {len(expected)} pairs; {info}")
-    finally:
-        producer.halt()
-        for proc in procs:
-            if proc.poll() is None or session_members(proc.pid):
-                kill_job(proc)
         shutil.rmtree(checkpoint, ignore_errors=True)
