@@ -18,31 +18,43 @@ batch size of `--sweep-events` (events per batch over both streams) and keeps it
 over the summed trigger time of the batches after the first window's warm-up (W + lateness of event time), from
 Spark's progress reports; the result rows each system committed are counted and must be equal.
 
+The floor of join_stream's shape, in the same run: the same inputs through the same union, adapter and shuffle by
+slot into a stateful processor (RocksDB) that opens the pieces and emits nothing, into the same sink
+(`run_floor`): what a batch costs before anything is joined or written. Each run records the mean wall time of
+each stage of its steady batches (Spark's REST API: the read stage, then the stateful stage with the sink).
+
     python -m benchmarks.frames [--quick]
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import tempfile
 import time
+import uuid
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql.streaming import StatefulProcessor
 
 from benchmarks.builtin_peer import CONFIGS, builtin_join, evidence, start_as
 from benchmarks.machine import machine_facts
 from benchmarks.params_cli import benchmark_parser, params_from
 from benchmarks.results_file import write_results
 from windjoin.operators.workloads.b_model import BModel, PoissonClock
+from windjoin.pipelines.frames.frame_adapter import FrameAdapter
 
 RESULTS = Path(__file__).parent / "results" / "frames.json"
 TASKS = ("equi", "band")
+SYSTEMS = ("windjoin", "floor", *CONFIGS)
 BAND_WIDTH = 10
 TARGET = 2.0  # join_stream at least 2x the built-in join at its best, per task
 
@@ -119,7 +131,7 @@ def inputs(spark: Any, root: Path) -> dict[str, Any]:
 
 def timed(query: Any, timeout_s: float, warmup: float) -> dict[str, Any]:
     """Wait for an AvailableNow query to end; its rate over the batches after the first `warmup` input rows (at
-    least one batch left)."""
+    least one batch left), and the mean wall time of each stage of those batches (Spark's REST API)."""
     started = time.perf_counter()
     try:
         if not query.awaitTermination(timeout_s):
@@ -141,7 +153,39 @@ def timed(query: Any, timeout_s: float, warmup: float) -> dict[str, Any]:
         "rows": sum(p["numInputRows"] for p in batches),
         "wall_s": wall,
         "batch_ms_median": float(np.median([p["durationMs"]["triggerExecution"] for p in steady])) if steady else None,
+        "add_batch_ms_median": float(np.median([p["durationMs"].get("addBatch", 0) for p in steady])),
+        "stage_ms_mean": stage_walls(query, {p["batchId"] for p in steady}),
     }
+
+
+def stage_walls(query: Any, batch_ids: set[int]) -> list[float]:
+    """The mean wall time (ms) of each stage of a batch, in order (the read stage first: source, adapter, shuffle
+    write; then the stateful stage with the sink), over `batch_ids`; empty without Spark's UI."""
+    import urllib.request
+
+    from pyspark import SparkContext
+
+    context = SparkContext.getOrCreate()
+    if not context.uiWebUrl:
+        return []
+    url = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/stages?status=complete"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        stages = json.loads(response.read())
+    per_batch: dict[int, list[dict]] = {}
+    for stage in stages:
+        found = re.search(r"runId = (\S+)\s+batch = (\d+)", stage.get("description") or "")
+        if found and found.group(1) == str(query.runId) and int(found.group(2)) in batch_ids:
+            per_batch.setdefault(int(found.group(2)), []).append(stage)
+    walls: list[list[float]] = []
+    for stages_of_batch in per_batch.values():
+        for i, stage in enumerate(sorted(stages_of_batch, key=lambda st: st["stageId"])):
+            start, end = (datetime.strptime(stage[k], "%Y-%m-%dT%H:%M:%S.%f%Z") for k in STAGE_TIMES)
+            walls += [[]] * (i + 1 - len(walls))
+            walls[i] = [*walls[i], (end - start).total_seconds() * 1000]
+    return [float(np.mean(w)) for w in walls]
+
+
+STAGE_TIMES = ("firstTaskLaunchedTime", "completionTime")
 
 
 def warmup_rows(params: Params) -> float:
@@ -149,51 +193,82 @@ def warmup_rows(params: Params) -> float:
     return (params.window_s * 1000 + params.lateness_ms) * params.density / 1000
 
 
+def measured(spark: Any, params: Params, name: str, frame: Any, work: Path, config: str | None = None) -> dict:
+    """`frame` to the end through Spark's Parquet file sink (a fresh folder and checkpoint), timed (`timed`), with
+    the result rows it committed and, for a built-in configuration, the evidence that it ran."""
+    out = work / f"{name}-{uuid.uuid4().hex[:8]}"  # never an old checkpoint: RocksDB may still write the last one
+    writer = (
+        frame.writeStream.format("parquet")
+        .option("path", str(out / "rows"))
+        .option("checkpointLocation", str(out / "checkpoint"))
+        .queryName(name)
+        .trigger(availableNow=True)
+    )
+    run = timed(start_as(spark, config, writer) if config else writer.start(), params.timeout_s, warmup_rows(params))
+    rows = spark.read.parquet(str(out / "rows"))
+    if config:
+        run["result_rows"] = rows.count()
+        run["evidence"] = evidence(config, out / "checkpoint")
+    elif "dead_letter" in rows.columns:
+        run["result_rows"] = rows.where("task is not null").count()
+        run["dead_letters"] = rows.where("dead_letter is not null").count()
+    shutil.rmtree(out, ignore_errors=True)
+    return run
+
+
 def run_windjoin(spark: Any, params: Params, task: str, root: Path, work: Path) -> dict[str, Any]:
     from windjoin import parse_spec
     from windjoin.spark import join_stream
 
-    out = work / f"windjoin-{task}"
-    query = (
-        join_stream(parse_spec(spec_dict(params, task)), inputs(spark, root))
-        .writeStream.format("parquet")
-        .option("path", str(out / "rows"))
-        .option("checkpointLocation", str(out / "checkpoint"))
-        .queryName(f"windjoin-{task}")
-        .trigger(availableNow=True)
-        .start()
+    frame = join_stream(parse_spec(spec_dict(params, task)), inputs(spark, root))
+    return measured(spark, params, f"windjoin-{task}", frame, work)
+
+
+def run_floor(spark: Any, params: Params, task: str, root: Path, work: Path) -> dict[str, Any]:
+    """The floor of join_stream's shape: the same inputs through the same union, adapter and shuffle by slot into
+    a stateful processor (RocksDB) that opens each piece and emits nothing, into the same sink: what a batch
+    costs before anything is joined or written."""
+    from windjoin import parse_spec
+    from windjoin.pipelines.frames.frame_inputs import union_inputs
+    from windjoin.pipelines.job.join_job import slot_labels
+    from windjoin.pipelines.job.slot_pieces import PIECE_DDL
+
+    spec = parse_spec(spec_dict(params, task))
+    labels = slot_labels(spark, spec.slots)
+    union = union_inputs(spec, inputs(spark, root))
+    frame = (
+        union.mapInArrow(FrameAdapter(spec, labels), PIECE_DDL)
+        .groupBy("slot")
+        .transformWithStateInPandas(
+            statefulProcessor=PieceOpener(), outputStructType="rows long", outputMode="Append", timeMode="EventTime"
+        )
     )
-    run = timed(query, params.timeout_s, warmup_rows(params))
-    frame = spark.read.parquet(str(out / "rows"))
-    run["result_rows"] = frame.where("task is not null").count()
-    run["dead_letters"] = frame.where("dead_letter is not null").count()
-    shutil.rmtree(out, ignore_errors=True)
-    return run
+    return measured(spark, params, f"floor-{task}", frame, work)
 
 
 def run_builtin(spark: Any, params: Params, config: str, task: str, root: Path, work: Path) -> dict[str, Any]:
-    out = work / f"builtin-{config}-{task}"
     frames = inputs(spark, root)
+    band_width = BAND_WIDTH if task == "band" else None
     joined = builtin_join(
-        frames["R"],
-        frames["S"],
-        int(params.window_s * 1000),
-        params.lateness_ms,
-        band_width=BAND_WIDTH if task == "band" else None,
+        frames["R"], frames["S"], int(params.window_s * 1000), params.lateness_ms, "inner", band_width
     )
-    writer = (
-        joined.writeStream.format("parquet")
-        .option("path", str(out / "rows"))
-        .option("checkpointLocation", str(out / "checkpoint"))
-        .queryName(f"builtin-{config}-{task}")
-        .trigger(availableNow=True)
-    )
-    query = start_as(spark, config, writer)
-    run = timed(query, params.timeout_s, warmup_rows(params))
-    run["result_rows"] = spark.read.parquet(str(out / "rows")).count()
-    run["evidence"] = evidence(config, out / "checkpoint")
-    shutil.rmtree(out, ignore_errors=True)
-    return run
+    return measured(spark, params, f"builtin-{config}-{task}", joined, work, config)
+
+
+class PieceOpener(StatefulProcessor):
+    """The floor's stateful processor: opens every piece (Arrow IPC) it is given, counts its rows, emits nothing."""
+
+    def init(self, handle: Any) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:  # noqa: N802, N803 - Spark's names
+        for frame in rows:
+            for piece in frame["piece"]:
+                pa.ipc.open_stream(pa.py_buffer(piece)).read_all()
+        return iter(())
+
+    def close(self) -> None:
+        pass
 
 
 def best_of(runs: dict[str, dict[str, Any]]) -> str:
@@ -221,6 +296,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from windjoin.connectors.local.processes import free_port
     from windjoin.connectors.spark.session import build_local_spark
     from windjoin.pipelines.job.join_job import STATE_CONF
 
@@ -236,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
         "params": asdict(params),
         "load_avg_start": load_avg(),
         "inputs": {},
-        "tasks": {task: {system: {"sweep": {}} for system in ("windjoin", *CONFIGS)} for task in TASKS},
+        "tasks": {task: {system: {"sweep": {}} for system in SYSTEMS} for task in TASKS},
     }
     work = Path(tempfile.mkdtemp(prefix="windjoin-bench-frames-"))
     started = time.perf_counter()
@@ -247,6 +323,8 @@ def main(argv: list[str] | None = None) -> None:
             "spark.driver.memory": "4g",
             "spark.sql.streaming.numRecentProgressUpdates": "10000",
             "spark.ui.showConsoleProgress": "false",
+            "spark.ui.enabled": "true",  # each stage's wall time from the monitoring REST API
+            "spark.ui.port": str(free_port()),
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -257,10 +335,13 @@ def main(argv: list[str] | None = None) -> None:
             for task in TASKS:
                 runs = result["tasks"][task]
                 runs["windjoin"]["sweep"][str(size)] = run = run_windjoin(spark, params, task, root, work)
-                print(f"{task} windjoin @{size:,}: {_rate(run)}, {run['result_rows']:,} rows; load {load_avg()}")
+                print(f"{task} windjoin @{size:,}: {_rate(run)}, {run['result_rows']:,} rows, stages {_ms(run)}")
+                runs["floor"]["sweep"][str(size)] = run = run_floor(spark, params, task, root, work)
+                print(f"{task} floor @{size:,}: {_rate(run)}, stages {_ms(run)}; load {load_avg()}")
                 for config in CONFIGS:
                     runs[config]["sweep"][str(size)] = run = run_builtin(spark, params, config, task, root, work)
-                    print(f"{task} {config} @{size:,}: {_rate(run)}, {run['result_rows']:,} rows; load {load_avg()}")
+                    print(f"{task} {config} @{size:,}: {_rate(run)}, {run['result_rows']:,} rows, stages {_ms(run)}")
+                print(f"load {load_avg()}")
             shutil.rmtree(root, ignore_errors=True)
     finally:
         spark.stop()
@@ -271,16 +352,22 @@ def main(argv: list[str] | None = None) -> None:
             system["best"] = {"batch_events": (size := best_of(system["sweep"])), **system["sweep"][size]}
         baseline = max(CONFIGS, key=lambda c: runs[c]["best"]["rows_per_s"] or 0)
         ratio = (runs["windjoin"]["best"]["rows_per_s"] or 0) / (runs[baseline]["best"]["rows_per_s"] or float("inf"))
-        counts = {s: {size: run["result_rows"] for size, run in r["sweep"].items()} for s, r in runs.items()}
-        runs["baseline"] = baseline
-        runs["ratio"] = ratio
-        runs["result_rows_equal"] = len({n for c in counts.values() for n in c.values()}) == 1
+        counts = {run["result_rows"] for s in ("windjoin", *CONFIGS) for run in runs[s]["sweep"].values()}
+        floor = (runs["floor"]["best"]["rows_per_s"] or 0) / (runs[baseline]["best"]["rows_per_s"] or float("inf"))
+        runs |= {"baseline": baseline, "ratio": ratio, "floor_ratio": floor, "result_rows_equal": len(counts) == 1}
         targets[f"{task}_at_least_{TARGET:g}x_builtin"] = ratio >= TARGET
-        print(f"{task}: windjoin / {baseline} = {ratio:.2f}x; result rows equal: {runs['result_rows_equal']}")
+        print(
+            f"{task}: windjoin / {baseline} = {ratio:.2f}x (the floor of its shape: {floor:.2f}x); "
+            f"result rows equal: {runs['result_rows_equal']}"
+        )
     result["targets"] = targets
     result["load_avg_end"] = load_avg()
     result["seconds"] = time.perf_counter() - started
     print(write_results(result, args.out, plot))
+
+
+def _ms(run: dict[str, Any]) -> str:
+    return "/".join(f"{ms:.0f}" for ms in run["stage_ms_mean"]) + " ms"
 
 
 def _rate(run: dict[str, Any]) -> str:
