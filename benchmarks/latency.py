@@ -266,6 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=float, help="each run's warm-up (default 15, quick 5)")
     parser.add_argument("--floor-seconds", type=float, help="each floor probe's length (default 30, quick 10)")
     parser.add_argument("--target-ms", type=int, default=1000)
+    parser.add_argument("--peers", default="", help="the built-in peers, comma-separated (default: every one)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     quick = {"seconds": 20.0, "warmup": 5.0, "floor_seconds": 10.0}  # given values win over --quick's defaults
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
             label: run_variant(spark, urls[services.KAFKA], urls[services.REDIS], workdir, label, overrides, args)
             for label, overrides in variants.items()
         }
-        result["builtin"] = {c: run_builtin(spark, urls[services.KAFKA], workdir, c, args) for c in peers()}
+        result["builtin"] = {c: run_builtin(spark, urls[services.KAFKA], workdir, c, args) for c in peers(args.peers)}
     finally:
         tear_down(spark, state_dir, workdir)
     summarise(result)

@@ -123,6 +123,7 @@ class Params:
     catchup_events: int = 2_000_000  # the catch-up phase's backlog (both streams), drained at the spec's defaults
     catchup_seconds: float = 600.0  # the catch-up phase stops after this long at the latest
     floor_seconds: float = 30.0  # each of Spark's floor queries (rate -> noop, rate -> stateful) runs this long
+    peers: str = ""  # the built-in peers measured, comma-separated (builtin_peer.peers); empty: every one
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -547,7 +548,7 @@ class Bench:
         self.join_type = "left"
         try:
             windjoin = self.windjoin_throughput(total, mopt)
-            configs = {c: self.builtin_throughput(total, mopt, c) for c in peers()}
+            configs = {c: self.builtin_throughput(total, mopt, c) for c in peers(self.params.peers)}
         finally:
             self.join_type = "inner"
         baseline = best(configs, lambda run: run["rows_per_s"])
@@ -1047,7 +1048,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"stages alone, rows/s: {stages}; load {load_avg()}", flush=True)
         configs = {
             c: best_of(f"built-in {c}", [bench.builtin_throughput(prefill["events"], m, c) for m in offsets])
-            for c in peers()
+            for c in peers(params.peers)
         }
         bi = builtin_baseline(configs)
         result["builtin_configs"] = configs  # each sweep row has the evidence of what ran

@@ -6,7 +6,8 @@ import pytest
 
 from tests.benchmark_runs import run_benchmark
 
-PEERS = {"hdfs_v2", "rocksdb_v4", "hdfs_v2+spark_kafka", "rocksdb_v4+spark_kafka"}
+# Both of Spark's configurations and both readers, in two peers: a smoke run's share of the four (each code path)
+PEERS = {"rocksdb_v4", "hdfs_v2+spark_kafka"}
 
 
 @pytest.mark.slow
@@ -24,9 +25,10 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         "--paced-warmup-s": "1",
         "--catchup-events": "10000",
         "--floor-seconds": "2",
+        "--peers": ",".join(sorted(PEERS)),
     }
     args = [arg for pair in tiny.items() for arg in pair]
-    result, _ = run_benchmark("pipeline", out, "--quick", *args, timeout=900)  # four built-in peers
+    result, _ = run_benchmark("pipeline", out, "--quick", *args, timeout=900)
     assert result["machine"]["cpu_model"] and result["date"]
     for system in ("windjoin", "builtin"):
         assert result[system]["throughput"]["rows_per_s"] > 0
@@ -36,7 +38,7 @@ def test_pipeline_benchmark_quick_run(tmp_path):
         assert "p99_s" in paced["generator_lag"] and isinstance(paced["void"], bool)  # the load's own lag judged
     # the built-in join in both of its configurations, each shown to be in effect; the faster is the baseline
     configs = result["builtin_configs"]
-    assert set(configs) == PEERS  # each configuration through windjoin's reader and through Spark's Kafka source
+    assert set(configs) == PEERS
     for name, run in configs.items():
         assert run["throughput"]["rows_per_s"] > 0 and all(row["evidence"]["in_effect"] for row in run["sweep"]), name
     assert result["builtin"]["config"] == max(configs, key=lambda c: configs[c]["throughput"]["rows_per_s"])
@@ -114,3 +116,12 @@ os.killpg(jvm.pid, 9)
     assert out["tree"] == [target, target] and out["helper"] == target and out["main"] == out["base"]
     assert out["lowered"] >= 3 and out["again"] == 0  # the JVM, its worker, the helper; then nothing left
     assert all(out["idle"]) and not out["main_idle"]  # in the idle scheduling class, the main thread not
+
+
+def test_peers_are_every_configuration_or_the_named_ones():
+    from benchmarks.builtin_peer import peers
+
+    every = peers()
+    assert {"hdfs_v2", "rocksdb_v4"} <= set(every) and peers("rocksdb_v4") == ["rocksdb_v4"]
+    with pytest.raises(ValueError, match=r"--peers: \['nope'\] are not peers here; accepted: hdfs_v2, rocksdb_v4"):
+        peers("rocksdb_v4,nope")

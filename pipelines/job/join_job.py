@@ -23,6 +23,7 @@ from windjoin.connectors.files.batch_costs import BatchCosts
 from windjoin.connectors.files.checkpoint_layout import check_layout
 from windjoin.connectors.files.mark_reports import MarkReports
 from windjoin.connectors.files.snapshots import Snapshot
+from windjoin.connectors.kafka.login_check import check_login
 from windjoin.connectors.kafka.security import KafkaSecurity
 from windjoin.connectors.redis.client import RedisAuth
 from windjoin.connectors.redis.move_store import MoveStore
@@ -373,6 +374,7 @@ def start_job(
 ) -> Any:
     """Check the start (`check_start`, its notices logged), then start the streaming query; returns it."""
     bind_job_broker(sinks, bootstrap)  # a Kafka sink without its own bootstrap writes to the job's broker
+    check_login(bootstrap, KafkaSecurity.from_spec(spec.kafka))  # a refused login named in the spec's keys
     for line in check_start(spec, sinks, fresh_sinks):
         log.warning("%s", line)
     return start_query(spark, spec, bootstrap, sinks, available_now, on_batch, control)

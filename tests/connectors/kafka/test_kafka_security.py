@@ -1,9 +1,9 @@
 """The spec's `kafka:` section reaches every Kafka client windjoin creates, the password never leaves its file.
 
-Tansu 0.6.0 cannot serve TLS or SASL here (its `--cert` and `--key` refuse each other, and SCRAM users can only be
-created through an authenticated broker), so these tests check what reaches each real librdkafka client: a CA file
-that does not exist makes the client's construction fail naming `ssl.ca.location`, which only happens when the
-setting got there.
+These tests check what reaches each real librdkafka client, on any broker: a CA file that does not exist makes the
+client's construction fail naming `ssl.ca.location`, which only happens when the setting got there. The job over a
+broker that speaks only SASL_SSL (Apache Kafka) is `test_kafka_sasl_tls.py` (Tansu 0.6.0 serves neither TLS nor
+SCRAM users made without an authenticated broker).
 """
 
 from __future__ import annotations

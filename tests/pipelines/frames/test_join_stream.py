@@ -11,10 +11,17 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.pipelines.frames.frame_files import append_stream_file, file_inputs, output_rows, write_stream_files
+from tests.pipelines.frames.frame_files import (
+    append_stream_file,
+    file_inputs,
+    output_rows,
+    stream_ddl,
+    write_stream_files,
+)
 from tests.pipelines.job_processes import kill_job, spark_log, wait_for_commit
 from tests.support.asof_oracle import joined_asof, oracle_asof
 from tests.support.join_tasks import EQ, asof_tasks, windowed_tasks
@@ -215,3 +222,51 @@ def test_results_equal_the_oracle_across_kill_9_and_restarts_on_the_same_checkpo
     assert not late
     assert pairs_multiset(spec, results(rows)) == as_multiset(expected), f"seed {seed}"
     assert not [r for r in rows if r["dead_letter"] is not None], f"seed {seed}"
+
+
+def test_over_sparks_own_kafka_source_the_results_equal_the_oracle(
+    spark, apache_kafka_bootstrap, unique_topic, tmp_path
+):
+    """What a Spark team has on its cluster: its streams read by Spark's Kafka source (spark-sql-kafka-0-10) from
+    Apache Kafka, parsed with from_json, joined by join_stream, written by Spark's file sink. Spark's watermark
+    follows a DataFrame's newest row over all its partitions (docs/streaming.md), and Spark's source reads the
+    partitions each by its share of a batch's offsets, so apart in event time by chance: the lateness (1 s)
+    covers that, as a user's must."""
+    from pyspark.sql import functions as F
+
+    from tests.pipelines.pipeline_helpers import produce_events
+
+    spec = frame_spec({"kind": "time", "size_ms": 40}, [TIME_TASKS[0], TIME_TASKS[2]], 1000)  # band, left outer
+    events = pipeline_events(1600, seed=13, keys=12)
+    for name in spec["streams"]:
+        spec["streams"][name]["topic"] = unique_topic(name)
+    produce_events(apache_kafka_bootstrap, spec, [*events, *closers(events[-1]["ts"])], topic_partitions=3)
+
+    def read(name: str) -> Any:
+        raw = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", apache_kafka_bootstrap)
+            .option("subscribe", spec["streams"][name]["topic"])
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", 400)
+            .load()
+        )
+        return raw.select(F.from_json(F.col("value").cast("string"), stream_ddl(spec, name)).alias("v")).select("v.*")
+
+    query = (
+        join_stream(parse_spec(spec), {name: read(name) for name in spec["streams"]})
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(300), "the query over Spark's Kafka source did not finish within 300 s"
+    finally:
+        query.stop()
+    rows = output_rows(spark, tmp_path / "out")
+    expected, late = oracle_join(spec, events)
+    assert not late and len(expected) > 300
+    assert not [r for r in rows if r["dead_letter"] is not None]
+    assert pairs_multiset(spec, results(rows)) == as_multiset(expected)

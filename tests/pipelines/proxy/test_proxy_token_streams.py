@@ -73,7 +73,7 @@ def test_a_quiet_stream_ends_soon_after_its_token_stops_admitting_it(
         kind, _, data = next(events)  # no results come: the stream ends on its own
         took = time.monotonic() - changed
         assert kind == "end" and orjson.loads(data) == {"error": WITHDRAWN, "cursor": cursor}
-        assert took < 2.5, took
+        assert took < 5.0, took  # ~1 s (the token file is read every second); without the check it never ended
         if how == "deleted":
             assert httpx.get(f"{server.url}/v1/tasks", headers=AUTH).status_code == 401  # every token
             assert f"tokens file {tokens} is gone: every token is revoked" in caplog.text
