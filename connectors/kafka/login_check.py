@@ -3,14 +3,15 @@
 librdkafka reports a refused SASL login, a failed TLS handshake or a plaintext client at a TLS listener only to
 its error callback; the client's next metadata call then fails as a bare "Broker transport failure", which names
 nothing to fix. `check_login` connects once as the job's clients will and raises `KafkaLoginError` naming the
-`kafka:` keys involved: a refused login, a failed handshake, or a listener that takes the connection and then
-drops the client (it speaks TLS or SASL where the spec says plaintext, or the other way round). A broker that does
-not answer at all is left to the job's own retries (it may be starting).
+`kafka:` keys involved: a refused login, a failed handshake, or a listener that takes the connection and drops the
+client at once (it speaks TLS or SASL where the spec says plaintext, or the other way round). A broker that does
+not answer, or hangs, is left to the job's own retries (it may be starting).
 """
 
 from __future__ import annotations
 
 import socket
+import time
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -26,17 +27,19 @@ def check_login(bootstrap: str, security: KafkaSecurity, timeout_s: float = 5.0)
     """Raise KafkaLoginError when the brokers at `bootstrap` refuse `security` (see the module docstring)."""
     errors: list[KafkaError] = []
     client = AdminClient({"bootstrap.servers": bootstrap, **security.client_config(), "error_cb": errors.append})
+    started = time.monotonic()
     try:
         client.list_topics(timeout=timeout_s)
         return
     except KafkaException:
+        dropped = time.monotonic() - started < timeout_s / 2  # refused at once, not a broker that hangs
         client.poll(0.5)  # serves the error callback
-    problem = _explained(bootstrap, security, errors)
+    problem = _explained(bootstrap, security, errors, dropped)
     if problem:
         raise KafkaLoginError(problem)
 
 
-def _explained(bootstrap: str, security: KafkaSecurity, errors: list[KafkaError]) -> str | None:
+def _explained(bootstrap: str, security: KafkaSecurity, errors: list[KafkaError], dropped: bool) -> str | None:
     for error in errors:
         text = error.str()
         if error.code() == KafkaError._AUTHENTICATION:
@@ -56,9 +59,9 @@ def _explained(bootstrap: str, security: KafkaSecurity, errors: list[KafkaError]
                 f"({security.ca_file or 'none: the system CAs'}) must hold the CA that signed the broker's "
                 f"certificate, whose name must match the bootstrap address"
             )
-    down = any(e.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT) for e in errors)
-    listening = [address for address in bootstrap.split(",") if _accepts(address)]
-    if down and listening:  # a listener takes the connection, then the Kafka handshake fails on it
+    down = dropped and any(e.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT) for e in errors)
+    listening = [address for address in bootstrap.split(",") if down and _accepts(address)]
+    if listening:  # a listener takes the connection, then drops the client at once: the handshake failed
         return (
             f"kafka: a listener answers at {', '.join(listening)} but not in kafka.security_protocol "
             f"{security.security_protocol}: set it to what the listener expects (SSL or SASL_SSL for a TLS "
