@@ -18,6 +18,8 @@ from confluent_kafka.admin import AdminClient
 
 from windjoin.connectors.kafka.security import KafkaSecurity
 
+_REFUSALS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
+
 
 class KafkaLoginError(ValueError):
     """The broker refused the job's credentials or TLS settings; the message names the spec's keys."""
@@ -25,16 +27,21 @@ class KafkaLoginError(ValueError):
 
 def check_login(bootstrap: str, security: KafkaSecurity, timeout_s: float = 5.0) -> None:
     """Raise KafkaLoginError when the brokers at `bootstrap` refuse `security` (see the module docstring)."""
-    errors: list[KafkaError] = []
-    client = AdminClient({"bootstrap.servers": bootstrap, **security.client_config(), "error_cb": errors.append})
+    seen: list[tuple[float, KafkaError]] = []  # (seconds after the start, error), as the callback is served
     started = time.monotonic()
-    try:
-        client.list_topics(timeout=timeout_s)
-        return
-    except KafkaException:
-        dropped = time.monotonic() - started < timeout_s / 2  # refused at once, not a broker that hangs
-        client.poll(0.5)  # serves the error callback
-    problem = _explained(bootstrap, security, errors, dropped)
+    config = {"bootstrap.servers": bootstrap, **security.client_config()}
+    client = AdminClient({**config, "error_cb": lambda error: seen.append((time.monotonic() - started, error))})
+    while time.monotonic() - started < timeout_s and not any(e.code() in _REFUSALS for _, e in seen):
+        try:
+            client.list_topics(timeout=0.5)
+            return
+        except KafkaException:
+            client.poll(0.1)  # serves the error callback: errors are seen about when they happen
+    # dropped at once (the handshake failed), not a broker that hangs: a stopped one still takes TCP connections
+    dropped = any(
+        at < timeout_s / 2 and e.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT) for at, e in seen
+    )
+    problem = _explained(bootstrap, security, [e for _, e in seen], dropped)
     if problem:
         raise KafkaLoginError(problem)
 
@@ -59,8 +66,7 @@ def _explained(bootstrap: str, security: KafkaSecurity, errors: list[KafkaError]
                 f"({security.ca_file or 'none: the system CAs'}) must hold the CA that signed the broker's "
                 f"certificate, whose name must match the bootstrap address"
             )
-    down = dropped and any(e.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT) for e in errors)
-    listening = [address for address in bootstrap.split(",") if down and _accepts(address)]
+    listening = [address for address in bootstrap.split(",") if dropped and _accepts(address)]
     if listening:  # a listener takes the connection, then drops the client at once: the handshake failed
         return (
             f"kafka: a listener answers at {', '.join(listening)} but not in kafka.security_protocol "
