@@ -213,8 +213,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2^16 and 2^18 only, 1 s each (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--wide-block", action="store_true", help="only the hot-key wide-block case (about 15 s)")
-    parser.add_argument("--wide-out", type=Path, default=WIDE_RESULTS)
+    parser.add_argument("--wide-out", type=Path, help=f"default: {WIDE_RESULTS.name} beside --out")
     args = parser.parse_args()
+    args.wide_out = args.wide_out or args.out.with_name(WIDE_RESULTS.name)  # a smoke run's --out keeps both away
     pin_to_one_core()
     if args.wide_block:
         write_wide_block(wide_block_rows(), args.wide_out)

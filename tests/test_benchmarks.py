@@ -16,6 +16,7 @@ def test_kernels_benchmark_quick_run(tmp_path):
         assert row["indexed"]["tuples_per_s"] > 0 and row["nested_loop"]["comparisons_per_s"] > 0
         assert row["indexed"]["efficiency_P"] > row["nested_loop"]["efficiency_P"]
     assert result["machine"]["cpu_model"]
+    assert (tmp_path / "kernels-wide-block.json").exists()  # beside --out, not over the committed results
 
 
 @pytest.mark.slow
