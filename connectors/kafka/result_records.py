@@ -174,4 +174,3 @@ def avro_encoder(schema: dict[str, Any], schema_id: int) -> Callable[[pa.Table],
         return out
 
     return encode
-
