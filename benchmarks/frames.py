@@ -48,6 +48,7 @@ from pyspark.sql.streaming import StatefulProcessor
 from benchmarks.builtin_peer import CONFIGS, builtin_join, evidence, start_as
 from benchmarks.machine import machine_facts
 from benchmarks.params_cli import benchmark_parser, params_from
+from benchmarks.pipeline import load_avg
 from benchmarks.results_file import write_results
 from windjoin.operators.workloads.b_model import BModel, PoissonClock
 from windjoin.pipelines.frames.frame_adapter import FrameAdapter
@@ -74,10 +75,6 @@ class Params:
 
 
 QUICK = {"window_s": 2.0, "keys": 2_000, "density": 8_000.0, "events": 80_000, "sweep_events": "20000"}
-
-
-def load_avg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def write_inputs(root: Path, params: Params, batch_events: int) -> dict[str, Any]:

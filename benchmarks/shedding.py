@@ -51,7 +51,15 @@ import yaml
 
 from benchmarks.machine import machine_facts
 from benchmarks.params_cli import add_param_flags, params_from
-from benchmarks.pipeline import DelayHistogram, generate_cmd, progress_rows, run_generator, stop_process, sustained
+from benchmarks.pipeline import (
+    DelayHistogram,
+    generate_cmd,
+    load_avg,
+    progress_rows,
+    run_generator,
+    stop_process,
+    sustained,
+)
 from benchmarks.pipeline import Params as PipelineParams
 from benchmarks.teardown import exit_on_sigterm, tear_down
 
@@ -94,10 +102,6 @@ QUICK = {
     "warmup_s": 8.0,
     "drain_s": 90.0,
 }
-
-
-def load_avg() -> list[float]:
-    return list(os.getloadavg())
 
 
 # ---------------------------------------------------------------------------------------------------------
